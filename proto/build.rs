@@ -1,0 +1,169 @@
+//! Compiles the .proto files with protox (no `protoc` needed) and generates:
+//!
+//! - prost messages and tonic clients/servers for every package (`mod.rs`),
+//! - the encoded file descriptor set (`descriptor.bin`),
+//! - the per-method authorization table read from the `authorization`
+//!   method option of the descriptors (`authorization.rs`),
+//! - a second Curator server whose `Watch` responses are pre-encoded
+//!   (`wire/`), so that one encoding of a node serves every stream.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use prost_reflect::{DescriptorPool, Value};
+
+const PROTOS: &[&str] = &[
+    "metropolis/node/core/curator/proto/api/api.proto",
+    "metropolis/node/core/curator/proto/private/storage.proto",
+    "cloud/bmaas/server/api/agent.proto",
+    "metropolis/proto/api/debug.proto",
+];
+
+const CURATOR: &str = "metropolis.node.core.curator.proto.api.Curator";
+
+type BuildResult = Result<(), Box<dyn std::error::Error>>;
+
+fn main() -> BuildResult {
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    for dir in ["metropolis", "cloud", "version", "osbase"] {
+        println!("cargo:rerun-if-changed={}", root.join(dir).display());
+    }
+
+    let mut compiler = protox::Compiler::new([&root])?;
+    compiler.include_imports(true).include_source_info(true);
+    compiler.open_files(PROTOS)?;
+    let fds = compiler.file_descriptor_set();
+    std::fs::write(out.join("descriptor.bin"), compiler.encode_file_descriptor_set())?;
+    let pool = compiler.descriptor_pool();
+
+    std::fs::write(out.join("authorization.rs"), authorization_table(&pool)?)?;
+
+    tonic_prost_build::configure()
+        .build_transport(false)
+        .include_file("mod.rs")
+        .bytes(".")
+        .compile_fds(fds)?;
+
+    let wire = out.join("wire");
+    std::fs::create_dir_all(&wire)?;
+    tonic_prost_build::manual::Builder::new()
+        .build_client(false)
+        .build_transport(false)
+        .out_dir(&wire)
+        .compile(&[wire_curator(&pool)?]);
+    Ok(())
+}
+
+/// One `MethodPolicy` per method of every service, taken from the
+/// `metropolis.proto.ext.authorization` option. Methods without the option
+/// get `None`: the service does its own authentication.
+fn authorization_table(pool: &DescriptorPool) -> Result<String, Box<dyn std::error::Error>> {
+    let ext = pool
+        .get_extension_by_name("metropolis.proto.ext.authorization")
+        .ok_or("authorization extension missing from descriptors")?;
+    let permission = pool
+        .get_enum_by_name("metropolis.proto.ext.Permission")
+        .ok_or("Permission enum missing from descriptors")?;
+    let mut s = String::from("/// Every method of every compiled service, with its policy.\n");
+    s.push_str("pub static METHODS: &[MethodPolicy] = &[\n");
+    for service in pool.services() {
+        for method in service.methods() {
+            let path = format!("/{}/{}", service.full_name(), method.name());
+            let options = method.options();
+            if !options.has_extension(&ext) {
+                writeln!(s, "    MethodPolicy {{ path: {path:?}, rule: None }},")?;
+                continue;
+            }
+            let Value::Message(auth) = options.get_extension(&ext).into_owned() else {
+                return Err(format!("{path}: authorization option is not a message").into());
+            };
+            let mut need = Vec::new();
+            if let Some(Value::List(items)) = auth.get_field_by_name("need").map(|v| v.into_owned()) {
+                for item in items {
+                    let Value::EnumNumber(n) = item else {
+                        return Err(format!("{path}: need holds a non-enum").into());
+                    };
+                    let value = permission
+                        .get_value(n)
+                        .ok_or_else(|| format!("{path}: unknown permission number {n}"))?;
+                    need.push(format!("Permission::{}", enum_variant(value.name())));
+                }
+            }
+            let allow = matches!(
+                auth.get_field_by_name("allow_unauthenticated").map(|v| v.into_owned()),
+                Some(Value::Bool(true))
+            );
+            writeln!(
+                s,
+                "    MethodPolicy {{ path: {path:?}, rule: Some(Rule {{ need: &[{}], allow_unauthenticated: {allow} }}) }},",
+                need.join(", ")
+            )?;
+        }
+    }
+    s.push_str("];\n");
+    Ok(s)
+}
+
+/// prost's enum variant naming: strip the enum-name prefix, then CamelCase.
+fn enum_variant(proto_name: &str) -> String {
+    let stripped = proto_name.strip_prefix("PERMISSION_").unwrap_or(proto_name);
+    stripped
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            match c.next() {
+                Some(f) => f.to_ascii_uppercase().to_string() + &c.as_str().to_ascii_lowercase(),
+                None => String::new(),
+            }
+        })
+        .collect()
+}
+
+/// The Curator service as in its descriptor, except that `Watch` streams
+/// `crate::wire::EncodedWatchEvent` (pre-encoded nodes) instead of
+/// `WatchEvent`. Same wire bytes, one encoding per node for all streams.
+fn wire_curator(pool: &DescriptorPool) -> Result<tonic_prost_build::manual::Service, String> {
+    use tonic_prost_build::manual::{Method, Service};
+    let service = pool
+        .get_service_by_name(CURATOR)
+        .ok_or("Curator service missing from descriptors")?;
+    let api = "crate::metropolis::node::core::curator::proto::api";
+    let mut builder = Service::builder().name("Curator").package(service.package_name());
+    for m in service.methods() {
+        let output = if m.name() == "Watch" {
+            "crate::wire::EncodedWatchEvent".to_string()
+        } else {
+            format!("{api}::{}", m.output().name())
+        };
+        let mut mb = Method::builder()
+            .name(snake(m.name()))
+            .route_name(m.name())
+            .input_type(format!("{api}::{}", m.input().name()))
+            .output_type(output)
+            .codec_path("tonic_prost::ProstCodec");
+        if m.is_client_streaming() {
+            mb = mb.client_streaming();
+        }
+        if m.is_server_streaming() {
+            mb = mb.server_streaming();
+        }
+        builder = builder.method(mb.build());
+    }
+    Ok(builder.build())
+}
+
+fn snake(name: &str) -> String {
+    let mut s = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                s.push('_');
+            }
+            s.push(c.to_ascii_lowercase());
+        } else {
+            s.push(c);
+        }
+    }
+    s
+}
