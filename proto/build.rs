@@ -15,6 +15,7 @@ use prost_reflect::{DescriptorPool, Value};
 const PROTOS: &[&str] = &[
     "metropolis/node/core/curator/proto/api/api.proto",
     "metropolis/node/core/curator/proto/private/storage.proto",
+    "metropolis/node/core/curator/proto/private/management.proto",
     "cloud/bmaas/server/api/agent.proto",
     "metropolis/proto/api/debug.proto",
 ];
@@ -34,7 +35,10 @@ fn main() -> BuildResult {
     compiler.include_imports(true).include_source_info(true);
     compiler.open_files(PROTOS)?;
     let fds = compiler.file_descriptor_set();
-    std::fs::write(out.join("descriptor.bin"), compiler.encode_file_descriptor_set())?;
+    std::fs::write(
+        out.join("descriptor.bin"),
+        compiler.encode_file_descriptor_set(),
+    )?;
     let pool = compiler.descriptor_pool();
 
     std::fs::write(out.join("authorization.rs"), authorization_table(&pool)?)?;
@@ -79,7 +83,8 @@ fn authorization_table(pool: &DescriptorPool) -> Result<String, Box<dyn std::err
                 return Err(format!("{path}: authorization option is not a message").into());
             };
             let mut need = Vec::new();
-            if let Some(Value::List(items)) = auth.get_field_by_name("need").map(|v| v.into_owned()) {
+            if let Some(Value::List(items)) = auth.get_field_by_name("need").map(|v| v.into_owned())
+            {
                 for item in items {
                     let Value::EnumNumber(n) = item else {
                         return Err(format!("{path}: need holds a non-enum").into());
@@ -91,7 +96,8 @@ fn authorization_table(pool: &DescriptorPool) -> Result<String, Box<dyn std::err
                 }
             }
             let allow = matches!(
-                auth.get_field_by_name("allow_unauthenticated").map(|v| v.into_owned()),
+                auth.get_field_by_name("allow_unauthenticated")
+                    .map(|v| v.into_owned()),
                 Some(Value::Bool(true))
             );
             writeln!(
@@ -129,7 +135,9 @@ fn wire_curator(pool: &DescriptorPool) -> Result<tonic_prost_build::manual::Serv
         .get_service_by_name(CURATOR)
         .ok_or("Curator service missing from descriptors")?;
     let api = "crate::metropolis::node::core::curator::proto::api";
-    let mut builder = Service::builder().name("Curator").package(service.package_name());
+    let mut builder = Service::builder()
+        .name("Curator")
+        .package(service.package_name());
     for m in service.methods() {
         let output = if m.name() == "Watch" {
             "crate::wire::EncodedWatchEvent".to_string()

@@ -1,1 +1,19 @@
+//! Sans-IO state machines of the Metropolis control plane, and the
+//! runtime-agnostic gRPC service layer built on them.
+//!
+//! Every machine here is a plain struct driven by its owner: inputs through
+//! `handle_*` methods (with the current [`time::Instant`] when time
+//! matters), outputs through `poll_*` methods. No machine reads a clock, a
+//! socket, a file, the environment or a global random number generator, so
+//! the same inputs always give the same outputs. Runtimes (tokio, smol) and
+//! the simulator drive them through the [`ports`].
 
+#![forbid(unsafe_code)]
+
+pub mod curator;
+pub mod identity;
+pub mod ports;
+pub mod service;
+pub mod store;
+pub mod time;
+pub mod watch;

@@ -36,16 +36,23 @@ mod tests {
 
     #[test]
     fn curator_policies_come_from_descriptors() {
-        let watch = policy("/metropolis.node.core.curator.proto.api.Curator/Watch").and_then(|p| p.rule);
+        let watch =
+            policy("/metropolis.node.core.curator.proto.api.Curator/Watch").and_then(|p| p.rule);
         assert_eq!(
             watch,
-            Some(Rule { need: &[Permission::ReadClusterStatus], allow_unauthenticated: false })
+            Some(Rule {
+                need: &[Permission::ReadClusterStatus],
+                allow_unauthenticated: false
+            })
         );
-        let update =
-            policy("/metropolis.node.core.curator.proto.api.Curator/UpdateNodeStatus").and_then(|p| p.rule);
+        let update = policy("/metropolis.node.core.curator.proto.api.Curator/UpdateNodeStatus")
+            .and_then(|p| p.rule);
         assert_eq!(
             update,
-            Some(Rule { need: &[Permission::UpdateNodeSelf], allow_unauthenticated: false })
+            Some(Rule {
+                need: &[Permission::UpdateNodeSelf],
+                allow_unauthenticated: false
+            })
         );
     }
 
@@ -53,6 +60,10 @@ mod tests {
     fn methods_without_option_have_no_rule() {
         let hb = policy("/cloud.bmaas.server.api.AgentCallback/Heartbeat").map(|p| p.rule);
         assert_eq!(hb, Some(None));
-        assert_eq!(METHODS.len(), 2 + 1 + 4, "every method of the three services is listed");
+        assert_eq!(
+            METHODS.len(),
+            2 + 2 + 1 + 4,
+            "every method of the three services is listed"
+        );
     }
 }

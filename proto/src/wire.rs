@@ -17,7 +17,10 @@ use prost::{DecodeError, Message};
 
 use crate::prelude::curator::watch_event::{NodeTombstone, Progress};
 
-include!(concat!(env!("OUT_DIR"), "/wire/metropolis.node.core.curator.proto.api.Curator.rs"));
+include!(concat!(
+    env!("OUT_DIR"),
+    "/wire/metropolis.node.core.curator.proto.api.Curator.rs"
+));
 
 const NODES: u32 = 1;
 const PROGRESS: u32 = 2;
@@ -37,18 +40,25 @@ pub struct EncodedWatchEvent {
 impl EncodedWatchEvent {
     /// Encoded length of one node entry in an event (key, length, bytes).
     pub fn node_entry_len(encoded_node_len: usize) -> usize {
-        encoding::key_len(NODES) + encoding::encoded_len_varint(encoded_node_len as u64) + encoded_node_len
+        encoding::key_len(NODES)
+            + encoding::encoded_len_varint(encoded_node_len as u64)
+            + encoded_node_len
     }
 
     /// Encoded length of one tombstone entry in an event.
     pub fn tombstone_entry_len(node_id_len: usize) -> usize {
-        let inner = encoding::key_len(1) + encoding::encoded_len_varint(node_id_len as u64) + node_id_len;
+        let inner =
+            encoding::key_len(1) + encoding::encoded_len_varint(node_id_len as u64) + node_id_len;
         encoding::key_len(TOMBSTONES) + encoding::encoded_len_varint(inner as u64) + inner
     }
 
     /// Encoded length of the progress field when set to `progress`.
     pub fn progress_len(progress: i32) -> usize {
-        if progress == 0 { 0 } else { encoding::int32::encoded_len(PROGRESS, &progress) }
+        if progress == 0 {
+            0
+        } else {
+            encoding::int32::encoded_len(PROGRESS, &progress)
+        }
     }
 
     /// Whether this event carries `PROGRESS_LAST_BACKLOGGED`.
@@ -68,7 +78,8 @@ impl Message for EncodedWatchEvent {
             encoding::int32::encode(PROGRESS, &self.progress, buf);
         }
         for id in &self.tombstones {
-            let inner = encoding::key_len(1) + encoding::encoded_len_varint(id.len() as u64) + id.len();
+            let inner =
+                encoding::key_len(1) + encoding::encoded_len_varint(id.len() as u64) + id.len();
             encoding::encode_key(TOMBSTONES, WireType::LengthDelimited, buf);
             encoding::encode_varint(inner as u64, buf);
             encoding::string::encode(1, id, buf);
@@ -101,9 +112,16 @@ impl Message for EncodedWatchEvent {
     }
 
     fn encoded_len(&self) -> usize {
-        self.nodes.iter().map(|n| Self::node_entry_len(n.len())).sum::<usize>()
+        self.nodes
+            .iter()
+            .map(|n| Self::node_entry_len(n.len()))
+            .sum::<usize>()
             + Self::progress_len(self.progress)
-            + self.tombstones.iter().map(|t| Self::tombstone_entry_len(t.len())).sum::<usize>()
+            + self
+                .tombstones
+                .iter()
+                .map(|t| Self::tombstone_entry_len(t.len()))
+                .sum::<usize>()
     }
 
     fn clear(&mut self) {
@@ -120,20 +138,31 @@ mod tests {
         curator::Node {
             id: id.into(),
             roles: Some(common::NodeRoles::default()),
-            status: Some(common::NodeStatus { external_address: addr.into(), ..Default::default() }),
+            status: Some(common::NodeStatus {
+                external_address: addr.into(),
+                ..Default::default()
+            }),
         }
     }
 
     #[test]
     fn same_bytes_as_the_generated_message() {
-        let nodes = vec![node("metropolis-aa", "10.0.0.1"), node("metropolis-bb", "::1")];
+        let nodes = vec![
+            node("metropolis-aa", "10.0.0.1"),
+            node("metropolis-bb", "::1"),
+        ];
         let plain = curator::WatchEvent {
             nodes: nodes.clone(),
-            node_tombstones: vec![NodeTombstone { node_id: "metropolis-cc".into() }],
+            node_tombstones: vec![NodeTombstone {
+                node_id: "metropolis-cc".into(),
+            }],
             progress: Progress::LastBacklogged as i32,
         };
         let encoded = EncodedWatchEvent {
-            nodes: nodes.iter().map(|n| Bytes::from(n.encode_to_vec())).collect(),
+            nodes: nodes
+                .iter()
+                .map(|n| Bytes::from(n.encode_to_vec()))
+                .collect(),
             tombstones: vec!["metropolis-cc".into()],
             progress: Progress::LastBacklogged as i32,
         };
@@ -142,7 +171,10 @@ mod tests {
         let wire = encoded.encode_to_vec();
         assert_eq!(wire.len(), encoded.encoded_len());
         assert_eq!(wire.len(), plain.encoded_len());
-        assert_eq!(curator::WatchEvent::decode(wire.as_slice()).expect("decodes"), plain);
+        assert_eq!(
+            curator::WatchEvent::decode(wire.as_slice()).expect("decodes"),
+            plain
+        );
         let back = EncodedWatchEvent::decode(plain.encode_to_vec().as_slice()).expect("decodes");
         assert_eq!(back, encoded);
     }

@@ -1,1 +1,217 @@
+//! Helpers of the end-to-end tests: a real `metropolisd` process on a
+//! temporary data directory, and clients over its socket and over TLS.
 
+#![allow(clippy::unwrap_used)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use metropolis_core::identity::NodeId;
+use metropolis_host::grpc::Channel;
+use metropolis_host::pki::{Credentials, client_config};
+use metropolis_proto::metropolis::node::core::curator::proto::private::{
+    AddNodeRequest, node_management_client::NodeManagementClient,
+};
+use metropolis_proto::prelude::curator::curator_client::CuratorClient;
+use metropolis_runtime_tokio::connect;
+
+/// A `metropolisd` process.
+pub struct Daemon {
+    child: Option<Child>,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+    /// Its local socket.
+    pub socket: PathBuf,
+    /// Its TLS listener, `127.0.0.1:port`.
+    pub addr: String,
+    log: PathBuf,
+}
+
+/// A free loopback TCP port (bound then released; fine for tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The path of the daemon binary cargo built beside the running test
+/// binary (`target/<profile>/metropolisd`; tests run from
+/// `target/<profile>/deps/`).
+pub fn daemon_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let bin = profile_dir.join("metropolisd");
+    assert!(
+        bin.exists(),
+        "{} not built; run the tests through cargo",
+        bin.display()
+    );
+    bin
+}
+
+impl Daemon {
+    /// Starts a daemon on `data_dir` and waits until it serves.
+    pub fn start(data_dir: &Path) -> Daemon {
+        let port = free_port();
+        Self::start_at(data_dir, format!("127.0.0.1:{port}"))
+    }
+
+    /// Starts a daemon listening on `addr` and waits until it serves.
+    pub fn start_at(data_dir: &Path, addr: String) -> Daemon {
+        let mut d = Self::spawn(data_dir, addr);
+        d.wait_ready();
+        d
+    }
+
+    /// Starts a daemon without waiting for it.
+    pub fn spawn(data_dir: &Path, addr: String) -> Daemon {
+        std::fs::create_dir_all(data_dir).unwrap();
+        let socket = data_dir.join("curator.sock");
+        let log = data_dir.with_extension("log");
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = Command::new(daemon_bin())
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--listen")
+            .arg(&addr)
+            .arg("--log")
+            .arg("info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .unwrap();
+        Daemon {
+            child: Some(child),
+            data_dir: data_dir.to_path_buf(),
+            socket,
+            addr,
+            log,
+        }
+    }
+
+    /// What the daemon logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("metropolisd exited early with {status}:\n{}", self.log());
+            }
+            let sock_ok = std::os::unix::net::UnixStream::connect(&self.socket).is_ok();
+            let tcp_ok = std::net::TcpStream::connect(&self.addr).is_ok();
+            if sock_ok && tcp_ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "metropolisd not ready after 30 s:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the process to exit by itself (e.g. a refused start).
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "metropolisd still running:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the process with SIGKILL.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// Stops the process with SIGTERM and returns its exit status.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("daemon running");
+        let ok = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        child.wait().unwrap()
+    }
+
+    /// A channel over the local socket (as this node).
+    pub async fn unix(&self) -> Channel {
+        connect::unix(&self.socket).await.unwrap()
+    }
+
+    /// A channel over TLS with the credential in `dir` (prefix `owner` or
+    /// `node`).
+    pub async fn tls(&self, dir: &Path, prefix: &str) -> Channel {
+        let creds = Credentials::read_from_dir(dir, prefix).unwrap();
+        let config = client_config(Some(&creds), &creds.ca_pem).unwrap();
+        connect::tls(&self.addr, config).await.unwrap()
+    }
+
+    /// A channel over TLS as the owner.
+    pub async fn owner(&self) -> Channel {
+        self.tls(&self.data_dir.join("owner"), "owner").await
+    }
+
+    /// The ID of the daemon's own node.
+    pub fn node_id(&self) -> NodeId {
+        let creds = Credentials::read_from_dir(&self.data_dir.join("pki"), "node").unwrap();
+        NodeId::from_public_key(&creds.ed25519_public_key().unwrap())
+    }
+
+    /// Adds a node as the owner; returns its ID and credential directory.
+    pub async fn add_node(&self, dir: &Path) -> NodeId {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+        let mut mgmt = NodeManagementClient::with_origin(self.owner().await, Channel::origin());
+        let resp = mgmt
+            .add_node(AddNodeRequest {
+                public_key: key.public_key_raw().to_vec().into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let creds = Credentials::from_parts(
+            String::from_utf8(resp.certificate.to_vec()).unwrap(),
+            key.serialize_pem(),
+            String::from_utf8(resp.ca_certificate.to_vec()).unwrap(),
+        );
+        creds.write_to_dir(dir, "node").unwrap();
+        NodeId::parse(&resp.node_id).unwrap()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A Curator client over `channel`.
+pub fn curator(channel: Channel) -> CuratorClient<Channel> {
+    CuratorClient::with_origin(channel, Channel::origin())
+}

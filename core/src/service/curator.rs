@@ -1,0 +1,271 @@
+//! The Curator and NodeManagement services over a [`KvStore`].
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use metropolis_proto::metropolis::node::core::curator::proto::private::{
+    AddNodeRequest, AddNodeResponse, RemoveNodeRequest, RemoveNodeResponse, node_management_server,
+};
+use metropolis_proto::prelude::{common, curator, storage};
+use metropolis_proto::wire::{EncodedWatchEvent, curator_server};
+use prost::Message;
+use tonic::{Request, Response, Status};
+
+use super::watch_cache::WatchCache;
+use crate::curator::{NODE_RECORD_SCHEMA, decode_record, node_key, validate_status};
+use crate::identity::{Identity, NodeId};
+use crate::ports::{CertIssuer, KvStore};
+use crate::store::{
+    CmpOp, Compare, CompareTarget, KeyRange, KeyValue, Op, OpResult, StoreError, Txn,
+};
+
+/// How often a status update retries after losing a compare-and-swap race
+/// before giving up with Aborted.
+const MAX_CAS_ATTEMPTS: usize = 32;
+
+/// The Curator (`Watch`, `UpdateNodeStatus`) and the private
+/// NodeManagement (`AddNode`, `RemoveNode`) services.
+///
+/// Authorization by permission is done by the [`Router`](super::Router);
+/// this service checks what depends on the request (a node may update only
+/// itself). Writes are compare-and-swap transactions on the node record's
+/// revision, retried on conflict, so they stay correct across instances.
+#[derive(Clone)]
+pub struct CuratorService {
+    store: Arc<dyn KvStore>,
+    cache: WatchCache,
+    issuer: Option<Arc<dyn CertIssuer>>,
+}
+
+pub(crate) fn store_status(e: StoreError) -> Status {
+    Status::unavailable(format!("{e}; request can be retried"))
+}
+
+fn identity<T>(request: &Request<T>) -> Identity {
+    request
+        .extensions()
+        .get::<Identity>()
+        .cloned()
+        .unwrap_or(Identity::Unauthenticated)
+}
+
+impl CuratorService {
+    /// A curator over `store`, feeding `Watch` from `cache`. `issuer` is
+    /// needed for `AddNode` (FailedPrecondition without it).
+    pub fn new(
+        store: Arc<dyn KvStore>,
+        cache: WatchCache,
+        issuer: Option<Arc<dyn CertIssuer>>,
+    ) -> Self {
+        CuratorService {
+            store,
+            cache,
+            issuer,
+        }
+    }
+
+    /// The watch cache feeding this service's streams.
+    pub fn watch_cache(&self) -> &WatchCache {
+        &self.cache
+    }
+
+    /// The generated Curator server for this service.
+    pub fn curator_server(&self) -> curator_server::CuratorServer<Self> {
+        curator_server::CuratorServer::new(self.clone())
+    }
+
+    /// The generated NodeManagement server for this service.
+    pub fn management_server(&self) -> node_management_server::NodeManagementServer<Self> {
+        node_management_server::NodeManagementServer::new(self.clone())
+    }
+
+    async fn get(&self, key: bytes::Bytes) -> Result<Option<KeyValue>, Status> {
+        let txn = Txn {
+            success: vec![Op::Range(KeyRange::Key(key))],
+            ..Default::default()
+        };
+        let mut resp = self.store.txn(txn).await.map_err(store_status)?;
+        match resp.results.pop() {
+            Some(OpResult::Range(mut kvs)) => Ok(kvs.pop()),
+            _ => Err(Status::internal("store returned no range result")),
+        }
+    }
+
+    /// Creates the record of a node if it does not exist yet. Returns
+    /// whether it was created.
+    pub async fn register_node(
+        &self,
+        id: &NodeId,
+        public_key: &[u8; 32],
+        roles: common::NodeRoles,
+        state: common::NodeState,
+    ) -> Result<bool, Status> {
+        let key = node_key(id);
+        let record = storage::NodeRecord {
+            schema_version: NODE_RECORD_SCHEMA,
+            id: id.to_string(),
+            public_key: bytes::Bytes::copy_from_slice(public_key),
+            roles: Some(roles),
+            status: None,
+            state: state as i32,
+        };
+        let txn = Txn {
+            compares: vec![Compare {
+                key: key.clone(),
+                op: CmpOp::Equal,
+                target: CompareTarget::CreateRevision(0),
+            }],
+            success: vec![Op::Put {
+                key,
+                value: record.encode_to_vec().into(),
+                lease: 0,
+            }],
+            failure: vec![],
+        };
+        Ok(self.store.txn(txn).await.map_err(store_status)?.succeeded)
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<EncodedWatchEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl curator_server::Curator for CuratorService {
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        request: Request<curator::WatchRequest>,
+    ) -> Result<Response<WatchStream>, Status> {
+        use curator::watch_request::Kind;
+        let stream = match request.into_inner().kind {
+            None => {
+                return Err(Status::invalid_argument(
+                    "kind: must be set to node_in_cluster or nodes_in_cluster",
+                ));
+            }
+            Some(Kind::NodeInCluster(n)) => {
+                let id = NodeId::parse(&n.node_id).map_err(|e| {
+                    Status::invalid_argument(format!("node_in_cluster.node_id: {e}"))
+                })?;
+                self.cache.watch_node(id.as_str())
+            }
+            Some(Kind::NodesInCluster(_)) => self.cache.watch_nodes(),
+        };
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn update_node_status(
+        &self,
+        request: Request<curator::UpdateNodeStatusRequest>,
+    ) -> Result<Response<curator::UpdateNodeStatusResponse>, Status> {
+        let caller = identity(&request);
+        let req = request.into_inner();
+        let id = NodeId::parse(&req.node_id)
+            .map_err(|e| Status::invalid_argument(format!("node_id: {e}")))?;
+        match &caller {
+            Identity::Node(me) if *me == id => {}
+            Identity::Node(me) => {
+                return Err(Status::permission_denied(format!(
+                    "node {me} cannot update the status of node {id}"
+                )));
+            }
+            other => {
+                return Err(Status::permission_denied(format!(
+                    "{other} is not a node; only node {id} may update its own status"
+                )));
+            }
+        }
+        let status =
+            validate_status(req.status).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let key = node_key(&id);
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let Some(kv) = self.get(key.clone()).await? else {
+                return Err(Status::not_found(format!("node {id} not found")));
+            };
+            let mut record = decode_record(&kv).map_err(|e| Status::internal(e.to_string()))?;
+            record.status = Some(status.clone());
+            let txn = Txn {
+                compares: vec![Compare {
+                    key: key.clone(),
+                    op: CmpOp::Equal,
+                    target: CompareTarget::ModRevision(kv.mod_revision),
+                }],
+                success: vec![Op::Put {
+                    key: key.clone(),
+                    value: record.encode_to_vec().into(),
+                    lease: 0,
+                }],
+                failure: vec![],
+            };
+            if self.store.txn(txn).await.map_err(store_status)?.succeeded {
+                return Ok(Response::new(curator::UpdateNodeStatusResponse {}));
+            }
+        }
+        Err(Status::aborted(format!(
+            "node {id}: {MAX_CAS_ATTEMPTS} concurrent modifications in a row; request can be retried"
+        )))
+    }
+}
+
+#[tonic::async_trait]
+impl node_management_server::NodeManagement for CuratorService {
+    async fn add_node(
+        &self,
+        request: Request<AddNodeRequest>,
+    ) -> Result<Response<AddNodeResponse>, Status> {
+        let req = request.into_inner();
+        let key: [u8; 32] = req.public_key.as_ref().try_into().map_err(|_| {
+            Status::invalid_argument(format!(
+                "public_key: must be a 32-byte Ed25519 public key, got {} bytes",
+                req.public_key.len()
+            ))
+        })?;
+        let issuer = self.issuer.as_ref().ok_or_else(|| {
+            Status::failed_precondition("this curator has no cluster CA key to issue certificates")
+        })?;
+        let id = NodeId::from_public_key(&key);
+        let cert = issuer
+            .issue_node_certificate(&key)
+            .map_err(Status::internal)?;
+        if !self
+            .register_node(
+                &id,
+                &key,
+                common::NodeRoles::default(),
+                common::NodeState::Up,
+            )
+            .await?
+        {
+            return Err(Status::already_exists(format!("node {id} already exists")));
+        }
+        tracing::info!(node = %id, "node added");
+        Ok(Response::new(AddNodeResponse {
+            node_id: id.to_string(),
+            certificate: cert.certificate_pem.into_bytes().into(),
+            ca_certificate: cert.ca_pem.into_bytes().into(),
+        }))
+    }
+
+    async fn remove_node(
+        &self,
+        request: Request<RemoveNodeRequest>,
+    ) -> Result<Response<RemoveNodeResponse>, Status> {
+        let req = request.into_inner();
+        let id = NodeId::parse(&req.node_id)
+            .map_err(|e| Status::invalid_argument(format!("node_id: {e}")))?;
+        let key = node_key(&id);
+        let txn = Txn {
+            success: vec![Op::Delete(KeyRange::Key(key))],
+            ..Default::default()
+        };
+        let resp = self.store.txn(txn).await.map_err(store_status)?;
+        match resp.results.first() {
+            Some(OpResult::Delete(deleted)) if !deleted.is_empty() => {
+                tracing::info!(node = %id, "node removed");
+                Ok(Response::new(RemoveNodeResponse {}))
+            }
+            _ => Err(Status::not_found(format!("node {id} not found"))),
+        }
+    }
+}

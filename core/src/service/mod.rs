@@ -1,0 +1,14 @@
+//! The runtime-agnostic gRPC service layer: tonic service implementations
+//! written against the [`ports`](crate::ports), a router that authorizes
+//! every call from the descriptors' `authorization` options, and the shared
+//! watch cache. It uses `futures`-level async only; a runtime crate serves
+//! [`Router`] over its sockets and inserts each connection's
+//! [`Identity`](crate::identity::Identity) into the request extensions.
+
+mod curator;
+mod router;
+mod watch_cache;
+
+pub use curator::CuratorService;
+pub use router::{GrpcService, Router};
+pub use watch_cache::{WatchCache, WatchCacheOptions, WatchStream};

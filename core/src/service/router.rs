@@ -1,0 +1,95 @@
+//! Dispatch of gRPC calls to services, with authorization.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use http::{Request, Response};
+use metropolis_proto::authorization;
+use tonic::body::Body;
+use tonic::codegen::Service;
+use tonic::server::NamedService;
+
+use crate::identity::{AuthzError, Identity, authorize};
+
+/// A gRPC service the router can call: any tonic-generated server.
+pub trait GrpcService: Send + Sync + 'static {
+    /// Handles one call.
+    fn call(&self, request: Request<Body>) -> BoxFuture<'static, Response<Body>>;
+}
+
+impl<S> GrpcService for S
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    fn call(&self, request: Request<Body>) -> BoxFuture<'static, Response<Body>> {
+        // Generated tonic servers are always ready, so no poll_ready first.
+        let mut service = self.clone();
+        Box::pin(async move {
+            match Service::call(&mut service, request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            }
+        })
+    }
+}
+
+/// Routes `/package.Service/Method` calls to their service.
+///
+/// Before a call reaches a service, the router looks up the method's rule in
+/// the `authorization` option of the descriptors and checks the caller's
+/// [`Identity`] (taken from the request extensions; none means
+/// unauthenticated) against it: Unauthenticated or PermissionDenied on
+/// failure. Methods without the option are left to the service.
+#[derive(Clone, Default)]
+pub struct Router {
+    services: Arc<BTreeMap<&'static str, Arc<dyn GrpcService>>>,
+}
+
+impl Router {
+    /// A router with no service.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a tonic-generated server, under its proto service name.
+    pub fn with_service<S: GrpcService + NamedService>(mut self, service: S) -> Self {
+        Arc::make_mut(&mut self.services).insert(S::NAME, Arc::new(service));
+        self
+    }
+
+    /// Handles one call.
+    pub fn call(&self, request: Request<Body>) -> BoxFuture<'static, Response<Body>> {
+        let path = request.uri().path();
+        let service_name = path
+            .trim_start_matches('/')
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        let Some(service) = self.services.get(service_name).cloned() else {
+            let status = tonic::Status::unimplemented(format!("no service at {path}"));
+            return Box::pin(futures::future::ready(status.into_http()));
+        };
+        if let Some(rule) = authorization::policy(path).and_then(|p| p.rule) {
+            let identity = request
+                .extensions()
+                .get::<Identity>()
+                .cloned()
+                .unwrap_or(Identity::Unauthenticated);
+            if let Err(e) = authorize(&identity, &rule) {
+                let status = match e {
+                    AuthzError::Unauthenticated => tonic::Status::unauthenticated(e.to_string()),
+                    _ => tonic::Status::permission_denied(e.to_string()),
+                };
+                return Box::pin(futures::future::ready(status.into_http()));
+            }
+        }
+        service.call(request)
+    }
+}

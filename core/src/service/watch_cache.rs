@@ -1,0 +1,338 @@
+//! The shared watch cache: one upstream store watch feeds every `Watch`
+//! stream of the process.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use futures::{Stream, StreamExt};
+use metropolis_proto::wire::EncodedWatchEvent;
+use tonic::Status;
+
+use crate::curator::{NODES_PREFIX, cached_node, id_from_key};
+use crate::ports::{KvStore, Spawner};
+use crate::store::{EventKind, KeyRange, Op, OpResult, StoreError, Txn};
+use crate::watch::{MAX_EVENT_BYTES, NodeCache, NodeChange, NodeWatch, NodesWatch};
+
+/// Tunables of the watch cache.
+#[derive(Clone, Debug)]
+pub struct WatchCacheOptions {
+    /// Largest encoded event sent on a stream.
+    pub max_event_bytes: usize,
+}
+
+impl Default for WatchCacheOptions {
+    fn default() -> Self {
+        WatchCacheOptions {
+            max_event_bytes: MAX_EVENT_BYTES,
+        }
+    }
+}
+
+enum Machine {
+    Nodes(NodesWatch),
+    Node(NodeWatch),
+}
+
+struct Slot {
+    machine: Machine,
+    waker: Option<Waker>,
+    end: Option<Status>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum State {
+    /// No driver runs; the next subscription starts one.
+    Idle,
+    /// A driver is reading the initial snapshot.
+    Loading,
+    /// The cache follows the store.
+    Ready,
+}
+
+struct Shared {
+    cache: NodeCache,
+    state: State,
+    /// Incremented whenever the current driver is abandoned, so that a
+    /// stale driver stops at its next step.
+    generation: u64,
+    streams: BTreeMap<u64, Slot>,
+    next_stream: u64,
+}
+
+impl Shared {
+    fn feed(&mut self, change: &NodeChange) {
+        for slot in self.streams.values_mut() {
+            let relevant = match &mut slot.machine {
+                Machine::Nodes(m) => {
+                    m.handle_change(change);
+                    true
+                }
+                Machine::Node(m) => {
+                    let relevant = m.node_id() == change.id().as_ref();
+                    m.handle_change(change);
+                    relevant
+                }
+            };
+            if relevant && let Some(w) = slot.waker.take() {
+                w.wake();
+            }
+        }
+    }
+
+    fn wake_all(&mut self) {
+        for slot in self.streams.values_mut() {
+            if let Some(w) = slot.waker.take() {
+                w.wake();
+            }
+        }
+    }
+
+    fn end_all(&mut self, status: &Status) {
+        for slot in self.streams.values_mut() {
+            slot.end = Some(status.clone());
+        }
+        self.wake_all();
+    }
+}
+
+/// One cache of every node, kept up to date by a single store watch, and
+/// the registry of open `Watch` streams fed from it.
+///
+/// Each store event is decoded and encoded once (into a
+/// [`CachedNode`](crate::watch::CachedNode)); streams share those bytes.
+/// If the store compacts past the cache's revision, the cache re-reads a
+/// snapshot and feeds streams the difference, so no stream misses a delete
+/// and none sees an error. If the store fails, every open stream ends with
+/// Unavailable, and the next subscription starts afresh.
+#[derive(Clone)]
+pub struct WatchCache {
+    shared: Arc<Mutex<Shared>>,
+    store: Arc<dyn KvStore>,
+    spawner: Arc<dyn Spawner>,
+    options: WatchCacheOptions,
+}
+
+fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    // A panic while holding the lock leaves the machines consistent (every
+    // mutation is a single step), so a poisoned lock is still usable.
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl WatchCache {
+    /// A cache over `store`; its driver is spawned on first use.
+    pub fn new(
+        store: Arc<dyn KvStore>,
+        spawner: Arc<dyn Spawner>,
+        options: WatchCacheOptions,
+    ) -> Self {
+        let shared = Shared {
+            cache: NodeCache::new(),
+            state: State::Idle,
+            generation: 0,
+            streams: BTreeMap::new(),
+            next_stream: 0,
+        };
+        WatchCache {
+            shared: Arc::new(Mutex::new(shared)),
+            store,
+            spawner,
+            options,
+        }
+    }
+
+    /// Opens a `NodesInCluster` stream.
+    pub fn watch_nodes(&self) -> WatchStream {
+        let machine = Machine::Nodes(NodesWatch::new(self.options.max_event_bytes));
+        self.subscribe(|_| machine)
+    }
+
+    /// Opens a `NodeInCluster` stream for node `id`.
+    pub fn watch_node(&self, id: &str) -> WatchStream {
+        let id: Arc<str> = Arc::from(id);
+        self.subscribe(|cache| Machine::Node(NodeWatch::new(id, cache)))
+    }
+
+    /// Number of open streams.
+    pub fn stream_count(&self) -> usize {
+        lock(&self.shared).streams.len()
+    }
+
+    /// Ends every open stream with `status` (shutdown, loss of
+    /// leadership) and stops following the store until the next
+    /// subscription.
+    pub fn close_all(&self, status: Status) {
+        let mut shared = lock(&self.shared);
+        shared.generation += 1;
+        shared.state = State::Idle;
+        shared.cache = NodeCache::new();
+        shared.end_all(&status);
+    }
+
+    fn subscribe(&self, make: impl FnOnce(&NodeCache) -> Machine) -> WatchStream {
+        let mut shared = lock(&self.shared);
+        let id = shared.next_stream;
+        shared.next_stream += 1;
+        let machine = make(&shared.cache);
+        shared.streams.insert(
+            id,
+            Slot {
+                machine,
+                waker: None,
+                end: None,
+            },
+        );
+        if shared.state == State::Idle {
+            shared.state = State::Loading;
+            let generation = shared.generation;
+            let driver = drive(self.shared.clone(), self.store.clone(), generation);
+            self.spawner.spawn(Box::pin(driver));
+        }
+        WatchStream {
+            shared: self.shared.clone(),
+            id,
+        }
+    }
+}
+
+fn to_change(event: &crate::store::Event) -> Option<NodeChange> {
+    match event.kind {
+        EventKind::Put => match cached_node(&event.kv) {
+            Ok(node) => Some(NodeChange::Put(node)),
+            Err(e) => {
+                tracing::error!(error = %e, "skipping unreadable node record");
+                None
+            }
+        },
+        EventKind::Delete => {
+            let id = id_from_key(&event.kv.key)?;
+            Some(NodeChange::Delete {
+                id: Arc::from(id),
+                revision: event.kv.mod_revision,
+            })
+        }
+    }
+}
+
+/// Follows the store: snapshot, then watch from just after it; on
+/// compaction, snapshot again.
+async fn drive(shared: Arc<Mutex<Shared>>, store: Arc<dyn KvStore>, generation: u64) {
+    let range = KeyRange::Prefix(bytes::Bytes::from_static(NODES_PREFIX));
+    let stale = |s: &Shared| s.generation != generation;
+    loop {
+        let snapshot = store
+            .txn(Txn {
+                success: vec![Op::Range(range.clone())],
+                ..Default::default()
+            })
+            .await;
+        let (revision, kvs) = match snapshot {
+            Ok(mut r) => match r.results.pop() {
+                Some(OpResult::Range(kvs)) => (r.revision, kvs),
+                _ => return fail(&shared, generation, "store returned no range result".into()),
+            },
+            Err(e) => return fail(&shared, generation, e.to_string()),
+        };
+        let nodes = kvs
+            .iter()
+            .filter_map(|kv| {
+                cached_node(kv)
+                    .map_err(|e| tracing::error!(error = %e, "skipping unreadable node record"))
+                    .ok()
+            })
+            .collect();
+        {
+            let mut s = lock(&shared);
+            if stale(&s) {
+                return;
+            }
+            for change in s.cache.handle_resync(revision, nodes) {
+                s.feed(&change);
+            }
+            s.state = State::Ready;
+            s.wake_all();
+        }
+        let mut watch = store.watch(range.clone(), revision + 1);
+        loop {
+            match watch.next().await {
+                Some(Ok(batch)) => {
+                    let mut s = lock(&shared);
+                    if stale(&s) {
+                        return;
+                    }
+                    for event in &batch.events {
+                        if let Some(change) = to_change(event)
+                            && s.cache.handle_change(&change)
+                        {
+                            s.feed(&change);
+                        }
+                    }
+                    s.cache.handle_progress(batch.revision);
+                }
+                Some(Err(StoreError::Compacted { compact_revision })) => {
+                    tracing::warn!(
+                        compact_revision,
+                        "store compacted past the watch cache; re-reading a snapshot"
+                    );
+                    break;
+                }
+                Some(Err(e)) => return fail(&shared, generation, e.to_string()),
+                None => return fail(&shared, generation, "store watch ended".into()),
+            }
+        }
+    }
+}
+
+fn fail(shared: &Mutex<Shared>, generation: u64, why: String) {
+    let mut s = lock(shared);
+    if s.generation != generation {
+        return;
+    }
+    tracing::error!(error = %why, "watch cache lost the store; ending open Watch streams");
+    s.generation += 1;
+    s.state = State::Idle;
+    s.cache = NodeCache::new();
+    s.end_all(&Status::unavailable(format!(
+        "store failed: {why}; request can be retried"
+    )));
+}
+
+/// One open `Watch` stream. Dropping it unregisters it.
+pub struct WatchStream {
+    shared: Arc<Mutex<Shared>>,
+    id: u64,
+}
+
+impl Stream for WatchStream {
+    type Item = Result<EncodedWatchEvent, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut guard = lock(&self.shared);
+        let s = &mut *guard;
+        let Some(slot) = s.streams.get_mut(&self.id) else {
+            return Poll::Ready(None);
+        };
+        if let Some(status) = slot.end.take() {
+            s.streams.remove(&self.id);
+            return Poll::Ready(Some(Err(status)));
+        }
+        if s.state == State::Ready {
+            let event = match &mut slot.machine {
+                Machine::Nodes(m) => m.poll_event(&s.cache),
+                Machine::Node(m) => m.poll_event(),
+            };
+            if let Some(event) = event {
+                return Poll::Ready(Some(Ok(event)));
+            }
+        }
+        slot.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for WatchStream {
+    fn drop(&mut self) {
+        lock(&self.shared).streams.remove(&self.id);
+    }
+}

@@ -1,0 +1,152 @@
+//! The `NodesInCluster` stream machine.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use metropolis_proto::prelude::curator::watch_event::Progress;
+use metropolis_proto::wire::EncodedWatchEvent;
+
+use super::{NodeCache, NodeChange};
+
+/// What a stream still owes its client for one node: its latest state or
+/// its deletion. Holding only the latest makes memory per stream bounded
+/// by the number of nodes, however slowly the client reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Pending {
+    Put(Bytes),
+    Delete,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Sending the backlog; every node with an ID greater than `sent_up_to`
+    /// is still to be read from the cache.
+    Backlog { sent_up_to: Option<Arc<str>> },
+    /// The backlog and its `PROGRESS_LAST_BACKLOGGED` marker went out.
+    Live,
+}
+
+/// One `Watch(NodesInCluster)` stream.
+///
+/// First the backlog: every node of the cache in ID order, split into
+/// events of at most `max_event_bytes` encoded; the last backlog event
+/// (possibly empty) carries `PROGRESS_LAST_BACKLOGGED`, exactly once. Then
+/// the changes, coalesced per node while the client is not reading (latest
+/// state wins, a delete wins over earlier puts, a re-create after a delete
+/// is sent as the node).
+///
+/// The backlog is read lazily from the live cache behind a cursor: a change
+/// to a node the stream has not sent yet needs no queueing, as the cursor
+/// will read its newest state; a change to a node already sent is queued.
+/// So no change is skipped and none is sent twice, and an idle stream holds
+/// nothing.
+///
+/// Driving: [`handle_change`](Self::handle_change) for every change applied
+/// to the cache (under the same lock), [`poll_event`](Self::poll_event)
+/// until `None`.
+#[derive(Debug)]
+pub struct NodesWatch {
+    phase: Phase,
+    pending: BTreeMap<Arc<str>, Pending>,
+    max_event_bytes: usize,
+}
+
+impl NodesWatch {
+    /// A stream that has sent nothing yet. `max_event_bytes` bounds each
+    /// event's encoded size (a single node larger than that is sent alone).
+    pub fn new(max_event_bytes: usize) -> Self {
+        NodesWatch {
+            phase: Phase::Backlog { sent_up_to: None },
+            pending: BTreeMap::new(),
+            max_event_bytes,
+        }
+    }
+
+    /// Whether the backlog marker has been sent.
+    pub fn is_live(&self) -> bool {
+        self.phase == Phase::Live
+    }
+
+    /// Number of nodes with an undelivered change.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Takes a change that was just applied to the cache.
+    pub fn handle_change(&mut self, change: &NodeChange) {
+        let id = change.id();
+        if let Phase::Backlog { sent_up_to } = &self.phase {
+            let already_sent = sent_up_to.as_ref().is_some_and(|s| id <= s);
+            if !already_sent {
+                return;
+            }
+        }
+        let next = match change {
+            NodeChange::Put(n) => Pending::Put(n.encoded.clone()),
+            NodeChange::Delete { .. } => Pending::Delete,
+        };
+        self.pending.insert(id.clone(), next);
+    }
+
+    /// The next event to send, if any.
+    pub fn poll_event(&mut self, cache: &NodeCache) -> Option<EncodedWatchEvent> {
+        match &self.phase {
+            Phase::Backlog { sent_up_to } => Some(self.backlog_event(cache, sent_up_to.clone())),
+            Phase::Live => self.pending_event(),
+        }
+    }
+
+    fn backlog_event(&mut self, cache: &NodeCache, after: Option<Arc<str>>) -> EncodedWatchEvent {
+        let marker = Progress::LastBacklogged as i32;
+        let budget = self
+            .max_event_bytes
+            .saturating_sub(EncodedWatchEvent::progress_len(marker));
+        let mut event = EncodedWatchEvent::default();
+        let mut size = 0;
+        let mut last = after.clone();
+        let mut remaining = cache.nodes_after(after.as_ref()).peekable();
+        while let Some(node) = remaining.peek() {
+            let len = EncodedWatchEvent::node_entry_len(node.encoded.len());
+            if !event.nodes.is_empty() && size + len > budget {
+                break;
+            }
+            size += len;
+            event.nodes.push(node.encoded.clone());
+            last = Some(node.id.clone());
+            remaining.next();
+        }
+        if remaining.peek().is_none() {
+            event.progress = marker;
+            self.phase = Phase::Live;
+        } else {
+            self.phase = Phase::Backlog { sent_up_to: last };
+        }
+        event
+    }
+
+    fn pending_event(&mut self) -> Option<EncodedWatchEvent> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let mut event = EncodedWatchEvent::default();
+        let mut size = 0;
+        while let Some(entry) = self.pending.first_entry() {
+            let len = match entry.get() {
+                Pending::Put(bytes) => EncodedWatchEvent::node_entry_len(bytes.len()),
+                Pending::Delete => EncodedWatchEvent::tombstone_entry_len(entry.key().len()),
+            };
+            let empty = event.nodes.is_empty() && event.tombstones.is_empty();
+            if !empty && size + len > self.max_event_bytes {
+                break;
+            }
+            size += len;
+            let (id, pending) = entry.remove_entry();
+            match pending {
+                Pending::Put(bytes) => event.nodes.push(bytes),
+                Pending::Delete => event.tombstones.push(id.to_string()),
+            }
+        }
+        Some(event)
+    }
+}

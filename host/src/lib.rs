@@ -1,0 +1,9 @@
+//! Runtime-neutral host plumbing of a Metropolis node, shared by the tokio
+//! and smol runtimes: the durable embedded store, PKI and credentials, and
+//! TLS configuration. Nothing here names an async runtime; blocking work
+//! (fsync) runs on a dedicated thread.
+
+pub mod grpc;
+pub mod peer;
+pub mod pki;
+pub mod store;

@@ -1,0 +1,26 @@
+//! The cluster PKI: the cluster CA, the node and owner credentials it
+//! issues, their files, and the rustls configurations of the cluster's
+//! mutual TLS.
+//!
+//! - [`ClusterCa`] generates the CA (Ed25519, self-signed) and issues node
+//!   certificates (common name = node ID, usable as TLS server and client)
+//!   and owner certificates (common name `owner`, organization
+//!   `metropolis`), following the convention that
+//!   [`metropolis_core::identity::identity_from_certificate`] reads back.
+//! - [`Credentials`] is a certificate, its key and the CA certificate, with
+//!   atomic, durable file storage (keys in mode 0600).
+//! - [`server_config`] and [`client_config`] build TLS 1.3 configurations
+//!   on the *ring* provider.
+
+mod ca;
+mod credentials;
+mod error;
+mod files;
+mod tls;
+
+pub use ca::{CA_COMMON_NAME, CA_KEY_FILE, CA_VALIDITY, CLOCK_SKEW, ClusterCa, LEAF_VALIDITY};
+pub use credentials::{CA_CERT_FILE, Credentials};
+pub use error::PkiError;
+pub use tls::{ALPN_H2, ClientAuth, client_config, server_config};
+
+pub(crate) use tls::provider;

@@ -1,0 +1,597 @@
+//! The durable embedded store: the store model ([`MemStore`]) made durable
+//! in a data directory with a write-ahead log and snapshots.
+//!
+//! # Why a WAL and snapshots of the one model
+//!
+//! The embedded store is the default deployment's etcd. Its semantics are
+//! those of `metropolis_core::store::MemStore`, the pure machine the
+//! simulator also runs, so tests of the simulator exercise the exact code
+//! that serves a real node. Durability is layered on top by logging every
+//! change as a [`Record`] and replaying the records at start: the model is
+//! deterministic, so replay rebuilds the same state bit for bit. This needs
+//! no database dependency (no sled, no SQLite) and keeps the on-disk format
+//! small, documented and checked.
+//!
+//! # Writing
+//!
+//! A change is applied to the in-memory model under a mutex, encoded, and
+//! queued for a single dedicated writer thread (no async runtime: the store
+//! is shared by tokio and smol programs alike). The writer takes everything
+//! queued, appends it to the WAL with one `write` and one `fdatasync`, then
+//! completes every waiting caller (group commit: N concurrent transactions
+//! cost one sync). A caller's future resolves only once its record is on
+//! disk. A read-only transaction resolves at once when nothing is in flight,
+//! else once what it may have read is durable. Watch streams deliver only
+//! durable revisions. If a write or sync fails, the store is failed: that
+//! change and every later one resolve to [`StoreError::Unavailable`] naming
+//! the I/O error, and nothing unsynced is ever acknowledged.
+//!
+//! The writer thread also expires leases (sleeping until the model's next
+//! lease deadline) and logs their revocations. History for watches is kept
+//! for the last [`StoreOptions::history_revisions`] revisions; compactions
+//! are logged records too.
+//!
+//! # On-disk format
+//!
+//! The directory (created with mode 0700) holds:
+//!
+//! - `LOCK`: held with an exclusive file lock while the store is open, so a
+//!   second process fails clearly instead of corrupting the files.
+//! - `wal`: a 24-byte header (magic `MTRPWAL\n`, u32 format version, u64
+//!   sequence number of its first record, CRC-32C of those 20 bytes), then
+//!   frames `[u32 length][u32 CRC-32C of payload][payload]`, each payload
+//!   an encoded [`Record`] (protobuf with a schema version). Integers are
+//!   little-endian.
+//! - `snapshot` (once the WAL has grown past
+//!   [`StoreOptions::snapshot_threshold`]): magic `MTRPSNAP`, u32 format
+//!   version, u64 sequence number of the last record it contains, u64
+//!   payload length, CRC-32C of all that and the payload, then the encoded
+//!   [`Snapshot`](metropolis_core::store::Snapshot).
+//!
+//! Rotation: the snapshot is written to `snapshot.tmp`, synced, renamed
+//! over `snapshot` and the directory synced; then a fresh WAL starting at
+//! the next sequence number is written to `wal.tmp`, synced and renamed
+//! over `wal`. A crash at any point leaves a directory that opens to exactly
+//! the acknowledged data: before the snapshot rename, the old snapshot and
+//! the full WAL; between the renames, the new snapshot and the old WAL
+//! whose records it already contains (skipped by sequence number); after,
+//! the new snapshot and the new WAL.
+//!
+//! # Opening
+//!
+//! Open loads the snapshot (if any) and replays the WAL records after it.
+//! A final frame cut short, or a zero-filled tail (a crash during a write
+//! that was never acknowledged), is cut off with a warning. Any other damage
+//! (a checksum mismatch, an undecodable or inapplicable record, a bad
+//! header, a damaged snapshot, records missing between snapshot and WAL)
+//! is an [`OpenError`] naming the file and byte offset: the store refuses
+//! to start rather than silently lose acknowledged data. Leases restart with
+//! their full TTL, like etcd's.
+//!
+//! A frame whose length runs past the end of the file is taken for a torn
+//! write only if no whole, checksum-valid frame follows its header;
+//! otherwise its length field is damaged and the open fails.
+//!
+//! Known limit: the writer syncs once per batch, so after a power loss (not
+//! a process crash) the file system may have persisted the later pages of
+//! an unacknowledged batch but not the earlier ones. A checksum mismatch
+//! there is indistinguishable from damage, and the store refuses to start
+//! until the operator cuts the WAL at the reported offset.
+
+mod crc;
+mod error;
+mod snapshot;
+mod wal;
+mod watch;
+mod writer;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::channel::oneshot;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use metropolis_core::ports::{KvStore, WatchBatch};
+use metropolis_core::store::{
+    KeyRange, LeaseId, LeaseInfo, MemStore, Op, Record, Revision, StoreError, Txn, TxnResponse,
+    WatchId, encode_record,
+};
+use metropolis_core::time::Instant;
+
+pub use error::{Corruption, OpenError};
+
+/// Name of the lock file in the store directory.
+const LOCK_FILE: &str = "LOCK";
+
+/// Tuning of an [`EmbeddedStore`].
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// WAL size in bytes past which a snapshot is written and the WAL
+    /// started afresh. Default 64 MiB.
+    pub snapshot_threshold: u64,
+    /// Number of most recent revisions whose events stay available to
+    /// watches; older ones are compacted. Default 10 000.
+    pub history_revisions: i64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            snapshot_threshold: 64 << 20,
+            history_revisions: 10_000,
+        }
+    }
+}
+
+/// Converts the host's monotonic clock into the model's [`Instant`].
+#[derive(Debug)]
+struct Clock {
+    base: std::time::Instant,
+}
+
+impl Clock {
+    fn now(&self) -> Instant {
+        Instant::from_offset(self.base.elapsed())
+    }
+}
+
+/// A record applied to the model, waiting for the writer.
+#[derive(Debug)]
+struct Queued {
+    seq: u64,
+    payload: Vec<u8>,
+    /// The model's revision after this record.
+    revision: Revision,
+}
+
+/// Everything shared between callers, watch streams and the writer.
+#[derive(Debug)]
+struct State {
+    mem: MemStore,
+    /// Applied to `mem`, not yet taken by the writer, in order.
+    queue: Vec<Queued>,
+    /// Sequence number of the next record.
+    next_seq: u64,
+    /// Every record up to this one is durable.
+    durable_seq: u64,
+    /// Every revision up to this one is durable.
+    durable_revision: Revision,
+    /// Callers waiting for a record to be durable, in sequence order.
+    waiters: VecDeque<(u64, oneshot::Sender<Result<(), StoreError>>)>,
+    /// Watch streams waiting for events.
+    wakers: BTreeMap<WatchId, Waker>,
+    /// Set when a write failed: the store accepts nothing more.
+    failure: Option<String>,
+    /// Set by close: the writer drains the queue and stops.
+    closed: bool,
+    history_revisions: i64,
+}
+
+impl State {
+    /// Fails unless the store accepts changes.
+    fn check_open(&self) -> Result<(), StoreError> {
+        if let Some(failure) = &self.failure {
+            return Err(StoreError::Unavailable(format!(
+                "the embedded store failed and accepts no more requests: {failure}"
+            )));
+        }
+        if self.closed {
+            return Err(StoreError::Unavailable(
+                "the embedded store is closed".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Queues a record applied to the model; returns its sequence number.
+    fn queue_record(&mut self, record: &Record) -> u64 {
+        self.queue_payload(encode_record(record))
+    }
+
+    fn queue_payload(&mut self, payload: Vec<u8>) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.queue.push(Queued {
+            seq,
+            payload,
+            revision: self.mem.revision(),
+        });
+        seq
+    }
+
+    /// A receiver resolving once record `seq` is durable (`None`: it is).
+    fn wait_for(&mut self, seq: u64) -> Option<oneshot::Receiver<Result<(), StoreError>>> {
+        if self.durable_seq >= seq {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        self.waiters.push_back((seq, tx));
+        Some(rx)
+    }
+
+    /// A receiver resolving once everything queued so far is durable.
+    fn barrier(&mut self) -> Option<oneshot::Receiver<Result<(), StoreError>>> {
+        self.wait_for(self.next_seq - 1)
+    }
+
+    /// Compacts watch history beyond the configured number of revisions
+    /// (never past the durable revision, so watches can catch up), in
+    /// steps of a sixteenth of it to keep compaction records rare.
+    fn maybe_compact(&mut self) {
+        let keep = self.history_revisions.max(0);
+        let target = (self.mem.revision() - keep).min(self.durable_revision);
+        if target - self.mem.compact_revision() > keep / 16 && self.mem.compact(target).is_ok() {
+            self.queue_record(&Record::Compact(target));
+            self.wake_watchers();
+        }
+    }
+
+    /// Records that everything up to `seq` (revision `revision`) is durable.
+    fn mark_durable(&mut self, seq: u64, revision: Revision) {
+        self.durable_seq = seq;
+        while self.waiters.front().is_some_and(|(s, _)| *s <= seq) {
+            if let Some((_, tx)) = self.waiters.pop_front() {
+                let _ = tx.send(Ok(()));
+            }
+        }
+        if revision > self.durable_revision {
+            self.durable_revision = revision;
+            self.wake_watchers();
+        }
+        self.maybe_compact();
+    }
+
+    /// Fails the store: every pending and later request gets `Unavailable`.
+    fn fail(&mut self, why: String) {
+        tracing::error!("embedded store failed: {why}");
+        let err = StoreError::Unavailable(format!(
+            "the embedded store failed and accepts no more requests: {why}"
+        ));
+        self.failure = Some(why);
+        self.queue.clear();
+        for (_, tx) in self.waiters.drain(..) {
+            let _ = tx.send(Err(err.clone()));
+        }
+        self.wake_watchers();
+    }
+
+    fn wake_watchers(&mut self) {
+        for (_, waker) in std::mem::take(&mut self.wakers) {
+            waker.wake();
+        }
+    }
+}
+
+/// State, the writer's wake-up, and the clock.
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled when records are queued, leases change, or on close.
+    writer_wake: Condvar,
+    clock: Clock,
+}
+
+impl Shared {
+    /// Locks the state. A panic while it was held would be a bug in this
+    /// module or the model; the other users then go on (and can still
+    /// close the store) instead of panicking in turn.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Waits for a durability receiver, mapping a dropped sender (the writer
+/// stopped) to `Unavailable`.
+async fn durable(rx: Option<oneshot::Receiver<Result<(), StoreError>>>) -> Result<(), StoreError> {
+    match rx {
+        None => Ok(()),
+        Some(rx) => rx.await.unwrap_or_else(|_| {
+            Err(StoreError::Unavailable(
+                "the embedded store's writer stopped".into(),
+            ))
+        }),
+    }
+}
+
+/// The store model made durable in a directory: see the [module
+/// documentation](self) for the design and the on-disk format.
+///
+/// Requests are applied when called (not when their future is first
+/// polled); the future resolves once the change is durable. Dropping the
+/// store (or [`close`](Self::close)) writes what is queued, stops the
+/// writer thread and releases the directory.
+#[derive(Debug)]
+pub struct EmbeddedStore {
+    shared: Arc<Shared>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    dir: PathBuf,
+    /// Holds the directory's lock until the store is dropped.
+    _lock: File,
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates, with mode 0700) the store in `dir`: takes the
+    /// directory's lock, loads the snapshot, replays the WAL, and starts
+    /// the writer thread. Fails without changing anything acknowledged if
+    /// a file is damaged, or if another process has the store open.
+    pub fn open(dir: &Path, options: StoreOptions) -> Result<EmbeddedStore, OpenError> {
+        let clock = Clock {
+            base: std::time::Instant::now(),
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(error::io_err(dir, "create directory"))?;
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(error::io_err(&lock_path, "open lock file"))?;
+        let locked = lock.try_lock();
+        match locked {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(OpenError::Locked { path: lock_path });
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(error::io_err(&lock_path, "lock")(e));
+            }
+        }
+        for tmp in [wal::WAL_TMP_FILE, snapshot::SNAPSHOT_TMP_FILE] {
+            let path = dir.join(tmp);
+            match std::fs::remove_file(&path) {
+                Ok(()) => tracing::info!("removed unfinished {}", path.display()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(error::io_err(&path, "remove")(e)),
+            }
+        }
+
+        let recovered = writer::recover(dir, clock.now())?;
+        let mem = recovered.mem;
+        tracing::info!(
+            "opened embedded store {}: revision {}, {} WAL records replayed",
+            dir.display(),
+            mem.revision(),
+            recovered.replayed
+        );
+        let state = State {
+            durable_revision: mem.revision(),
+            mem,
+            queue: Vec::new(),
+            next_seq: recovered.last_seq + 1,
+            durable_seq: recovered.last_seq,
+            waiters: VecDeque::new(),
+            wakers: BTreeMap::new(),
+            failure: None,
+            closed: false,
+            history_revisions: options.history_revisions,
+        };
+        let shared = Arc::new(Shared {
+            state: Mutex::new(state),
+            writer_wake: Condvar::new(),
+            clock,
+        });
+        let thread_shared = shared.clone();
+        let writer = writer::Writer::new(dir.to_path_buf(), recovered.wal, options);
+        let handle = std::thread::Builder::new()
+            .name("embedded-store-writer".into())
+            .spawn(move || writer.run(&thread_shared))
+            .map_err(error::io_err(dir, "start the writer thread for"))?;
+        Ok(EmbeddedStore {
+            shared,
+            writer: Mutex::new(Some(handle)),
+            dir: dir.to_path_buf(),
+            _lock: lock,
+        })
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The latest durable revision.
+    pub fn revision(&self) -> Revision {
+        self.shared.lock().durable_revision
+    }
+
+    /// Runs a transaction; resolves once it is durable. Same as
+    /// [`KvStore::txn`].
+    pub fn txn(&self, txn: Txn) -> BoxFuture<'static, Result<TxnResponse, StoreError>> {
+        let writes = txn
+            .success
+            .iter()
+            .chain(&txn.failure)
+            .any(|op| !matches!(op, Op::Range(_)));
+        // Encoded before applying, so that a transaction too large to log
+        // is refused without changing anything.
+        let payload = writes.then(|| encode_record(&Record::Txn(txn.clone())));
+        if let Some(payload) = &payload
+            && payload.len() > wal::MAX_RECORD_LEN
+        {
+            let why = format!(
+                "transaction too large: {} bytes encoded, the limit is {}",
+                payload.len(),
+                wal::MAX_RECORD_LEN
+            );
+            return futures::future::ready(Err(StoreError::Unavailable(why))).boxed();
+        }
+        let mut state = self.shared.lock();
+        if let Err(e) = state.check_open() {
+            return futures::future::ready(Err(e)).boxed();
+        }
+        let before = state.mem.revision();
+        let response = match state.mem.txn(&txn) {
+            Ok(r) => r,
+            Err(e) => return futures::future::ready(Err(e)).boxed(),
+        };
+        let rx = match payload {
+            Some(payload) if state.mem.revision() != before => {
+                let seq = state.queue_payload(payload);
+                state.maybe_compact();
+                self.shared.writer_wake.notify_one();
+                state.wait_for(seq)
+            }
+            _ => state.barrier(),
+        };
+        drop(state);
+        async move {
+            durable(rx).await?;
+            Ok(response)
+        }
+        .boxed()
+    }
+
+    /// Streams the changes of `range` from `start_revision` on (0: from
+    /// the next revision). Same as [`KvStore::watch`].
+    pub fn watch(
+        &self,
+        range: KeyRange,
+        start_revision: Revision,
+    ) -> BoxStream<'static, Result<WatchBatch, StoreError>> {
+        watch::WatchStream::start(self.shared.clone(), range, start_revision)
+    }
+
+    /// Grants a lease (`id` 0: the next free ID); resolves with its ID once
+    /// durable. The writer thread revokes it when its TTL passes without a
+    /// keep-alive.
+    pub fn lease_grant(
+        &self,
+        id: LeaseId,
+        ttl: Duration,
+    ) -> BoxFuture<'static, Result<LeaseId, StoreError>> {
+        let mut state = self.shared.lock();
+        let result = state.check_open().and_then(|()| {
+            let now = self.shared.clock.now();
+            let id = state.mem.lease_grant(id, ttl, now)?;
+            let seq = state.queue_record(&Record::LeaseGrant { id, ttl });
+            Ok((id, state.wait_for(seq)))
+        });
+        self.shared.writer_wake.notify_one();
+        drop(state);
+        async move {
+            let (id, rx) = result?;
+            durable(rx).await?;
+            Ok(id)
+        }
+        .boxed()
+    }
+
+    /// Keeps a lease alive for another TTL; resolves with the TTL. Not
+    /// logged (leases restart with their full TTL on open), but resolves
+    /// only once the lease's grant is durable.
+    pub fn lease_keep_alive(
+        &self,
+        id: LeaseId,
+    ) -> BoxFuture<'static, Result<Duration, StoreError>> {
+        let mut state = self.shared.lock();
+        let result = state.check_open().and_then(|()| {
+            let ttl = state.mem.lease_keep_alive(id, self.shared.clock.now())?;
+            Ok((ttl, state.barrier()))
+        });
+        drop(state);
+        async move {
+            let (ttl, rx) = result?;
+            durable(rx).await?;
+            Ok(ttl)
+        }
+        .boxed()
+    }
+
+    /// Revokes a lease, deleting its keys; resolves with the revision after
+    /// the revocation once durable.
+    pub fn lease_revoke(&self, id: LeaseId) -> BoxFuture<'static, Result<Revision, StoreError>> {
+        let mut state = self.shared.lock();
+        let result = state.check_open().and_then(|()| {
+            let revision = state.mem.lease_revoke(id)?;
+            let seq = state.queue_record(&Record::LeaseRevoke(id));
+            state.maybe_compact();
+            Ok((revision, state.wait_for(seq)))
+        });
+        self.shared.writer_wake.notify_one();
+        drop(state);
+        async move {
+            let (revision, rx) = result?;
+            durable(rx).await?;
+            Ok(revision)
+        }
+        .boxed()
+    }
+
+    /// What is known about a lease now (its grant may not be durable yet).
+    pub fn lease_time_to_live(&self, id: LeaseId) -> Result<LeaseInfo, StoreError> {
+        let state = self.shared.lock();
+        state.check_open()?;
+        state.mem.lease_time_to_live(id, self.shared.clock.now())
+    }
+
+    /// Writes what is queued, stops the writer thread and releases the
+    /// directory. Returns the store's failure, if it failed.
+    pub fn close(self) -> Result<(), StoreError> {
+        self.shutdown();
+        let state = self.shared.lock();
+        match &state.failure {
+            Some(_) => state.check_open(),
+            None => Ok(()),
+        }
+    }
+
+    fn shutdown(&self) {
+        {
+            let mut state = self.shared.lock();
+            state.closed = true;
+            state.wake_watchers();
+        }
+        self.shared.writer_wake.notify_one();
+        let handle = self
+            .writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(handle) = handle
+            && handle.join().is_err()
+        {
+            tracing::error!("the embedded store's writer thread panicked");
+        }
+        // Anyone still waiting (only possible if the writer panicked) is
+        // told the store is gone.
+        let mut state = self.shared.lock();
+        for (_, tx) in state.waiters.drain(..) {
+            let _ = tx.send(Err(StoreError::Unavailable(
+                "the embedded store is closed".into(),
+            )));
+        }
+    }
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl KvStore for EmbeddedStore {
+    fn txn(&self, txn: Txn) -> BoxFuture<'static, Result<TxnResponse, StoreError>> {
+        EmbeddedStore::txn(self, txn)
+    }
+
+    fn watch(
+        &self,
+        range: KeyRange,
+        start_revision: Revision,
+    ) -> BoxStream<'static, Result<WatchBatch, StoreError>> {
+        EmbeddedStore::watch(self, range, start_revision)
+    }
+}

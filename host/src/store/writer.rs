@@ -1,0 +1,234 @@
+//! Recovery at open, and the writer thread: group commit, snapshots and WAL
+//! rotation, lease expiry.
+
+use std::path::{Path, PathBuf};
+use std::sync::MutexGuard;
+
+use metropolis_core::store::{MemStore, Record, Snapshot};
+use metropolis_core::time::Instant;
+
+use super::error::{Corruption, OpenError, io_err};
+use super::wal::{self, Wal};
+use super::{Shared, State, StoreOptions, snapshot};
+
+/// The state rebuilt from the directory.
+pub(super) struct Recovered {
+    pub(super) mem: MemStore,
+    /// Sequence number of the last record in the state.
+    pub(super) last_seq: u64,
+    /// The WAL, open for appending.
+    pub(super) wal: Wal,
+    /// Number of WAL records applied.
+    pub(super) replayed: usize,
+}
+
+/// Loads the snapshot and replays the WAL of `dir`; cuts a torn tail off
+/// the WAL; creates the WAL of a fresh directory.
+pub(super) fn recover(dir: &Path, now: Instant) -> Result<Recovered, OpenError> {
+    let snap = snapshot::read(dir)?;
+    let (mut mem, snapshot_seq) = match snap {
+        Some((seq, snap)) => (MemStore::from_snapshot(snap, now), seq),
+        None => (MemStore::new(), 0),
+    };
+    let wal_path = wal::path(dir);
+    if !wal_path.exists() {
+        if snapshot_seq != 0 {
+            return Err(OpenError::Corrupt {
+                path: wal_path,
+                offset: 0,
+                problem: Corruption::MissingWal,
+            });
+        }
+        let wal = Wal::create(dir, 1).map_err(io_err(&wal_path, "create"))?;
+        return Ok(Recovered {
+            mem,
+            last_seq: 0,
+            wal,
+            replayed: 0,
+        });
+    }
+    let contents = wal::read(&wal_path)?;
+    if contents.first_seq == 0 || contents.first_seq > snapshot_seq + 1 {
+        return Err(OpenError::Corrupt {
+            path: wal_path,
+            offset: 0,
+            problem: Corruption::MissingRecords {
+                snapshot_seq,
+                wal_first_seq: contents.first_seq,
+            },
+        });
+    }
+    let mut replayed = 0;
+    let mut seq = contents.first_seq;
+    for (offset, record) in &contents.records {
+        if seq > snapshot_seq {
+            mem.apply(record, now).map_err(|e| OpenError::Corrupt {
+                path: wal_path.clone(),
+                offset: *offset,
+                problem: Corruption::Inconsistent(e),
+            })?;
+            replayed += 1;
+        }
+        seq += 1;
+    }
+    let last_in_wal = seq - 1;
+    if contents.torn_len > 0 {
+        tracing::warn!(
+            "{}: cutting off {} bytes at offset {}: an unfinished write from a crash, never acknowledged",
+            wal_path.display(),
+            contents.torn_len,
+            contents.valid_len
+        );
+    }
+    let wal = if last_in_wal <= snapshot_seq {
+        // Everything in the WAL is in the snapshot (a crash between writing
+        // a snapshot and starting the next WAL): start the next WAL now.
+        Wal::create(dir, snapshot_seq + 1).map_err(io_err(&wal_path, "create"))?
+    } else {
+        Wal::reopen(&wal_path, contents.valid_len).map_err(io_err(&wal_path, "reopen"))?
+    };
+    Ok(Recovered {
+        mem,
+        last_seq: last_in_wal.max(snapshot_seq),
+        wal,
+        replayed,
+    })
+}
+
+/// The writer thread's own state.
+pub(super) struct Writer {
+    dir: PathBuf,
+    wal: Wal,
+    options: StoreOptions,
+    /// WAL size at which the next snapshot is due.
+    snapshot_at: u64,
+}
+
+impl Writer {
+    pub(super) fn new(dir: PathBuf, wal: Wal, options: StoreOptions) -> Writer {
+        let snapshot_at = options.snapshot_threshold;
+        Writer {
+            dir,
+            wal,
+            options,
+            snapshot_at,
+        }
+    }
+
+    /// The thread's body: until the store is closed and its queue drained,
+    /// write what is queued, expire leases, rotate the WAL.
+    pub(super) fn run(mut self, shared: &Shared) {
+        loop {
+            let mut state = shared.lock();
+            // Wait for records to write (or the close).
+            loop {
+                if state.failure.is_none() && !state.closed {
+                    let revoked = state.mem.handle_timeout(shared.clock.now());
+                    for id in &revoked {
+                        state.queue_record(&Record::LeaseRevoke(*id));
+                    }
+                    if !revoked.is_empty() {
+                        tracing::debug!("leases expired: {revoked:?}");
+                        state.maybe_compact();
+                    }
+                }
+                if !state.queue.is_empty() {
+                    break;
+                }
+                if state.closed {
+                    return;
+                }
+                let deadline = if state.failure.is_none() {
+                    state.mem.poll_timeout()
+                } else {
+                    None
+                };
+                state = match deadline {
+                    Some(deadline) => {
+                        let wait = deadline.saturating_duration_since(shared.clock.now());
+                        shared
+                            .writer_wake
+                            .wait_timeout(state, wait)
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .0
+                    }
+                    None => shared
+                        .writer_wake
+                        .wait(state)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner),
+                };
+            }
+            self.write_batch(shared, state);
+        }
+    }
+
+    /// Writes everything queued with one sync, completes its waiters, and
+    /// rotates the WAL if it has grown past the threshold.
+    fn write_batch(&mut self, shared: &Shared, mut state: MutexGuard<'_, State>) {
+        let batch = std::mem::take(&mut state.queue);
+        let Some(last) = batch.last() else { return };
+        let (last_seq, last_revision) = (last.seq, last.revision);
+        let bytes: usize = batch.iter().map(|q| q.payload.len() + 8).sum();
+        // The model now holds exactly the records up to `last_seq`: a
+        // snapshot taken here pairs with that sequence number.
+        let snapshot: Option<Snapshot> =
+            (self.wal.size() + bytes as u64 >= self.snapshot_at).then(|| state.mem.snapshot());
+        drop(state);
+
+        let mut frames = Vec::with_capacity(bytes);
+        for q in &batch {
+            wal::frame(&q.payload, &mut frames);
+        }
+        let result = self.wal.append(&frames);
+        let mut state = shared.lock();
+        if let Err(e) = result {
+            state.fail(format!(
+                "writing {} failed: {e}",
+                wal::path(&self.dir).display()
+            ));
+            return;
+        }
+        state.mark_durable(last_seq, last_revision);
+        drop(state);
+
+        if let Some(snapshot) = snapshot {
+            self.rotate(shared, last_seq, &snapshot);
+        }
+    }
+
+    /// Writes a snapshot containing every record up to `last_seq`, then
+    /// starts a fresh WAL after it.
+    fn rotate(&mut self, shared: &Shared, last_seq: u64, snapshot: &Snapshot) {
+        if let Err(e) = snapshot::write(&self.dir, last_seq, snapshot) {
+            // The WAL still holds everything: go on with it, retry later.
+            tracing::warn!("writing a snapshot in {} failed: {e}", self.dir.display());
+            self.snapshot_at = self.wal.size() + self.options.snapshot_threshold;
+            return;
+        }
+        let wal = match Wal::prepare(&self.dir, last_seq + 1) {
+            Ok(wal) => wal,
+            Err(e) => {
+                // The old WAL is untouched and still in use: go on with it.
+                tracing::warn!("preparing a new WAL in {} failed: {e}", self.dir.display());
+                self.snapshot_at = self.wal.size() + self.options.snapshot_threshold;
+                return;
+            }
+        };
+        if let Err(e) = wal.install(&self.dir) {
+            // The new WAL may or may not have replaced the old one under its
+            // name: appending to either could lose acknowledged records at
+            // the next open. Stop accepting changes.
+            shared.lock().fail(format!(
+                "installing a new WAL in {} after a snapshot failed: {e}",
+                self.dir.display()
+            ));
+            return;
+        }
+        tracing::info!(
+            "snapshot written at record {last_seq}, revision {}; WAL restarted",
+            snapshot.revision
+        );
+        self.wal = wal;
+        self.snapshot_at = self.options.snapshot_threshold;
+    }
+}

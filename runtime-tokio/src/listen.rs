@@ -1,0 +1,190 @@
+//! Listeners: the local UNIX socket (the caller is this node) and TCP with
+//! TLS 1.3 (the caller is whoever its client certificate says).
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use metropolis_core::identity::{Identity, NodeId};
+use metropolis_core::service::Router;
+use metropolis_host::grpc::{ServeOptions, serve_connection};
+use metropolis_host::peer::PeerClassifier;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+
+use crate::rt::{TokioExecutor, TokioIo};
+
+/// A signal that tells listeners and connections to stop.
+#[derive(Clone, Debug)]
+pub struct Shutdown(watch::Receiver<bool>);
+
+/// The sending side of [`Shutdown`].
+#[derive(Debug)]
+pub struct ShutdownTrigger(watch::Sender<bool>);
+
+/// A new shutdown signal, not yet triggered.
+pub fn shutdown_pair() -> (ShutdownTrigger, Shutdown) {
+    let (tx, rx) = watch::channel(false);
+    (ShutdownTrigger(tx), Shutdown(rx))
+}
+
+impl ShutdownTrigger {
+    /// Tells every holder of the [`Shutdown`] to stop.
+    pub fn trigger(&self) {
+        let _ = self.0.send(true);
+    }
+}
+
+impl Shutdown {
+    /// Resolves once shutdown was triggered (or the trigger dropped).
+    pub async fn wait(mut self) {
+        let _ = self.0.wait_for(|v| *v).await;
+    }
+}
+
+/// Binds the local UNIX socket at `path` with mode 0600, replacing a stale
+/// socket file left by a previous run.
+pub fn bind_unix(path: &Path) -> io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) => {
+            std::fs::remove_file(path)?
+        }
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "{}: exists and is not a socket; refusing to replace it",
+                    path.display()
+                ),
+            ));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// Serves `router` on the UNIX socket; every caller is node `me`.
+pub async fn serve_unix(
+    listener: UnixListener,
+    path: PathBuf,
+    me: NodeId,
+    router: Router,
+    shutdown: Shutdown,
+) {
+    let stop = shutdown.clone();
+    let accept = async {
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept on local socket failed");
+                    continue;
+                }
+            };
+            let (router, identity, shutdown) =
+                (router.clone(), Identity::Node(me.clone()), shutdown.clone());
+            tokio::spawn(async move {
+                let io = TokioIo::new(stream);
+                let done = shutdown.wait();
+                if let Err(e) = serve_connection(
+                    io,
+                    identity,
+                    router,
+                    TokioExecutor::new(),
+                    ServeOptions::default(),
+                    done,
+                )
+                .await
+                {
+                    tracing::debug!(error = %e, "local connection ended with an error");
+                }
+            });
+        }
+    };
+    tokio::select! {
+        _ = accept => {}
+        _ = stop.wait() => {}
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Binds the TLS listener.
+pub async fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// Serves `router` over TLS; each caller's identity comes from its client
+/// certificate, classified by `classifier` (no certificate, or one not
+/// chained to the cluster CA: unauthenticated).
+pub async fn serve_tls(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    classifier: Arc<PeerClassifier>,
+    router: Router,
+    shutdown: Shutdown,
+) {
+    let acceptor = TlsAcceptor::from(tls);
+    let stop = shutdown.clone();
+    let accept = async {
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept on TLS listener failed");
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, router, classifier, shutdown) = (
+                acceptor.clone(),
+                router.clone(),
+                classifier.clone(),
+                shutdown.clone(),
+            );
+            tokio::spawn(async move {
+                let handshake =
+                    tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp));
+                let stream = match handshake.await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
+                let identity = classifier.classify(stream.get_ref().1.peer_certificates());
+                tracing::debug!(%peer, %identity, "TLS connection");
+                let io = TokioIo::new(stream);
+                let done = shutdown.wait();
+                if let Err(e) = serve_connection(
+                    io,
+                    identity,
+                    router,
+                    TokioExecutor::new(),
+                    ServeOptions::default(),
+                    done,
+                )
+                .await
+                {
+                    tracing::debug!(%peer, error = %e, "TLS connection ended with an error");
+                }
+            });
+        }
+    };
+    tokio::select! {
+        _ = accept => {}
+        _ = stop.wait() => {}
+    }
+}

@@ -1,0 +1,7 @@
+//! The daemon, built inside this package so that the end-to-end tests can
+//! run it as a real process (`CARGO_BIN_EXE_metropolisd`). Same code as the
+//! `metropolisd` of `metropolis-runtime-tokio`.
+
+fn main() -> std::process::ExitCode {
+    metropolis_runtime_tokio::daemon::main()
+}

@@ -1,0 +1,254 @@
+//! Watch over real sockets: a backlog larger than 2 MiB in several events
+//! with one marker and a writer running meanwhile; tombstones; the
+//! `NodeInCluster` lifecycle.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use metropolis_core::identity::NodeId;
+use metropolis_host::grpc::Channel;
+use metropolis_proto::prelude::{common, curator};
+use metropolis_proto::version::spec::{Version, version::GitInformation};
+use metropolis_tests::{Daemon, curator};
+use prost::Message;
+
+const LIMIT: usize = 2 * 1024 * 1024;
+
+/// A status whose timestamp carries `seq` (so a client can order states)
+/// and whose version carries `pad` bytes (so nodes are large).
+fn status(addr: &str, seq: i64, pad: usize) -> common::NodeStatus {
+    common::NodeStatus {
+        external_address: addr.into(),
+        timestamp: Some(prost_types::Timestamp {
+            seconds: seq,
+            nanos: 0,
+        }),
+        version: Some(Version {
+            git_information: Some(GitInformation {
+                commit_hash: "c".repeat(pad),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn seq(node: &curator::Node) -> i64 {
+    node.status
+        .as_ref()
+        .and_then(|s| s.timestamp.as_ref())
+        .map(|t| t.seconds)
+        .unwrap_or(-1)
+}
+
+async fn watch_nodes(channel: Channel) -> tonic::Streaming<curator::WatchEvent> {
+    let kind = curator::watch_request::Kind::NodesInCluster(Default::default());
+    curator(channel)
+        .watch(curator::WatchRequest { kind: Some(kind) })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_backlog_is_chunked_and_followed_without_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("d"));
+    // 300 nodes of ~15 KiB each: about 4.5 MiB of backlog.
+    let mut clients = Vec::new();
+    for i in 0..300 {
+        let cdir = dir.path().join(format!("n{i}"));
+        let id = d.add_node(&cdir).await;
+        let mut c = curator(d.tls(&cdir, "node").await);
+        let req = curator::UpdateNodeStatusRequest {
+            node_id: id.to_string(),
+            status: Some(status(
+                &format!("10.0.{}.{}", i / 250, i % 250 + 1),
+                1,
+                15_000,
+            )),
+        };
+        c.update_node_status(req).await.unwrap();
+        clients.push((id, c));
+    }
+
+    // A writer keeps updating while the backlog streams.
+    let writer = tokio::spawn(async move {
+        let mut last = BTreeMap::new();
+        for round in 2..6i64 {
+            for (id, c) in clients.iter_mut().step_by(7) {
+                let req = curator::UpdateNodeStatusRequest {
+                    node_id: id.to_string(),
+                    status: Some(status("10.9.9.9", round, 15_000)),
+                };
+                c.update_node_status(req).await.unwrap();
+                last.insert(id.to_string(), round);
+            }
+        }
+        last
+    });
+
+    let mut stream = watch_nodes(d.unix().await).await;
+    let mut view: BTreeMap<String, i64> = BTreeMap::new();
+    let mut backlog_events = 0;
+    let mut marker_seen = false;
+    while !marker_seen {
+        let ev = stream.next().await.unwrap().unwrap();
+        assert!(
+            ev.encoded_len() <= LIMIT,
+            "event of {} bytes",
+            ev.encoded_len()
+        );
+        backlog_events += 1;
+        marker_seen = ev.progress == curator::watch_event::Progress::LastBacklogged as i32;
+        for n in &ev.nodes {
+            assert!(
+                view.insert(n.id.clone(), seq(n)).is_none(),
+                "node {} twice in the backlog",
+                n.id
+            );
+        }
+    }
+    assert!(
+        backlog_events >= 3,
+        "4.5 MiB backlog came in {backlog_events} events"
+    );
+    assert_eq!(view.len(), 301, "300 added nodes and the daemon's own");
+
+    let last = writer.await.unwrap();
+    // Follow until every final write is seen; states per node only grow.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while last.iter().any(|(id, s)| view.get(id) != Some(s)) {
+        let ev = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .expect("updates arrive")
+            .unwrap()
+            .unwrap();
+        assert!(ev.encoded_len() <= LIMIT);
+        assert_eq!(ev.progress, 0, "marker exactly once");
+        for n in &ev.nodes {
+            let prev = view.insert(n.id.clone(), seq(n)).unwrap();
+            assert!(
+                seq(n) > prev,
+                "node {}: state {} after {prev} (replayed or reordered)",
+                n.id,
+                seq(n)
+            );
+        }
+    }
+    // The view equals a fresh backlog.
+    let mut fresh = watch_nodes(d.unix().await).await;
+    let mut fresh_view = BTreeMap::new();
+    loop {
+        let ev = fresh.next().await.unwrap().unwrap();
+        for n in &ev.nodes {
+            fresh_view.insert(n.id.clone(), seq(n));
+        }
+        if ev.progress != 0 {
+            break;
+        }
+    }
+    assert_eq!(view, fresh_view);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tombstones_and_node_in_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("d"));
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let raw: [u8; 32] = key.public_key_raw().try_into().unwrap();
+    let id = NodeId::from_public_key(&raw);
+
+    let kind = curator::watch_request::Kind::NodeInCluster(curator::watch_request::NodeInCluster {
+        node_id: id.to_string(),
+    });
+    let mut one = curator(d.unix().await)
+        .watch(curator::WatchRequest { kind: Some(kind) })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut all = watch_nodes(d.unix().await).await;
+    let first = all.next().await.unwrap().unwrap();
+    assert_eq!(
+        first.progress,
+        curator::watch_event::Progress::LastBacklogged as i32
+    );
+
+    // Silent while the node does not exist.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), one.next())
+            .await
+            .is_err()
+    );
+
+    // Create it with this key, then update it, then remove it.
+    let mut mgmt = metropolis_proto::metropolis::node::core::curator::proto::private::node_management_client::NodeManagementClient::with_origin(
+        d.owner().await,
+        Channel::origin(),
+    );
+    let resp = mgmt
+        .add_node(
+            metropolis_proto::metropolis::node::core::curator::proto::private::AddNodeRequest {
+                public_key: raw.to_vec().into(),
+            },
+        )
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(resp.node_id, id.to_string());
+    let ev = one.next().await.unwrap().unwrap();
+    assert_eq!(ev.nodes.len(), 1);
+    assert_eq!(ev.nodes[0].id, id.to_string());
+    assert!(ev.node_tombstones.is_empty());
+    assert_eq!(ev.progress, 0, "progress is unset on NodeInCluster events");
+    assert_eq!(next_change(&mut all).await, format!("put {id}"));
+
+    mgmt.remove_node(
+        metropolis_proto::metropolis::node::core::curator::proto::private::RemoveNodeRequest {
+            node_id: id.to_string(),
+        },
+    )
+    .await
+    .unwrap();
+    let ev = one.next().await.unwrap().unwrap();
+    assert!(ev.nodes.is_empty());
+    assert_eq!(ev.node_tombstones.len(), 1);
+    assert_eq!(ev.node_tombstones[0].node_id, id.to_string());
+    assert_eq!(next_change(&mut all).await, format!("del {id}"));
+    // Then silent, even if the node comes back.
+    mgmt.add_node(
+        metropolis_proto::metropolis::node::core::curator::proto::private::AddNodeRequest {
+            public_key: raw.to_vec().into(),
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), one.next())
+            .await
+            .is_err()
+    );
+
+    assert_eq!(next_change(&mut all).await, format!("put {id}"));
+}
+
+/// The next single change on a NodesInCluster stream, as "put ID" or "del ID".
+async fn next_change(s: &mut tonic::Streaming<curator::WatchEvent>) -> String {
+    let ev = tokio::time::timeout(Duration::from_secs(10), s.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let mut seen: Vec<String> = ev.nodes.iter().map(|n| format!("put {}", n.id)).collect();
+    seen.extend(
+        ev.node_tombstones
+            .iter()
+            .map(|t| format!("del {}", t.node_id)),
+    );
+    assert_eq!(seen.len(), 1, "one change per event here: {seen:?}");
+    seen.remove(0)
+}
