@@ -256,15 +256,24 @@ fn prefixes_that_escape_the_directory_or_clobber_the_ca_are_refused() {
 }
 
 #[test]
-fn writing_into_a_missing_directory_names_it() {
+fn writing_into_a_missing_directory_creates_it_owner_only() {
     let dir = tempfile::tempdir().unwrap();
-    let missing = dir.path().join("missing");
+    let missing = dir.path().join("missing/deeper");
     let ca = ClusterCa::generate().unwrap();
-    let err = ca.write_to_dir(&missing).unwrap_err();
-    assert!(
-        err.to_string().starts_with(&missing.display().to_string()),
-        "{err}"
-    );
+    ca.write_to_dir(&missing).unwrap();
+    let mode = std::fs::metadata(&missing).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    ClusterCa::read_from_dir(&missing).unwrap();
+}
+
+#[test]
+fn writing_under_a_file_names_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let ca = ClusterCa::generate().unwrap();
+    let err = ca.write_to_dir(&file.join("sub")).unwrap_err();
+    assert!(err.to_string().contains(&file.display().to_string()), "{err}");
 }
 
 #[test]

@@ -241,10 +241,10 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     drop((cache, curator));
     // Acknowledged writes are already on disk; closing only stops the
     // writer thread early when no task holds the store any more.
-    if let Ok(store) = Arc::try_unwrap(store) {
-        if let Err(e) = store.close() {
-            tracing::error!(error = %e, "closing the store failed");
-        }
+    if let Ok(store) = Arc::try_unwrap(store)
+        && let Err(e) = store.close()
+    {
+        tracing::error!(error = %e, "closing the store failed");
     }
     tracing::info!("stopped");
     Ok(())

@@ -44,7 +44,7 @@ pub fn free_port() -> u16 {
 pub fn daemon_bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    let bin = profile_dir.join("metropolisd");
+    let bin = profile_dir.join("metropolisd-under-test");
     assert!(
         bin.exists(),
         "{} not built; run the tests through cargo",

@@ -165,7 +165,7 @@ async fn unauthenticated() {
         .unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
     let e = anon
-        .update_node_status(update(&d.node_id().to_string(), status("10.0.0.1")))
+        .update_node_status(update(d.node_id().as_str(), status("10.0.0.1")))
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated);

@@ -3,6 +3,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -24,6 +25,14 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> Result<()
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    // Credential directories hold private keys: create them owner-only.
+    if !dir.exists() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(PkiError::io(&dir, "create the directory"))?;
+    }
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

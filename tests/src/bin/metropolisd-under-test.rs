@@ -1,5 +1,5 @@
 //! The daemon, built inside this package so that the end-to-end tests can
-//! run it as a real process (`CARGO_BIN_EXE_metropolisd`). Same code as the
+//! run it as a real process (`metropolisd-under-test`). Same code as the
 //! `metropolisd` of `metropolis-runtime-tokio`.
 
 fn main() -> std::process::ExitCode {
