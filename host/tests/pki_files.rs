@@ -273,7 +273,10 @@ fn writing_under_a_file_names_the_path() {
     std::fs::write(&file, b"x").unwrap();
     let ca = ClusterCa::generate().unwrap();
     let err = ca.write_to_dir(&file.join("sub")).unwrap_err();
-    assert!(err.to_string().contains(&file.display().to_string()), "{err}");
+    assert!(
+        err.to_string().contains(&file.display().to_string()),
+        "{err}"
+    );
 }
 
 #[test]

@@ -7,6 +7,7 @@
 //! socket and over mutual TLS, until SIGINT or SIGTERM.
 
 use std::net::SocketAddr;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;

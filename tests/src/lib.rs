@@ -39,7 +39,7 @@ pub fn free_port() -> u16 {
 }
 
 /// The path of the daemon binary cargo built beside the running test
-/// binary (`target/<profile>/metropolisd`; tests run from
+/// binary (`target/<profile>/metropolisd-under-test`; tests run from
 /// `target/<profile>/deps/`).
 pub fn daemon_bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
