@@ -3,7 +3,10 @@
 //! TLS configuration. Nothing here names an async runtime; blocking work
 //! (fsync) runs on a dedicated thread.
 
+pub mod daemon;
 pub mod grpc;
 pub mod peer;
 pub mod pki;
+pub mod shutdown;
+pub mod socket;
 pub mod store;

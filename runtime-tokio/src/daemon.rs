@@ -1,252 +1,59 @@
-//! `metropolisd`: the node daemon.
-//!
-//! On first start with an empty data directory it creates the cluster CA,
-//! this node's Ed25519 identity and certificate, and an owner credential,
-//! and registers this node as the first node of the cluster. Then it serves
-//! the Curator (and the private NodeManagement service) on the local UNIX
-//! socket and over mutual TLS, until SIGINT or SIGTERM.
+//! `metropolisd` on tokio: listeners, signals and the executor around
+//! [`metropolis_host::daemon`].
 
-use std::net::SocketAddr;
-use std::os::unix::fs::DirBuilderExt;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use clap::Parser;
-use metropolis_core::identity::NodeId;
-use metropolis_core::ports::{CertIssuer, KvStore};
-use metropolis_core::service::{CuratorService, Router, WatchCache, WatchCacheOptions};
-use metropolis_host::peer::{PeerClassifier, deferred_server_config};
-use metropolis_host::pki::{ClusterCa, Credentials};
-use metropolis_host::store::{EmbeddedStore, StoreOptions};
-use metropolis_proto::prelude::common;
+use metropolis_host::daemon::{Config, DaemonError, NodeServices, RuntimeKind, init_logging};
 
 use crate::listen;
 use crate::rt::TokioSpawner;
 
-/// Default TCP port of the curator's TLS listener.
-pub const DEFAULT_PORT: u16 = 7835;
-
-/// Command-line configuration of `metropolisd`.
-#[derive(Parser, Debug, Clone)]
-#[command(
-    name = "metropolisd",
-    version,
-    about = "Metropolis node daemon: serves the Curator over a local UNIX socket and mutual TLS",
-    long_about = "Metropolis node daemon.\n\n\
-        On first start with an empty data directory it creates the cluster CA (pki/ca.pem, \
-        pki/ca-key.pem), this node's Ed25519 identity and certificate (pki/node.pem, \
-        pki/node-key.pem), and an owner credential (owner/), with private keys in mode 0600, \
-        and registers this node. Later starts reuse them.\n\n\
-        The embedded store (store/) is a write-ahead log with snapshots: an update is \
-        acknowledged only once it is on disk. A corrupt store refuses to start, naming the file."
-)]
-pub struct Config {
-    /// Directory holding the store, the PKI and the owner credential.
-    #[arg(
-        long,
-        env = "METROPOLIS_DATA_DIR",
-        default_value = "/var/lib/metropolis"
-    )]
-    pub data_dir: PathBuf,
-    /// Address of the mutual-TLS listener.
-    #[arg(long, default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)))]
-    pub listen: SocketAddr,
-    /// Path of the local UNIX socket (mode 0600; callers are this node).
-    /// Default: <data-dir>/curator.sock.
-    #[arg(long)]
-    pub socket: Option<PathBuf>,
-    /// Extra names or IP addresses put in this node's certificate on first
-    /// start (repeatable).
-    #[arg(long = "san")]
-    pub extra_sans: Vec<String>,
-    /// How long open connections may take to finish after SIGINT/SIGTERM.
-    #[arg(long, default_value = "5", value_name = "SECONDS")]
-    pub shutdown_grace: u64,
-    /// Log filter (tracing EnvFilter syntax), e.g. "info" or "metropolis=debug".
-    #[arg(long, env = "METROPOLIS_LOG", default_value = "info")]
-    pub log: String,
-}
-
-impl Config {
-    /// The socket path, defaulted from the data directory.
-    pub fn socket_path(&self) -> PathBuf {
-        self.socket
-            .clone()
-            .unwrap_or_else(|| self.data_dir.join("curator.sock"))
-    }
-}
-
-/// Paths inside the data directory.
-#[derive(Debug, Clone)]
-pub struct Layout {
-    /// The embedded store.
-    pub store: PathBuf,
-    /// Cluster CA and this node's credentials.
-    pub pki: PathBuf,
-    /// The owner credential bundle.
-    pub owner: PathBuf,
-}
-
-impl Layout {
-    /// The layout under `data_dir`.
-    pub fn new(data_dir: &Path) -> Self {
-        Layout {
-            store: data_dir.join("store"),
-            pki: data_dir.join("pki"),
-            owner: data_dir.join("owner"),
-        }
-    }
-}
-
-/// A daemon failure, with what to do about it.
-pub type DaemonError = Box<dyn std::error::Error + Send + Sync>;
-
-struct Issuer(ClusterCa);
-
-impl CertIssuer for Issuer {
-    fn issue_node_certificate(
-        &self,
-        public_key: &[u8; 32],
-    ) -> Result<metropolis_core::ports::IssuedCertificate, String> {
-        let cert = self
-            .0
-            .issue_node_for_key(public_key, &[])
-            .map_err(|e| e.to_string())?;
-        Ok(metropolis_core::ports::IssuedCertificate {
-            certificate_pem: cert,
-            ca_pem: self.0.cert_pem(),
-        })
-    }
-}
-
-/// This node's PKI, created on first start.
-struct NodePki {
-    ca: ClusterCa,
-    node: Credentials,
-    node_id: NodeId,
-    node_key: [u8; 32],
-}
-
-fn load_or_create_pki(layout: &Layout, extra_sans: &[String]) -> Result<NodePki, DaemonError> {
-    let ca_cert = layout.pki.join("ca.pem");
-    let ca = if ca_cert.exists() {
-        ClusterCa::read_from_dir(&layout.pki)?
-    } else {
-        tracing::info!(dir = %layout.pki.display(), "first start: creating the cluster CA");
-        let ca = ClusterCa::generate()?;
-        ca.write_to_dir(&layout.pki)?;
-        ca
-    };
-    let node = if layout.pki.join("node.pem").exists() {
-        Credentials::read_from_dir(&layout.pki, "node")?
-    } else {
-        let (creds, id) = ca.issue_node(extra_sans)?;
-        creds.write_to_dir(&layout.pki, "node")?;
-        tracing::info!(node = %id, "created this node's identity");
-        creds
-    };
-    if !layout.owner.join("owner.pem").exists() {
-        let owner = ca.issue_owner()?;
-        owner.write_to_dir(&layout.owner, "owner")?;
-        tracing::info!(dir = %layout.owner.display(), "created the owner credential");
-    }
-    let node_key = node.ed25519_public_key()?;
-    let node_id = NodeId::from_public_key(&node_key);
-    Ok(NodePki {
-        ca,
-        node,
-        node_id,
-        node_key,
-    })
-}
-
-/// Runs the daemon until SIGINT/SIGTERM.
+/// Runs the daemon on the current tokio runtime until SIGINT/SIGTERM.
 pub async fn run(config: Config) -> Result<(), DaemonError> {
-    let layout = Layout::new(&config.data_dir);
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+    let node = NodeServices::prepare(&config, Arc::new(TokioSpawner::current())).await?;
+    let (trigger, shutdown) = listen::shutdown_pair();
+    let unix = listen::bind_unix(&node.socket).map_err(|e| {
         format!(
-            "{}: cannot create the data directory: {e}",
-            config.data_dir.display()
+            "{}: cannot bind the local socket: {e}",
+            node.socket.display()
         )
     })?;
-    let store = EmbeddedStore::open(&layout.store, StoreOptions::default())?;
-    let store = Arc::new(store);
-    let pki = load_or_create_pki(&layout, &config.extra_sans)?;
-
-    let kv: Arc<dyn KvStore> = store.clone();
-    let cache = WatchCache::new(
-        kv.clone(),
-        Arc::new(TokioSpawner::current()),
-        WatchCacheOptions::default(),
-    );
-    let curator = CuratorService::new(kv, cache.clone(), Some(Arc::new(Issuer(pki.ca.clone()))));
-    let roles = common::NodeRoles {
-        consensus_member: Some(Default::default()),
-        kubernetes_controller: Some(Default::default()),
-        ..Default::default()
-    };
-    if curator
-        .register_node(&pki.node_id, &pki.node_key, roles, common::NodeState::Up)
-        .await?
-    {
-        tracing::info!(node = %pki.node_id, "registered this node as the first node of the cluster");
-    }
-    let router = Router::new()
-        .with_service(curator.curator_server())
-        .with_service(curator.management_server());
-
-    let (trigger, shutdown) = listen::shutdown_pair();
-    let socket = config.socket_path();
-    let unix = listen::bind_unix(&socket)
-        .map_err(|e| format!("{}: cannot bind the local socket: {e}", socket.display()))?;
-    let tcp = listen::bind_tcp(config.listen)
+    let tcp = listen::bind_tcp(node.listen)
         .await
-        .map_err(|e| format!("{}: cannot listen: {e}", config.listen))?;
-    let tls = deferred_server_config(pki.node.chain_der()?, pki.node.key_der()?)?;
-    let classifier = Arc::new(PeerClassifier::new(pki.ca.cert_der())?);
+        .map_err(|e| format!("{}: cannot listen: {e}", node.listen))?;
     tracing::info!(
-        node = %pki.node_id,
-        socket = %socket.display(),
+        runtime = "tokio",
+        node = %node.node_id,
+        socket = %node.socket.display(),
         listen = %tcp.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-        owner_credential = %layout.owner.display(),
+        owner_credential = %node.owner_dir.display(),
         "curator serving"
     );
     let unix_task = tokio::spawn(listen::serve_unix(
         unix,
-        socket,
-        pki.node_id.clone(),
-        router.clone(),
+        node.socket.clone(),
+        node.node_id.clone(),
+        node.router.clone(),
         shutdown.clone(),
     ));
     let tls_task = tokio::spawn(listen::serve_tls(
         tcp,
-        tls,
-        classifier,
-        router,
+        node.tls.clone(),
+        node.classifier.clone(),
+        node.router.clone(),
         shutdown.clone(),
     ));
 
     wait_for_signal().await?;
     tracing::info!("shutting down");
-    cache.close_all(tonic::Status::unavailable(
-        "curator backend switched, request can be retried",
-    ));
+    node.end_streams();
     trigger.trigger();
-    let grace = Duration::from_secs(config.shutdown_grace);
-    let _ = tokio::time::timeout(grace, async {
+    let _ = tokio::time::timeout(node.shutdown_grace, async {
         let _ = unix_task.await;
         let _ = tls_task.await;
     })
     .await;
-    drop((cache, curator));
-    // Acknowledged writes are already on disk; closing only stops the
-    // writer thread early when no task holds the store any more.
-    if let Ok(store) = Arc::try_unwrap(store)
-        && let Err(e) = store.close()
-    {
-        tracing::error!(error = %e, "closing the store failed");
-    }
+    node.close();
     tracing::info!("stopped");
     Ok(())
 }
@@ -263,28 +70,23 @@ async fn wait_for_signal() -> Result<(), DaemonError> {
 }
 
 /// Entry point of the `metropolisd` binary: parses flags, sets up logging,
-/// runs the daemon, and exits non-zero with the error on failure.
+/// runs the daemon on the chosen runtime, and exits non-zero with the error
+/// on failure.
 pub fn main() -> std::process::ExitCode {
+    use clap::Parser;
     let config = Config::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&config.log).unwrap_or_else(|e| {
-        eprintln!("metropolisd: --log {:?}: {e}; using \"info\"", config.log);
-        tracing_subscriber::EnvFilter::new("info")
-    });
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("metropolisd: cannot start the tokio runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
+    init_logging(&config.log);
+    let result = match config.runtime {
+        RuntimeKind::Tokio => match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt.block_on(run(config)),
+            Err(e) => Err(format!("cannot start the tokio runtime: {e}").into()),
+        },
+        RuntimeKind::Smol => metropolis_runtime_smol::daemon::block_on_run(config),
     };
-    match runtime.block_on(run(config)) {
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");

@@ -3,7 +3,6 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -11,64 +10,20 @@ use metropolis_core::identity::{Identity, NodeId};
 use metropolis_core::service::Router;
 use metropolis_host::grpc::{ServeOptions, serve_connection};
 use metropolis_host::peer::PeerClassifier;
+use metropolis_host::socket::{prepare_socket_path, restrict_socket};
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 use crate::rt::{TokioExecutor, TokioIo};
 
-/// A signal that tells listeners and connections to stop.
-#[derive(Clone, Debug)]
-pub struct Shutdown(watch::Receiver<bool>);
-
-/// The sending side of [`Shutdown`].
-#[derive(Debug)]
-pub struct ShutdownTrigger(watch::Sender<bool>);
-
-/// A new shutdown signal, not yet triggered.
-pub fn shutdown_pair() -> (ShutdownTrigger, Shutdown) {
-    let (tx, rx) = watch::channel(false);
-    (ShutdownTrigger(tx), Shutdown(rx))
-}
-
-impl ShutdownTrigger {
-    /// Tells every holder of the [`Shutdown`] to stop.
-    pub fn trigger(&self) {
-        let _ = self.0.send(true);
-    }
-}
-
-impl Shutdown {
-    /// Resolves once shutdown was triggered (or the trigger dropped).
-    pub async fn wait(mut self) {
-        let _ = self.0.wait_for(|v| *v).await;
-    }
-}
+pub use metropolis_host::shutdown::{Shutdown, ShutdownTrigger, shutdown_pair};
 
 /// Binds the local UNIX socket at `path` with mode 0600, replacing a stale
 /// socket file left by a previous run.
 pub fn bind_unix(path: &Path) -> io::Result<UnixListener> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) => {
-            std::fs::remove_file(path)?
-        }
-        Ok(_) => {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!(
-                    "{}: exists and is not a socket; refusing to replace it",
-                    path.display()
-                ),
-            ));
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
+    prepare_socket_path(path)?;
     let listener = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    restrict_socket(path)?;
     Ok(listener)
 }
 

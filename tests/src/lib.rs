@@ -9,6 +9,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use metropolis_core::identity::NodeId;
+pub use metropolis_host::daemon::RuntimeKind;
 use metropolis_host::grpc::Channel;
 use metropolis_host::pki::{Credentials, client_config};
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
@@ -55,20 +56,20 @@ pub fn daemon_bin() -> PathBuf {
 
 impl Daemon {
     /// Starts a daemon on `data_dir` and waits until it serves.
-    pub fn start(data_dir: &Path) -> Daemon {
+    pub fn start(data_dir: &Path, runtime: RuntimeKind) -> Daemon {
         let port = free_port();
-        Self::start_at(data_dir, format!("127.0.0.1:{port}"))
+        Self::start_at(data_dir, format!("127.0.0.1:{port}"), runtime)
     }
 
     /// Starts a daemon listening on `addr` and waits until it serves.
-    pub fn start_at(data_dir: &Path, addr: String) -> Daemon {
-        let mut d = Self::spawn(data_dir, addr);
+    pub fn start_at(data_dir: &Path, addr: String, runtime: RuntimeKind) -> Daemon {
+        let mut d = Self::spawn(data_dir, addr, runtime);
         d.wait_ready();
         d
     }
 
     /// Starts a daemon without waiting for it.
-    pub fn spawn(data_dir: &Path, addr: String) -> Daemon {
+    pub fn spawn(data_dir: &Path, addr: String, runtime: RuntimeKind) -> Daemon {
         std::fs::create_dir_all(data_dir).unwrap();
         let socket = data_dir.join("curator.sock");
         let log = data_dir.with_extension("log");
@@ -82,6 +83,8 @@ impl Daemon {
             .arg(data_dir)
             .arg("--listen")
             .arg(&addr)
+            .arg("--runtime")
+            .arg(runtime.to_string())
             .arg("--log")
             .arg("info")
             .stdin(Stdio::null())
@@ -214,4 +217,29 @@ impl Drop for Daemon {
 /// A Curator client over `channel`.
 pub fn curator(channel: Channel) -> CuratorClient<Channel> {
     CuratorClient::with_origin(channel, Channel::origin())
+}
+
+/// Defines each listed `async fn name(runtime: RuntimeKind)` as two tests,
+/// `tokio_server::name` and `smol_server::name`: one test definition, run
+/// against a daemon on each runtime.
+#[macro_export]
+macro_rules! against_both_runtimes {
+    ($($name:ident),* $(,)?) => {
+        mod tokio_server {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::RuntimeKind::Tokio).await
+                }
+            )*
+        }
+        mod smol_server {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::RuntimeKind::Smol).await
+                }
+            )*
+        }
+    };
 }

@@ -6,7 +6,7 @@
 use futures::StreamExt;
 use metropolis_host::pki::{ClusterCa, client_config};
 use metropolis_proto::prelude::{common, curator};
-use metropolis_tests::{Daemon, curator};
+use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, curator};
 use tonic::Code;
 
 fn status(addr: &str) -> Option<common::NodeStatus> {
@@ -23,10 +23,9 @@ fn update(id: &str, status: Option<common::NodeStatus>) -> curator::UpdateNodeSt
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn invalid_argument() {
+async fn invalid_argument(rt: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(&dir.path().join("d"));
+    let d = Daemon::start(&dir.path().join("d"), rt);
     let mut c = curator(d.unix().await);
     let me = d.node_id().to_string();
 
@@ -67,10 +66,9 @@ async fn invalid_argument() {
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn permission_denied_and_not_found() {
+async fn permission_denied_and_not_found(rt: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(&dir.path().join("d"));
+    let d = Daemon::start(&dir.path().join("d"), rt);
     let me = d.node_id().to_string();
     let other_dir = dir.path().join("other");
     let other = d.add_node(&other_dir).await;
@@ -143,10 +141,9 @@ async fn permission_denied_and_not_found() {
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unauthenticated() {
+async fn unauthenticated(rt: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(&dir.path().join("d"));
+    let d = Daemon::start(&dir.path().join("d"), rt);
     let ca_pem = std::fs::read_to_string(d.data_dir.join("pki/ca.pem")).unwrap();
 
     // TLS without a client certificate.
@@ -201,3 +198,9 @@ async fn unauthenticated() {
     );
     assert_eq!(ev.nodes.len(), 1);
 }
+
+against_both_runtimes!(
+    invalid_argument,
+    permission_denied_and_not_found,
+    unauthenticated
+);

@@ -12,7 +12,7 @@ use metropolis_core::identity::NodeId;
 use metropolis_host::grpc::Channel;
 use metropolis_proto::prelude::{common, curator};
 use metropolis_proto::version::spec::{Version, version::GitInformation};
-use metropolis_tests::{Daemon, curator};
+use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, curator};
 use prost::Message;
 
 const LIMIT: usize = 2 * 1024 * 1024;
@@ -54,10 +54,9 @@ async fn watch_nodes(channel: Channel) -> tonic::Streaming<curator::WatchEvent> 
         .into_inner()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn big_backlog_is_chunked_and_followed_without_gap() {
+async fn big_backlog_is_chunked_and_followed_without_gap(rt: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(&dir.path().join("d"));
+    let d = Daemon::start(&dir.path().join("d"), rt);
     // 300 nodes of ~15 KiB each: about 4.5 MiB of backlog.
     let mut clients = Vec::new();
     for i in 0..300 {
@@ -155,10 +154,9 @@ async fn big_backlog_is_chunked_and_followed_without_gap() {
     assert_eq!(view, fresh_view);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tombstones_and_node_in_cluster() {
+async fn tombstones_and_node_in_cluster(rt: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(&dir.path().join("d"));
+    let d = Daemon::start(&dir.path().join("d"), rt);
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
     let raw: [u8; 32] = key.public_key_raw().try_into().unwrap();
     let id = NodeId::from_public_key(&raw);
@@ -252,3 +250,8 @@ async fn next_change(s: &mut tonic::Streaming<curator::WatchEvent>) -> String {
     assert_eq!(seen.len(), 1, "one change per event here: {seen:?}");
     seen.remove(0)
 }
+
+against_both_runtimes!(
+    big_backlog_is_chunked_and_followed_without_gap,
+    tombstones_and_node_in_cluster
+);

@@ -12,7 +12,7 @@ use bytes::{Buf, BufMut};
 use futures::StreamExt;
 use metropolis_host::grpc::Channel;
 use metropolis_proto::prelude::{common, curator};
-use metropolis_tests::{Daemon, curator};
+use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, curator};
 use prost::Message;
 use tonic::Code;
 
@@ -52,11 +52,10 @@ async fn read_seqs(d: &Daemon) -> std::collections::BTreeMap<String, i64> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_updates_survive_sigkill() {
+async fn acknowledged_updates_survive_sigkill(rt: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("d");
-    let mut d = Daemon::start(&data);
+    let mut d = Daemon::start(&data, rt);
     // Four nodes write concurrently (exercising group commit); each records
     // the last sequence number the daemon acknowledged.
     let mut writers = Vec::new();
@@ -85,7 +84,7 @@ async fn acknowledged_updates_survive_sigkill() {
     for w in writers {
         w.await.unwrap();
     }
-    let d = Daemon::start(&data);
+    let d = Daemon::start(&data, rt);
     let stored = read_seqs(&d).await;
     for (id, last) in &acked {
         let last = last.load(Ordering::SeqCst);
@@ -106,11 +105,10 @@ async fn acknowledged_updates_survive_sigkill() {
     assert!(!d.log().contains("ERROR"), "clean restart:\n{}", d.log());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn corrupt_store_refuses_to_start() {
+async fn corrupt_store_refuses_to_start(rt: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("d");
-    let mut d = Daemon::start(&data);
+    let mut d = Daemon::start(&data, rt);
     let me = d.node_id().to_string();
     let mut c = curator(d.unix().await);
     for seq in 1..50 {
@@ -137,6 +135,7 @@ async fn corrupt_store_refuses_to_start() {
     let mut d = Daemon::spawn(
         &data,
         format!("127.0.0.1:{}", metropolis_tests::free_port()),
+        rt,
     );
     let status = d.wait_exit(Duration::from_secs(30));
     assert!(!status.success());
@@ -190,10 +189,9 @@ async fn raw_call(channel: Channel, body: Vec<u8>) -> Result<(), tonic::Status> 
         .map(|_| ())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_and_oversized_requests_get_errors() {
+async fn malformed_and_oversized_requests_get_errors(rt: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(&dir.path().join("d"));
+    let d = Daemon::start(&dir.path().join("d"), rt);
     let me = d.node_id().to_string();
 
     // Not a protobuf message at all.
@@ -259,10 +257,9 @@ async fn malformed_and_oversized_requests_get_errors() {
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_ends_watches_unavailable_and_exits_cleanly() {
+async fn sigterm_ends_watches_unavailable_and_exits_cleanly(rt: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
-    let mut d = Daemon::start(&dir.path().join("d"));
+    let mut d = Daemon::start(&dir.path().join("d"), rt);
     let kind = curator::watch_request::Kind::NodesInCluster(Default::default());
     let mut s = curator(d.unix().await)
         .watch(curator::WatchRequest { kind: Some(kind) })
@@ -280,3 +277,10 @@ async fn sigterm_ends_watches_unavailable_and_exits_cleanly() {
     // The socket file is gone.
     assert!(!d.socket.exists());
 }
+
+against_both_runtimes!(
+    acknowledged_updates_survive_sigkill,
+    corrupt_store_refuses_to_start,
+    malformed_and_oversized_requests_get_errors,
+    sigterm_ends_watches_unavailable_and_exits_cleanly
+);

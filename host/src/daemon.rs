@@ -1,0 +1,297 @@
+//! The runtime-neutral half of `metropolisd`: its configuration, the data
+//! directory (store, PKI, owner credential) and the services built on them.
+//! Each runtime crate adds listeners, signals and its executor.
+//!
+//! On first start with an empty data directory it creates the cluster CA,
+//! this node's Ed25519 identity and certificate, and an owner credential,
+//! and registers this node as the first node of the cluster.
+
+use std::net::SocketAddr;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::{Parser, ValueEnum};
+use metropolis_core::identity::NodeId;
+use metropolis_core::ports::{CertIssuer, KvStore, Spawner};
+use metropolis_core::service::{CuratorService, Router, WatchCache, WatchCacheOptions};
+use metropolis_proto::prelude::common;
+
+use crate::peer::{PeerClassifier, deferred_server_config};
+use crate::pki::{ClusterCa, Credentials};
+use crate::store::{EmbeddedStore, StoreOptions};
+
+/// The async runtime the daemon runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RuntimeKind {
+    /// tokio, multi-threaded.
+    Tokio,
+    /// smol (async-io reactor, async-executor), no tokio reactor.
+    Smol,
+}
+
+impl std::fmt::Display for RuntimeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RuntimeKind::Tokio => "tokio",
+            RuntimeKind::Smol => "smol",
+        })
+    }
+}
+
+/// Default TCP port of the curator's TLS listener.
+pub const DEFAULT_PORT: u16 = 7835;
+
+/// Command-line configuration of `metropolisd`.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "metropolisd",
+    version,
+    about = "Metropolis node daemon: serves the Curator over a local UNIX socket and mutual TLS",
+    long_about = "Metropolis node daemon.\n\n\
+        On first start with an empty data directory it creates the cluster CA (pki/ca.pem, \
+        pki/ca-key.pem), this node's Ed25519 identity and certificate (pki/node.pem, \
+        pki/node-key.pem), and an owner credential (owner/), with private keys in mode 0600, \
+        and registers this node. Later starts reuse them.\n\n\
+        The embedded store (store/) is a write-ahead log with snapshots: an update is \
+        acknowledged only once it is on disk. A corrupt store refuses to start, naming the file."
+)]
+pub struct Config {
+    /// Directory holding the store, the PKI and the owner credential.
+    #[arg(
+        long,
+        env = "METROPOLIS_DATA_DIR",
+        default_value = "/var/lib/metropolis"
+    )]
+    pub data_dir: PathBuf,
+    /// Address of the mutual-TLS listener.
+    #[arg(long, default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)))]
+    pub listen: SocketAddr,
+    /// Path of the local UNIX socket (mode 0600; callers are this node).
+    /// Default: <data-dir>/curator.sock.
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Extra names or IP addresses put in this node's certificate on first
+    /// start (repeatable).
+    #[arg(long = "san")]
+    pub extra_sans: Vec<String>,
+    /// How long open connections may take to finish after SIGINT/SIGTERM.
+    #[arg(long, default_value = "5", value_name = "SECONDS")]
+    pub shutdown_grace: u64,
+    /// Async runtime to serve on (same behaviour, same data directory format).
+    #[arg(long, value_enum, default_value_t = RuntimeKind::Tokio)]
+    pub runtime: RuntimeKind,
+    /// Log filter (tracing EnvFilter syntax), e.g. "info" or "metropolis=debug".
+    #[arg(long, env = "METROPOLIS_LOG", default_value = "info")]
+    pub log: String,
+}
+
+impl Config {
+    /// The socket path, defaulted from the data directory.
+    pub fn socket_path(&self) -> PathBuf {
+        self.socket
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("curator.sock"))
+    }
+}
+
+/// Paths inside the data directory.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// The embedded store.
+    pub store: PathBuf,
+    /// Cluster CA and this node's credentials.
+    pub pki: PathBuf,
+    /// The owner credential bundle.
+    pub owner: PathBuf,
+}
+
+impl Layout {
+    /// The layout under `data_dir`.
+    pub fn new(data_dir: &Path) -> Self {
+        Layout {
+            store: data_dir.join("store"),
+            pki: data_dir.join("pki"),
+            owner: data_dir.join("owner"),
+        }
+    }
+}
+
+/// A daemon failure, with what to do about it.
+pub type DaemonError = Box<dyn std::error::Error + Send + Sync>;
+
+struct Issuer(ClusterCa);
+
+impl CertIssuer for Issuer {
+    fn issue_node_certificate(
+        &self,
+        public_key: &[u8; 32],
+    ) -> Result<metropolis_core::ports::IssuedCertificate, String> {
+        let cert = self
+            .0
+            .issue_node_for_key(public_key, &[])
+            .map_err(|e| e.to_string())?;
+        Ok(metropolis_core::ports::IssuedCertificate {
+            certificate_pem: cert,
+            ca_pem: self.0.cert_pem(),
+        })
+    }
+}
+
+/// This node's PKI, created on first start.
+struct NodePki {
+    ca: ClusterCa,
+    node: Credentials,
+    node_id: NodeId,
+    node_key: [u8; 32],
+}
+
+fn load_or_create_pki(layout: &Layout, extra_sans: &[String]) -> Result<NodePki, DaemonError> {
+    let ca_cert = layout.pki.join("ca.pem");
+    let ca = if ca_cert.exists() {
+        ClusterCa::read_from_dir(&layout.pki)?
+    } else {
+        tracing::info!(dir = %layout.pki.display(), "first start: creating the cluster CA");
+        let ca = ClusterCa::generate()?;
+        ca.write_to_dir(&layout.pki)?;
+        ca
+    };
+    let node = if layout.pki.join("node.pem").exists() {
+        Credentials::read_from_dir(&layout.pki, "node")?
+    } else {
+        let (creds, id) = ca.issue_node(extra_sans)?;
+        creds.write_to_dir(&layout.pki, "node")?;
+        tracing::info!(node = %id, "created this node's identity");
+        creds
+    };
+    if !layout.owner.join("owner.pem").exists() {
+        let owner = ca.issue_owner()?;
+        owner.write_to_dir(&layout.owner, "owner")?;
+        tracing::info!(dir = %layout.owner.display(), "created the owner credential");
+    }
+    let node_key = node.ed25519_public_key()?;
+    let node_id = NodeId::from_public_key(&node_key);
+    Ok(NodePki {
+        ca,
+        node,
+        node_id,
+        node_key,
+    })
+}
+
+/// Everything a runtime needs to serve this node, built from the data
+/// directory.
+pub struct NodeServices {
+    /// This node's ID.
+    pub node_id: NodeId,
+    /// All services, behind the authorizing router.
+    pub router: Router,
+    /// TLS configuration of the curator listener.
+    pub tls: Arc<rustls::ServerConfig>,
+    /// Classifies TLS peers into identities.
+    pub classifier: Arc<PeerClassifier>,
+    /// Where the local socket goes.
+    pub socket: PathBuf,
+    /// Where the TLS listener goes.
+    pub listen: SocketAddr,
+    /// The owner credential directory (for the startup message).
+    pub owner_dir: PathBuf,
+    /// How long connections may drain on shutdown.
+    pub shutdown_grace: std::time::Duration,
+    cache: WatchCache,
+    store: Arc<EmbeddedStore>,
+}
+
+impl NodeServices {
+    /// Opens the data directory (creating the PKI on first start), builds
+    /// the services with background tasks on `spawner`, and registers this
+    /// node if it is not registered yet.
+    pub async fn prepare(
+        config: &Config,
+        spawner: Arc<dyn Spawner>,
+    ) -> Result<NodeServices, DaemonError> {
+        let layout = Layout::new(&config.data_dir);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&config.data_dir)
+            .map_err(|e| {
+                format!(
+                    "{}: cannot create the data directory: {e}",
+                    config.data_dir.display()
+                )
+            })?;
+        let store = Arc::new(EmbeddedStore::open(&layout.store, StoreOptions::default())?);
+        let pki = load_or_create_pki(&layout, &config.extra_sans)?;
+
+        let kv: Arc<dyn KvStore> = store.clone();
+        let cache = WatchCache::new(kv.clone(), spawner, WatchCacheOptions::default());
+        let curator =
+            CuratorService::new(kv, cache.clone(), Some(Arc::new(Issuer(pki.ca.clone()))));
+        let roles = common::NodeRoles {
+            consensus_member: Some(Default::default()),
+            kubernetes_controller: Some(Default::default()),
+            ..Default::default()
+        };
+        if curator
+            .register_node(&pki.node_id, &pki.node_key, roles, common::NodeState::Up)
+            .await?
+        {
+            tracing::info!(node = %pki.node_id, "registered this node as the first node of the cluster");
+        }
+        let router = Router::new()
+            .with_service(curator.curator_server())
+            .with_service(curator.management_server());
+        let tls = deferred_server_config(pki.node.chain_der()?, pki.node.key_der()?)?;
+        let classifier = Arc::new(PeerClassifier::new(pki.ca.cert_der())?);
+        Ok(NodeServices {
+            node_id: pki.node_id,
+            router,
+            tls,
+            classifier,
+            socket: config.socket_path(),
+            listen: config.listen,
+            owner_dir: layout.owner,
+            shutdown_grace: std::time::Duration::from_secs(config.shutdown_grace),
+            cache,
+            store,
+        })
+    }
+
+    /// Ends every open Watch stream with Unavailable ("curator backend
+    /// switched, request can be retried"); call first on shutdown.
+    pub fn end_streams(&self) {
+        self.cache.close_all(tonic::Status::unavailable(
+            "curator backend switched, request can be retried",
+        ));
+    }
+
+    /// Closes the store once no task holds it any more. Acknowledged writes
+    /// are already on disk; this only stops the writer thread early.
+    pub fn close(self) {
+        let NodeServices {
+            store,
+            cache,
+            router,
+            ..
+        } = self;
+        drop((cache, router));
+        if let Ok(store) = Arc::try_unwrap(store)
+            && let Err(e) = store.close()
+        {
+            tracing::error!(error = %e, "closing the store failed");
+        }
+    }
+}
+
+/// Sets up logging to stderr with `filter` (falling back to "info").
+pub fn init_logging(filter: &str) {
+    let env_filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
+        eprintln!("--log {filter:?}: {e}; using \"info\"");
+        tracing_subscriber::EnvFilter::new("info")
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(env_filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

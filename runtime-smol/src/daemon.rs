@@ -1,0 +1,92 @@
+//! `metropolisd` on smol: listeners, signals and the executor around
+//! [`metropolis_host::daemon`].
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use metropolis_host::daemon::{Config, DaemonError, NodeServices};
+use metropolis_host::shutdown::shutdown_pair;
+
+use crate::listen;
+use crate::rt::SmolExecutor;
+
+/// Runs the daemon on `executor` until SIGINT/SIGTERM.
+pub async fn run(config: Config, executor: SmolExecutor) -> Result<(), DaemonError> {
+    let node = NodeServices::prepare(&config, Arc::new(executor.clone())).await?;
+    let (trigger, shutdown) = shutdown_pair();
+    let unix = listen::bind_unix(&node.socket).map_err(|e| {
+        format!(
+            "{}: cannot bind the local socket: {e}",
+            node.socket.display()
+        )
+    })?;
+    let tcp = listen::bind_tcp(node.listen)
+        .await
+        .map_err(|e| format!("{}: cannot listen: {e}", node.listen))?;
+    tracing::info!(
+        runtime = "smol",
+        node = %node.node_id,
+        socket = %node.socket.display(),
+        listen = %tcp.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        owner_credential = %node.owner_dir.display(),
+        "curator serving"
+    );
+    let unix_task = executor.spawn(listen::serve_unix(
+        unix,
+        node.socket.clone(),
+        node.node_id.clone(),
+        node.router.clone(),
+        executor.clone(),
+        shutdown.clone(),
+    ));
+    let tls_task = executor.spawn(listen::serve_tls(
+        tcp,
+        node.tls.clone(),
+        node.classifier.clone(),
+        node.router.clone(),
+        executor.clone(),
+        shutdown.clone(),
+    ));
+
+    let mut signals =
+        async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
+    signals.next().await;
+    tracing::info!("shutting down");
+    node.end_streams();
+    trigger.trigger();
+    let drained = async {
+        unix_task.await;
+        tls_task.await;
+    };
+    let grace = async {
+        async_io::Timer::after(node.shutdown_grace).await;
+    };
+    smol::future::or(drained, grace).await;
+    node.close();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Runs the daemon to completion on smol: a multi-threaded executor (one
+/// thread per core) driving [`run`].
+pub fn block_on_run(config: Config) -> Result<(), DaemonError> {
+    let executor = Arc::new(smol::Executor::new());
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let (stop, stopped) = smol::channel::unbounded::<()>();
+    let mut workers = Vec::new();
+    for i in 0..threads.saturating_sub(1) {
+        let (ex, stopped) = (executor.clone(), stopped.clone());
+        let worker = std::thread::Builder::new()
+            .name(format!("metropolis-smol-{i}"))
+            .spawn(move || smol::block_on(ex.run(stopped.recv())))?;
+        workers.push(worker);
+    }
+    let result = smol::block_on(executor.run(run(config, SmolExecutor::on(executor.clone()))));
+    drop(stop);
+    for w in workers {
+        let _ = w.join();
+    }
+    result
+}

@@ -1,0 +1,144 @@
+//! Listeners on smol: the local UNIX socket (the caller is this node) and
+//! TCP with TLS 1.3 (the caller is whoever its client certificate says).
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures_rustls::TlsAcceptor;
+use metropolis_core::identity::{Identity, NodeId};
+use metropolis_core::service::Router;
+use metropolis_host::grpc::{ServeOptions, serve_connection};
+use metropolis_host::peer::PeerClassifier;
+use metropolis_host::shutdown::Shutdown;
+use metropolis_host::socket::{prepare_socket_path, restrict_socket};
+use smol::net::TcpListener;
+use smol::net::unix::UnixListener;
+
+use crate::rt::{FuturesIo, SmolExecutor};
+
+/// Binds the local UNIX socket at `path` with mode 0600, replacing a stale
+/// socket file left by a previous run.
+pub fn bind_unix(path: &Path) -> io::Result<UnixListener> {
+    prepare_socket_path(path)?;
+    let listener = UnixListener::bind(path)?;
+    restrict_socket(path)?;
+    Ok(listener)
+}
+
+/// Binds the TLS listener.
+pub async fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// Serves `router` on the UNIX socket; every caller is node `me`.
+pub async fn serve_unix(
+    listener: UnixListener,
+    path: PathBuf,
+    me: NodeId,
+    router: Router,
+    executor: SmolExecutor,
+    shutdown: Shutdown,
+) {
+    let accept = async {
+        loop {
+            let stream = match listener.accept().await {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept on local socket failed");
+                    continue;
+                }
+            };
+            let (router, identity, shutdown, ex) = (
+                router.clone(),
+                Identity::Node(me.clone()),
+                shutdown.clone(),
+                executor.clone(),
+            );
+            executor
+                .spawn(async move {
+                    let io = FuturesIo::new(stream);
+                    let opts = ServeOptions::default();
+                    if let Err(e) =
+                        serve_connection(io, identity, router, ex, opts, shutdown.wait()).await
+                    {
+                        tracing::debug!(error = %e, "local connection ended with an error");
+                    }
+                })
+                .detach();
+        }
+    };
+    futures::select! {
+        _ = accept.fuse() => {}
+        _ = shutdown.clone().wait().fuse() => {}
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Serves `router` over TLS; each caller's identity comes from its client
+/// certificate, classified by `classifier`.
+pub async fn serve_tls(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    classifier: Arc<PeerClassifier>,
+    router: Router,
+    executor: SmolExecutor,
+    shutdown: Shutdown,
+) {
+    let acceptor = TlsAcceptor::from(tls);
+    let accept = async {
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept on TLS listener failed");
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, router, classifier, shutdown, ex) = (
+                acceptor.clone(),
+                router.clone(),
+                classifier.clone(),
+                shutdown.clone(),
+                executor.clone(),
+            );
+            executor
+                .spawn(async move {
+                    let handshake = acceptor.accept(tcp).map(Some);
+                    let timeout = async {
+                        async_io::Timer::after(Duration::from_secs(10)).await;
+                        None
+                    };
+                    let stream = match smol::future::or(handshake, timeout).await {
+                        Some(Ok(s)) => s,
+                        Some(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        None => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    let identity = classifier.classify(stream.get_ref().1.peer_certificates());
+                    tracing::debug!(%peer, %identity, "TLS connection");
+                    let io = FuturesIo::new(stream);
+                    let opts = ServeOptions::default();
+                    if let Err(e) =
+                        serve_connection(io, identity, router, ex, opts, shutdown.wait()).await
+                    {
+                        tracing::debug!(%peer, error = %e, "TLS connection ended with an error");
+                    }
+                })
+                .detach();
+        }
+    };
+    futures::select! {
+        _ = accept.fuse() => {}
+        _ = shutdown.clone().wait().fuse() => {}
+    }
+}
