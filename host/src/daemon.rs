@@ -87,6 +87,16 @@ pub struct Config {
 }
 
 impl Config {
+    /// The daemon's defaults for `data_dir`, listening for TLS on `listen`
+    /// (port 0 picks a free port): the configuration an embedder starts
+    /// from.
+    pub fn new(data_dir: impl Into<PathBuf>, listen: SocketAddr) -> Self {
+        let mut config = Config::parse_from(["metropolisd"]);
+        config.data_dir = data_dir.into();
+        config.listen = listen;
+        config
+    }
+
     /// The socket path, defaulted from the data directory.
     pub fn socket_path(&self) -> PathBuf {
         self.socket

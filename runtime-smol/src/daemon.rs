@@ -1,19 +1,32 @@
 //! `metropolisd` on smol: listeners, signals and the executor around
 //! [`metropolis_host::daemon`].
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use metropolis_host::daemon::{Config, DaemonError, NodeServices};
-use metropolis_host::shutdown::shutdown_pair;
+use metropolis_host::shutdown::{Shutdown, shutdown_pair};
 
 use crate::listen;
 use crate::rt::SmolExecutor;
 
-/// Runs the daemon on `executor` until SIGINT/SIGTERM.
-pub async fn run(config: Config, executor: SmolExecutor) -> Result<(), DaemonError> {
-    let node = NodeServices::prepare(&config, Arc::new(executor.clone())).await?;
-    let (trigger, shutdown) = shutdown_pair();
+/// The listeners of a node, serving until their [`Shutdown`] fires.
+pub struct Serving {
+    /// The TLS listener's bound address (useful with port 0).
+    pub tls_addr: SocketAddr,
+    unix_task: smol::Task<()>,
+    tls_task: smol::Task<()>,
+}
+
+/// Binds the node's UNIX socket and TLS listener and serves its router on
+/// `executor` until `shutdown` fires. This is what an embedder calls.
+pub async fn start(
+    node: &NodeServices,
+    executor: SmolExecutor,
+    shutdown: Shutdown,
+) -> Result<Serving, DaemonError> {
     let unix = listen::bind_unix(&node.socket).map_err(|e| {
         format!(
             "{}: cannot bind the local socket: {e}",
@@ -23,14 +36,7 @@ pub async fn run(config: Config, executor: SmolExecutor) -> Result<(), DaemonErr
     let tcp = listen::bind_tcp(node.listen)
         .await
         .map_err(|e| format!("{}: cannot listen: {e}", node.listen))?;
-    tracing::info!(
-        runtime = "smol",
-        node = %node.node_id,
-        socket = %node.socket.display(),
-        listen = %tcp.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-        owner_credential = %node.owner_dir.display(),
-        "curator serving"
-    );
+    let tls_addr = tcp.local_addr()?;
     let unix_task = executor.spawn(listen::serve_unix(
         unix,
         node.socket.clone(),
@@ -45,23 +51,55 @@ pub async fn run(config: Config, executor: SmolExecutor) -> Result<(), DaemonErr
         node.classifier.clone(),
         node.router.clone(),
         executor.clone(),
-        shutdown.clone(),
+        shutdown,
     ));
+    Ok(Serving {
+        tls_addr,
+        unix_task,
+        tls_task,
+    })
+}
 
+impl Serving {
+    /// Waits for the listeners to stop (after the shutdown fired), at most
+    /// `grace`.
+    pub async fn drain(self, grace: Duration) {
+        let Serving {
+            unix_task,
+            tls_task,
+            ..
+        } = self;
+        let drained = async {
+            unix_task.await;
+            tls_task.await;
+        };
+        let timeout = async {
+            async_io::Timer::after(grace).await;
+        };
+        smol::future::or(drained, timeout).await;
+    }
+}
+
+/// Runs the daemon on `executor` until SIGINT/SIGTERM.
+pub async fn run(config: Config, executor: SmolExecutor) -> Result<(), DaemonError> {
+    let node = NodeServices::prepare(&config, Arc::new(executor.clone())).await?;
+    let (trigger, shutdown) = shutdown_pair();
     let mut signals =
         async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
+    let serving = start(&node, executor, shutdown).await?;
+    tracing::info!(
+        runtime = "smol",
+        node = %node.node_id,
+        socket = %node.socket.display(),
+        listen = %serving.tls_addr,
+        owner_credential = %node.owner_dir.display(),
+        "curator serving"
+    );
     signals.next().await;
     tracing::info!("shutting down");
     node.end_streams();
     trigger.trigger();
-    let drained = async {
-        unix_task.await;
-        tls_task.await;
-    };
-    let grace = async {
-        async_io::Timer::after(node.shutdown_grace).await;
-    };
-    smol::future::or(drained, grace).await;
+    serving.drain(node.shutdown_grace).await;
     node.close();
     tracing::info!("stopped");
     Ok(())

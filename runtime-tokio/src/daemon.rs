@@ -1,17 +1,27 @@
 //! `metropolisd` on tokio: listeners, signals and the executor around
 //! [`metropolis_host::daemon`].
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use metropolis_host::daemon::{Config, DaemonError, NodeServices, RuntimeKind, init_logging};
 
-use crate::listen;
+use crate::listen::{self, Shutdown, shutdown_pair};
 use crate::rt::TokioSpawner;
 
-/// Runs the daemon on the current tokio runtime until SIGINT/SIGTERM.
-pub async fn run(config: Config) -> Result<(), DaemonError> {
-    let node = NodeServices::prepare(&config, Arc::new(TokioSpawner::current())).await?;
-    let (trigger, shutdown) = listen::shutdown_pair();
+/// The listeners of a node, serving until their [`Shutdown`] fires.
+pub struct Serving {
+    /// The TLS listener's bound address (useful with port 0).
+    pub tls_addr: SocketAddr,
+    unix_task: tokio::task::JoinHandle<()>,
+    tls_task: tokio::task::JoinHandle<()>,
+}
+
+/// Binds the node's UNIX socket and TLS listener and serves its router on
+/// the current tokio runtime until `shutdown` fires. This is what an
+/// embedder calls.
+pub async fn start(node: &NodeServices, shutdown: Shutdown) -> Result<Serving, DaemonError> {
     let unix = listen::bind_unix(&node.socket).map_err(|e| {
         format!(
             "{}: cannot bind the local socket: {e}",
@@ -21,14 +31,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     let tcp = listen::bind_tcp(node.listen)
         .await
         .map_err(|e| format!("{}: cannot listen: {e}", node.listen))?;
-    tracing::info!(
-        runtime = "tokio",
-        node = %node.node_id,
-        socket = %node.socket.display(),
-        listen = %tcp.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-        owner_credential = %node.owner_dir.display(),
-        "curator serving"
-    );
+    let tls_addr = tcp.local_addr()?;
     let unix_task = tokio::spawn(listen::serve_unix(
         unix,
         node.socket.clone(),
@@ -41,32 +44,62 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         node.tls.clone(),
         node.classifier.clone(),
         node.router.clone(),
-        shutdown.clone(),
+        shutdown,
     ));
+    Ok(Serving {
+        tls_addr,
+        unix_task,
+        tls_task,
+    })
+}
 
-    wait_for_signal().await?;
+impl Serving {
+    /// Waits for the listeners to stop (after the shutdown fired), at most
+    /// `grace`.
+    pub async fn drain(self, grace: Duration) {
+        let _ = tokio::time::timeout(grace, async {
+            let _ = self.unix_task.await;
+            let _ = self.tls_task.await;
+        })
+        .await;
+    }
+}
+
+/// Runs the daemon on the current tokio runtime until SIGINT/SIGTERM.
+pub async fn run(config: Config) -> Result<(), DaemonError> {
+    let node = NodeServices::prepare(&config, Arc::new(TokioSpawner::current())).await?;
+    let (trigger, shutdown) = shutdown_pair();
+    let signals = signals()?;
+    let serving = start(&node, shutdown).await?;
+    tracing::info!(
+        runtime = "tokio",
+        node = %node.node_id,
+        socket = %node.socket.display(),
+        listen = %serving.tls_addr,
+        owner_credential = %node.owner_dir.display(),
+        "curator serving"
+    );
+    signals.await;
     tracing::info!("shutting down");
     node.end_streams();
     trigger.trigger();
-    let _ = tokio::time::timeout(node.shutdown_grace, async {
-        let _ = unix_task.await;
-        let _ = tls_task.await;
-    })
-    .await;
+    serving.drain(node.shutdown_grace).await;
     node.close();
     tracing::info!("stopped");
     Ok(())
 }
 
-async fn wait_for_signal() -> Result<(), DaemonError> {
+/// Installs the SIGTERM/SIGINT handlers; the future resolves on either.
+fn signals() -> Result<impl std::future::Future<Output = ()>, DaemonError> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    Ok(())
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }
 
 /// Entry point of the `metropolisd` binary: parses flags, sets up logging,
