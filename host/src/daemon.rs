@@ -268,6 +268,18 @@ impl NodeServices {
         })
     }
 
+    /// Logs where the node serves, once its listeners are bound.
+    pub fn log_serving(&self, runtime: RuntimeKind, tls_addr: SocketAddr) {
+        tracing::info!(
+            %runtime,
+            node = %self.node_id,
+            socket = %self.socket.display(),
+            listen = %tls_addr,
+            owner_credential = %self.owner_dir.display(),
+            "curator serving"
+        );
+    }
+
     /// Ends every open Watch stream with Unavailable ("curator backend
     /// switched, request can be retried"); call first on shutdown.
     pub fn end_streams(&self) {

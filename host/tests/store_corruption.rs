@@ -2,55 +2,14 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::io::Write;
 use std::path::Path;
 
-use bytes::Bytes;
-use metropolis_core::store::{KeyRange, KeyValue, Op, OpResult, Revision, Txn};
+use common::*;
+use metropolis_core::store::{KeyValue, Revision};
 use metropolis_host::store::{Corruption, EmbeddedStore, OpenError, StoreOptions};
-
-/// Runs a future to completion on this thread (the workspace's `futures`
-/// is built without its executor).
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: std::sync::Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return output;
-        }
-        std::thread::park();
-    }
-}
-
-fn put(key: &str, value: &str) -> Txn {
-    Txn {
-        success: vec![Op::Put {
-            key: Bytes::copy_from_slice(key.as_bytes()),
-            value: Bytes::copy_from_slice(value.as_bytes()),
-            lease: 0,
-        }],
-        ..Txn::default()
-    }
-}
-
-fn dump(store: &EmbeddedStore) -> (Revision, Vec<KeyValue>) {
-    let r = block_on(store.txn(Txn {
-        success: vec![Op::Range(KeyRange::Prefix(Bytes::new()))],
-        ..Txn::default()
-    }))
-    .unwrap();
-    match r.results.into_iter().next() {
-        Some(OpResult::Range(kvs)) => (r.revision, kvs),
-        other => panic!("{other:?}"),
-    }
-}
 
 /// A store with `n` committed puts, closed; returns its state.
 fn populate(dir: &Path, n: usize, options: StoreOptions) -> (Revision, Vec<KeyValue>) {

@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -12,28 +14,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::*;
 use metropolis_core::store::{KeyRange, Op, Txn};
 use metropolis_host::store::{EmbeddedStore, StoreOptions};
-
-/// Runs a future to completion on this thread (the workspace's `futures`
-/// is built without its executor).
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: std::sync::Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return output;
-        }
-        std::thread::park();
-    }
-}
 
 const CHILD_DIR: &str = "METROPOLIS_STORE_CRASH_CHILD_DIR";
 const CHILD_ROUND: &str = "METROPOLIS_STORE_CRASH_CHILD_ROUND";

@@ -6,36 +6,19 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
 use bytes::Bytes;
+use common::*;
 use metropolis_core::store::{KeyRange, Op, OpResult, StoreError, Txn};
 use metropolis_host::store::{EmbeddedStore, StoreOptions};
 
-/// Runs a future to completion on this thread (the workspace's `futures`
-/// is built without its executor).
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: std::sync::Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return output;
-        }
-        std::thread::park();
-    }
-}
-
 const CHILD_DIR: &str = "METROPOLIS_STORE_FAILURE_CHILD_DIR";
 
-fn put(key: &str) -> Txn {
+fn put_padded(key: &str) -> Txn {
     Txn {
         success: vec![Op::Put {
             key: Bytes::copy_from_slice(key.as_bytes()),
@@ -55,7 +38,7 @@ fn write_failure_child() {
     let store = EmbeddedStore::open(Path::new(&dir), StoreOptions::default()).unwrap();
     for i in 0..100_000 {
         let key = format!("k{i}");
-        match block_on(store.txn(put(&key))) {
+        match block_on(store.txn(put_padded(&key))) {
             Ok(r) => println!("ack {key} {}", r.revision),
             Err(StoreError::Unavailable(why)) => {
                 println!("failed {why}");
@@ -64,7 +47,7 @@ fn write_failure_child() {
             Err(e) => panic!("{e}"),
         }
     }
-    let later = block_on(store.txn(put("later")));
+    let later = block_on(store.txn(put_padded("later")));
     println!(
         "later-fails {}",
         matches!(later, Err(StoreError::Unavailable(_)))
@@ -135,5 +118,5 @@ fn failed_write_fails_the_store_and_acknowledges_nothing_lost() {
         }
     }
     // And the store works again.
-    block_on(store.txn(put("again"))).unwrap();
+    block_on(store.txn(put_padded("again"))).unwrap();
 }

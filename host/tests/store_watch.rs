@@ -2,48 +2,16 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::*;
 use futures::StreamExt;
 use metropolis_core::ports::KvStore;
 use metropolis_core::store::{EventKind, KeyRange, Op, Revision, StoreError, Txn};
 use metropolis_host::store::{EmbeddedStore, StoreOptions};
-
-/// Runs a future to completion on this thread (the workspace's `futures`
-/// is built without its executor).
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: std::sync::Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return output;
-        }
-        std::thread::park();
-    }
-}
-
-fn b(s: &str) -> Bytes {
-    Bytes::copy_from_slice(s.as_bytes())
-}
-
-fn put(key: &str, value: &str) -> Txn {
-    Txn {
-        success: vec![Op::Put {
-            key: b(key),
-            value: b(value),
-            lease: 0,
-        }],
-        ..Txn::default()
-    }
-}
 
 fn txn(store: &EmbeddedStore, t: Txn) -> Revision {
     block_on(KvStore::txn(store, t)).unwrap().revision

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use metropolis_host::daemon::{Config, DaemonError, NodeServices};
+use metropolis_host::daemon::{Config, DaemonError, NodeServices, RuntimeKind};
 use metropolis_host::shutdown::{Shutdown, shutdown_pair};
 
 use crate::listen;
@@ -87,14 +87,7 @@ pub async fn run(config: Config, executor: SmolExecutor) -> Result<(), DaemonErr
     let mut signals =
         async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
     let serving = start(&node, executor, shutdown).await?;
-    tracing::info!(
-        runtime = "smol",
-        node = %node.node_id,
-        socket = %node.socket.display(),
-        listen = %serving.tls_addr,
-        owner_credential = %node.owner_dir.display(),
-        "curator serving"
-    );
+    node.log_serving(RuntimeKind::Smol, serving.tls_addr);
     signals.next().await;
     tracing::info!("shutting down");
     node.end_streams();

@@ -4,47 +4,14 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use metropolis_host::connect::server_name;
 use metropolis_host::grpc::Channel;
-use rustls::pki_types::ServerName;
 use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::TlsConnector;
 
 use crate::rt::{TokioExecutor, TokioIo};
 
-/// Why a connection could not be made.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum ConnectError {
-    /// The socket or TCP connection failed.
-    Io {
-        /// What was being connected to.
-        target: String,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// The HTTP/2 handshake failed.
-    Http2 {
-        /// What was being connected to.
-        target: String,
-        /// The error.
-        source: hyper::Error,
-    },
-}
-
-impl std::fmt::Display for ConnectError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ConnectError::Io { target, source } => {
-                write!(f, "cannot connect to {target}: {source}")
-            }
-            ConnectError::Http2 { target, source } => {
-                write!(f, "HTTP/2 handshake with {target} failed: {source}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for ConnectError {}
+pub use metropolis_host::connect::ConnectError;
 
 /// Connects over the local UNIX socket at `path`.
 pub async fn unix(path: &Path) -> Result<Channel, ConnectError> {
@@ -69,14 +36,7 @@ pub async fn tls(addr: &str, config: Arc<rustls::ClientConfig>) -> Result<Channe
     };
     let tcp = TcpStream::connect(addr).await.map_err(io_err)?;
     let _ = tcp.set_nodelay(true);
-    let host = addr
-        .rsplit_once(':')
-        .map(|(h, _)| h)
-        .unwrap_or(addr)
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    let name = ServerName::try_from(host.to_string())
-        .map_err(|e| io_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
+    let name = server_name(addr)?;
     let stream = TlsConnector::from(config)
         .connect(name, tcp)
         .await

@@ -71,14 +71,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     let (trigger, shutdown) = shutdown_pair();
     let signals = signals()?;
     let serving = start(&node, shutdown).await?;
-    tracing::info!(
-        runtime = "tokio",
-        node = %node.node_id,
-        socket = %node.socket.display(),
-        listen = %serving.tls_addr,
-        owner_credential = %node.owner_dir.display(),
-        "curator serving"
-    );
+    node.log_serving(RuntimeKind::Tokio, serving.tls_addr);
     signals.await;
     tracing::info!("shutting down");
     node.end_streams();
