@@ -3,9 +3,7 @@
 //! - prost messages and tonic clients/servers for every package (`mod.rs`),
 //! - the encoded file descriptor set (`descriptor.bin`),
 //! - the per-method authorization table read from the `authorization`
-//!   method option of the descriptors (`authorization.rs`),
-//! - a second Curator server whose `Watch` responses are pre-encoded
-//!   (`wire/`), so that one encoding of a node serves every stream.
+//!   method option of the descriptors (`authorization.rs`).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -19,8 +17,6 @@ const PROTOS: &[&str] = &[
     "cloud/bmaas/server/api/agent.proto",
     "metropolis/proto/api/debug.proto",
 ];
-
-const CURATOR: &str = "metropolis.node.core.curator.proto.api.Curator";
 
 type BuildResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -49,13 +45,6 @@ fn main() -> BuildResult {
         .bytes(".")
         .compile_fds(fds)?;
 
-    let wire = out.join("wire");
-    std::fs::create_dir_all(&wire)?;
-    tonic_prost_build::manual::Builder::new()
-        .build_client(false)
-        .build_transport(false)
-        .out_dir(&wire)
-        .compile(&[wire_curator(&pool)?]);
     Ok(())
 }
 
@@ -124,54 +113,4 @@ fn enum_variant(proto_name: &str) -> String {
             }
         })
         .collect()
-}
-
-/// The Curator service as in its descriptor, except that `Watch` streams
-/// `crate::wire::EncodedWatchEvent` (pre-encoded nodes) instead of
-/// `WatchEvent`. Same wire bytes, one encoding per node for all streams.
-fn wire_curator(pool: &DescriptorPool) -> Result<tonic_prost_build::manual::Service, String> {
-    use tonic_prost_build::manual::{Method, Service};
-    let service = pool
-        .get_service_by_name(CURATOR)
-        .ok_or("Curator service missing from descriptors")?;
-    let api = "crate::metropolis::node::core::curator::proto::api";
-    let mut builder = Service::builder()
-        .name("Curator")
-        .package(service.package_name());
-    for m in service.methods() {
-        let output = if m.name() == "Watch" {
-            "crate::wire::EncodedWatchEvent".to_string()
-        } else {
-            format!("{api}::{}", m.output().name())
-        };
-        let mut mb = Method::builder()
-            .name(snake(m.name()))
-            .route_name(m.name())
-            .input_type(format!("{api}::{}", m.input().name()))
-            .output_type(output)
-            .codec_path("tonic_prost::ProstCodec");
-        if m.is_client_streaming() {
-            mb = mb.client_streaming();
-        }
-        if m.is_server_streaming() {
-            mb = mb.server_streaming();
-        }
-        builder = builder.method(mb.build());
-    }
-    Ok(builder.build())
-}
-
-fn snake(name: &str) -> String {
-    let mut s = String::new();
-    for (i, c) in name.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 {
-                s.push('_');
-            }
-            s.push(c.to_ascii_lowercase());
-        } else {
-            s.push(c);
-        }
-    }
-    s
 }

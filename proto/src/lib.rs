@@ -7,8 +7,7 @@
 //! - [`FILE_DESCRIPTOR_SET`] is the encoded descriptor set of every file.
 //! - [`authorization`] is the per-method policy read from the
 //!   `metropolis.proto.ext.authorization` option at build time.
-//! - [`wire`] holds the pre-encoded Watch event and the Curator server that
-//!   streams it.
+//! - [`wire`] holds the pre-encoded Watch event.
 //!
 //! Generated code carries no transport: clients and servers are generic
 //! over the HTTP/2 service, so the crate works on any async runtime.

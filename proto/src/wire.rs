@@ -7,20 +7,12 @@
 //! [`EncodedWatchEvent`] is that message: the bytes it puts on the wire are
 //! exactly those of the equivalent [`WatchEvent`](crate::prelude::curator::WatchEvent),
 //! so clients decode it with the ordinary generated type.
-//!
-//! [`curator_server`] is the Curator server generated from the same
-//! descriptor, with `Watch` streaming this type.
 
 use bytes::{Buf, BufMut, Bytes};
 use prost::encoding::{self, DecodeContext, WireType};
 use prost::{DecodeError, Message};
 
 use crate::prelude::curator::watch_event::{NodeTombstone, Progress};
-
-include!(concat!(
-    env!("OUT_DIR"),
-    "/wire/metropolis.node.core.curator.proto.api.Curator.rs"
-));
 
 const NODES: u32 = 1;
 const PROGRESS: u32 = 2;

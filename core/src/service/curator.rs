@@ -1,18 +1,15 @@
 //! The Curator and NodeManagement services over a [`KvStore`].
 
-use std::pin::Pin;
 use std::sync::Arc;
 
-use futures::Stream;
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
     AddNodeRequest, AddNodeResponse, RemoveNodeRequest, RemoveNodeResponse, node_management_server,
 };
 use metropolis_proto::prelude::{common, curator, storage};
-use metropolis_proto::wire::{EncodedWatchEvent, curator_server};
 use prost::Message;
 use tonic::{Request, Response, Status};
 
-use super::watch_cache::WatchCache;
+use super::watch_cache::{WatchCache, WatchStream};
 use crate::curator::{NODE_RECORD_SCHEMA, decode_record, node_key, validate_status};
 use crate::identity::{Identity, NodeId};
 use crate::ports::{CertIssuer, KvStore};
@@ -22,7 +19,7 @@ use crate::store::{
 
 /// How often a status update retries after losing a compare-and-swap race
 /// before giving up with Aborted.
-const MAX_CAS_ATTEMPTS: usize = 32;
+const MAX_CAS_ATTEMPTS: usize = 256;
 
 /// The Curator (`Watch`, `UpdateNodeStatus`) and the private
 /// NodeManagement (`AddNode`, `RemoveNode`) services.
@@ -40,14 +37,6 @@ pub struct CuratorService {
 
 pub(crate) fn store_status(e: StoreError) -> Status {
     Status::unavailable(format!("{e}; request can be retried"))
-}
-
-fn identity<T>(request: &Request<T>) -> Identity {
-    request
-        .extensions()
-        .get::<Identity>()
-        .cloned()
-        .unwrap_or(Identity::Unauthenticated)
 }
 
 impl CuratorService {
@@ -70,9 +59,9 @@ impl CuratorService {
         &self.cache
     }
 
-    /// The generated Curator server for this service.
-    pub fn curator_server(&self) -> curator_server::CuratorServer<Self> {
-        curator_server::CuratorServer::new(self.clone())
+    /// The Curator service, ready for the [`Router`](super::Router).
+    pub fn curator_server(&self) -> super::curator_http::CuratorHttp {
+        super::curator_http::CuratorHttp::new(self.clone())
     }
 
     /// The generated NodeManagement server for this service.
@@ -127,43 +116,37 @@ impl CuratorService {
     }
 }
 
-type WatchStream = Pin<Box<dyn Stream<Item = Result<EncodedWatchEvent, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl curator_server::Curator for CuratorService {
-    type WatchStream = WatchStream;
-
-    async fn watch(
-        &self,
-        request: Request<curator::WatchRequest>,
-    ) -> Result<Response<WatchStream>, Status> {
+impl CuratorService {
+    /// `Curator.Watch`: validates the request and opens a stream on the
+    /// shared watch cache.
+    pub fn open_watch(&self, request: curator::WatchRequest) -> Result<WatchStream, Status> {
         use curator::watch_request::Kind;
-        let stream = match request.into_inner().kind {
-            None => {
-                return Err(Status::invalid_argument(
-                    "kind: must be set to node_in_cluster or nodes_in_cluster",
-                ));
-            }
+        match request.kind {
+            None => Err(Status::invalid_argument(
+                "kind: must be set to node_in_cluster or nodes_in_cluster",
+            )),
             Some(Kind::NodeInCluster(n)) => {
                 let id = NodeId::parse(&n.node_id).map_err(|e| {
                     Status::invalid_argument(format!("node_in_cluster.node_id: {e}"))
                 })?;
-                self.cache.watch_node(id.as_str())
+                Ok(self.cache.watch_node(id.as_str()))
             }
-            Some(Kind::NodesInCluster(_)) => self.cache.watch_nodes(),
-        };
-        Ok(Response::new(Box::pin(stream)))
+            Some(Kind::NodesInCluster(_)) => Ok(self.cache.watch_nodes()),
+        }
     }
 
-    async fn update_node_status(
+    /// `Curator.UpdateNodeStatus` on behalf of `caller`: a node may update
+    /// only itself. The write is a compare-and-swap on the record's
+    /// revision; on conflict the failed transaction returns the current
+    /// record and the update is retried on it.
+    pub async fn update_node_status(
         &self,
-        request: Request<curator::UpdateNodeStatusRequest>,
-    ) -> Result<Response<curator::UpdateNodeStatusResponse>, Status> {
-        let caller = identity(&request);
-        let req = request.into_inner();
-        let id = NodeId::parse(&req.node_id)
+        caller: &Identity,
+        request: curator::UpdateNodeStatusRequest,
+    ) -> Result<(), Status> {
+        let id = NodeId::parse(&request.node_id)
             .map_err(|e| Status::invalid_argument(format!("node_id: {e}")))?;
-        match &caller {
+        match caller {
             Identity::Node(me) if *me == id => {}
             Identity::Node(me) => {
                 return Err(Status::permission_denied(format!(
@@ -177,10 +160,11 @@ impl curator_server::Curator for CuratorService {
             }
         }
         let status =
-            validate_status(req.status).map_err(|e| Status::invalid_argument(e.to_string()))?;
+            validate_status(request.status).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let key = node_key(&id);
+        let mut current = self.get(key.clone()).await?;
         for _ in 0..MAX_CAS_ATTEMPTS {
-            let Some(kv) = self.get(key.clone()).await? else {
+            let Some(kv) = current else {
                 return Err(Status::not_found(format!("node {id} not found")));
             };
             let mut record = decode_record(&kv).map_err(|e| Status::internal(e.to_string()))?;
@@ -196,11 +180,16 @@ impl curator_server::Curator for CuratorService {
                     value: record.encode_to_vec().into(),
                     lease: 0,
                 }],
-                failure: vec![],
+                failure: vec![Op::Range(KeyRange::Key(key.clone()))],
             };
-            if self.store.txn(txn).await.map_err(store_status)?.succeeded {
-                return Ok(Response::new(curator::UpdateNodeStatusResponse {}));
+            let mut response = self.store.txn(txn).await.map_err(store_status)?;
+            if response.succeeded {
+                return Ok(());
             }
+            current = match response.results.pop() {
+                Some(OpResult::Range(mut kvs)) => kvs.pop(),
+                _ => return Err(Status::internal("store returned no range result")),
+            };
         }
         Err(Status::aborted(format!(
             "node {id}: {MAX_CAS_ATTEMPTS} concurrent modifications in a row; request can be retried"

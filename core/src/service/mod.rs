@@ -6,9 +6,11 @@
 //! [`Identity`](crate::identity::Identity) into the request extensions.
 
 mod curator;
+mod curator_http;
 mod router;
 mod watch_cache;
 
 pub use curator::CuratorService;
+pub use curator_http::{CuratorHttp, WatchBody};
 pub use router::{GrpcService, Router};
 pub use watch_cache::{WatchCache, WatchCacheOptions, WatchStream};

@@ -132,6 +132,60 @@ impl CpuMeter {
     }
 }
 
+/// Number of CPUs of the machine.
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Busy and total jiffies of the whole machine (first line of
+/// `/proc/stat`; idle and iowait count as not busy).
+fn host_jiffies() -> Result<(f64, f64)> {
+    let text = std::fs::read_to_string("/proc/stat").context(|| "reading /proc/stat".into())?;
+    let line = text
+        .lines()
+        .next()
+        .filter(|l| l.starts_with("cpu "))
+        .ok_or("/proc/stat: no cpu line")?;
+    let values: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse::<f64>())
+        .collect::<std::result::Result<_, _>>()
+        .context(|| format!("/proc/stat: unreadable line {line:?}"))?;
+    // user nice system idle iowait irq softirq steal (guest is in user).
+    let total: f64 = values.iter().take(8).sum();
+    let idle = values.get(3).copied().unwrap_or(0.0) + values.get(4).copied().unwrap_or(0.0);
+    Ok((total - idle, total))
+}
+
+/// CPU usage of the whole machine (every process, also those of others)
+/// over a time window, to tell whether something else competed.
+#[derive(Clone, Copy, Debug)]
+pub struct HostCpuMeter {
+    busy: f64,
+    total: f64,
+}
+
+impl HostCpuMeter {
+    /// Starts measuring.
+    pub fn start() -> Result<HostCpuMeter> {
+        let (busy, total) = host_jiffies()?;
+        Ok(HostCpuMeter { busy, total })
+    }
+
+    /// Average number of busy cores since [`HostCpuMeter::start`].
+    pub fn cores(&self) -> Result<f64> {
+        let (busy, total) = host_jiffies()?;
+        let cpus = cpus() as f64;
+        let dt = total - self.total;
+        Ok(if dt > 0.0 {
+            (busy - self.busy) / dt * cpus
+        } else {
+            0.0
+        })
+    }
+}
+
 // ---------------------------------------------------------------- numbers
 
 /// The `p`-th percentile (0..=100, nearest rank) of sorted `values`; 0 when
@@ -239,7 +293,7 @@ pub async fn add_nodes(
             .context(|| format!("AddNode #{index}"))?
             .into_inner();
             let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-            if n % 1000 == 0 || n == count {
+            if n.is_multiple_of(1000) || n == count {
                 let secs = started.elapsed().as_secs_f64();
                 println!(
                     "  added {n}/{count} nodes in {secs:.1} s ({:.0}/s)",
@@ -281,7 +335,12 @@ pub async fn add_nodes(
 /// `timestamp.nanos`, so that a watcher can tell which update it sees.
 pub fn status(writer: u32, seq: u32) -> common::NodeStatus {
     common::NodeStatus {
-        external_address: format!("10.{}.{}.{}", (writer >> 16) & 255, (writer >> 8) & 255, writer & 255),
+        external_address: format!(
+            "10.{}.{}.{}",
+            (writer >> 16) & 255,
+            (writer >> 8) & 255,
+            writer & 255
+        ),
         timestamp: Some(prost_types::Timestamp {
             seconds: i64::from(seq),
             nanos: i32::try_from(writer % 1_000_000_000).unwrap_or(0),
