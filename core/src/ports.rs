@@ -9,7 +9,7 @@ use std::pin::Pin;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
-use crate::store::{Event, KeyRange, Revision, StoreError, Txn, TxnResponse};
+use crate::store::{Event, KeyRange, KeyValue, Revision, StoreError, Txn, TxnResponse};
 
 /// A batch of watch events, in revision order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +25,30 @@ pub struct WatchBatch {
 pub trait KvStore: Send + Sync + 'static {
     /// Runs a transaction. Resolves once the result is durable.
     fn txn(&self, txn: Txn) -> BoxFuture<'static, Result<TxnResponse, StoreError>>;
+
+    /// Reads `range` without waiting for writes still in flight to become
+    /// durable. Only for preparing a compare-and-swap: the write's compares
+    /// must check what this returned, and the write is acknowledged only
+    /// once durable (which, in a log, makes everything before it durable).
+    /// The default is a durable read.
+    fn read_for_update(
+        &self,
+        range: KeyRange,
+    ) -> BoxFuture<'static, Result<Vec<KeyValue>, StoreError>> {
+        use futures::FutureExt;
+        let txn = Txn {
+            success: vec![crate::store::Op::Range(range)],
+            ..Default::default()
+        };
+        self.txn(txn)
+            .map(|r| match r?.results.pop() {
+                Some(crate::store::OpResult::Range(kvs)) => Ok(kvs),
+                _ => Err(StoreError::Unavailable(
+                    "store returned no range result".into(),
+                )),
+            })
+            .boxed()
+    }
 
     /// Streams every change of `range` from `start_revision` (inclusive)
     /// on, in revision order. Ends with `Err(StoreError::Compacted)` when

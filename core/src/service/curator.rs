@@ -13,9 +13,7 @@ use super::watch_cache::{WatchCache, WatchStream};
 use crate::curator::{NODE_RECORD_SCHEMA, decode_record, node_key, validate_status};
 use crate::identity::{Identity, NodeId};
 use crate::ports::{CertIssuer, KvStore};
-use crate::store::{
-    CmpOp, Compare, CompareTarget, KeyRange, KeyValue, Op, OpResult, StoreError, Txn,
-};
+use crate::store::{CmpOp, Compare, CompareTarget, KeyRange, Op, OpResult, StoreError, Txn};
 
 /// How often a status update retries after losing a compare-and-swap race
 /// before giving up with Aborted.
@@ -67,18 +65,6 @@ impl CuratorService {
     /// The generated NodeManagement server for this service.
     pub fn management_server(&self) -> node_management_server::NodeManagementServer<Self> {
         node_management_server::NodeManagementServer::new(self.clone())
-    }
-
-    async fn get(&self, key: bytes::Bytes) -> Result<Option<KeyValue>, Status> {
-        let txn = Txn {
-            success: vec![Op::Range(KeyRange::Key(key))],
-            ..Default::default()
-        };
-        let mut resp = self.store.txn(txn).await.map_err(store_status)?;
-        match resp.results.pop() {
-            Some(OpResult::Range(mut kvs)) => Ok(kvs.pop()),
-            _ => Err(Status::internal("store returned no range result")),
-        }
     }
 
     /// Creates the record of a node if it does not exist yet. Returns
@@ -162,7 +148,12 @@ impl CuratorService {
         let status =
             validate_status(request.status).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let key = node_key(&id);
-        let mut current = self.get(key.clone()).await?;
+        let mut current = self
+            .store
+            .read_for_update(KeyRange::Key(key.clone()))
+            .await
+            .map_err(store_status)?
+            .pop();
         for _ in 0..MAX_CAS_ATTEMPTS {
             let Some(kv) = current else {
                 return Err(Status::not_found(format!("node {id} not found")));

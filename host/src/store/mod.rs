@@ -100,8 +100,8 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use metropolis_core::ports::{KvStore, WatchBatch};
 use metropolis_core::store::{
-    KeyRange, LeaseId, LeaseInfo, MemStore, Op, Record, Revision, StoreError, Txn, TxnResponse,
-    WatchId, encode_record,
+    KeyRange, KeyValue, LeaseId, LeaseInfo, MemStore, Op, Record, Revision, StoreError, Txn,
+    TxnResponse, WatchId, encode_record,
 };
 use metropolis_core::time::Instant;
 
@@ -585,6 +585,15 @@ impl Drop for EmbeddedStore {
 impl KvStore for EmbeddedStore {
     fn txn(&self, txn: Txn) -> BoxFuture<'static, Result<TxnResponse, StoreError>> {
         EmbeddedStore::txn(self, txn)
+    }
+
+    fn read_for_update(
+        &self,
+        range: KeyRange,
+    ) -> BoxFuture<'static, Result<Vec<KeyValue>, StoreError>> {
+        let state = self.shared.lock();
+        let result = state.check_open().map(|()| state.mem.range(&range));
+        futures::future::ready(result).boxed()
     }
 
     fn watch(

@@ -27,10 +27,14 @@ pub struct FanoutArgs {
     /// before the streams open; the daemon's own node comes on top.
     #[arg(long, default_value_t = 5000)]
     pub nodes: usize,
-    /// Concurrent Watch(NodesInCluster) streams, one UNIX-socket
-    /// connection each.
+    /// Concurrent Watch(NodesInCluster) streams over the UNIX socket.
     #[arg(long, default_value_t = 1000)]
     pub streams: usize,
+    /// Streams multiplexed on one HTTP/2 connection (1: a connection per
+    /// stream, like independent watchers; more: per-stream cost without
+    /// per-connection buffers).
+    #[arg(long, default_value_t = 1)]
+    pub streams_per_connection: usize,
     /// UpdateNodeStatus calls per second, in total, on a fixed schedule.
     #[arg(long, default_value_t = 500)]
     pub rate: u64,
@@ -122,8 +126,34 @@ struct StreamOutcome {
     error: Option<String>,
 }
 
-async fn open_watch(socket: &Path) -> Result<tonic::Streaming<LiteEvent>> {
-    let channel = unix_channel(socket).await?;
+/// The HTTP/2 connections the streams share, opened on first use.
+struct Connections {
+    socket: PathBuf,
+    per_connection: usize,
+    cells: Vec<tokio::sync::OnceCell<Channel>>,
+}
+
+impl Connections {
+    fn new(socket: PathBuf, streams: usize, per_connection: usize) -> Self {
+        let per_connection = per_connection.max(1);
+        let count = streams.div_ceil(per_connection);
+        Connections {
+            socket,
+            per_connection,
+            cells: (0..count).map(|_| tokio::sync::OnceCell::new()).collect(),
+        }
+    }
+
+    /// The connection of stream `index`.
+    async fn get(&self, index: usize) -> Result<Channel> {
+        let cell = &self.cells[index / self.per_connection];
+        cell.get_or_try_init(|| unix_channel(&self.socket))
+            .await
+            .cloned()
+    }
+}
+
+async fn open_watch(channel: Channel) -> Result<tonic::Streaming<LiteEvent>> {
     let mut grpc = tonic::client::Grpc::with_origin(channel, Channel::origin());
     grpc.ready()
         .await
@@ -147,7 +177,7 @@ async fn open_watch(socket: &Path) -> Result<tonic::Streaming<LiteEvent>> {
 /// until `stop`.
 async fn run_stream(
     index: usize,
-    socket: Arc<PathBuf>,
+    connections: Arc<Connections>,
     shared: Arc<Shared>,
     open: Arc<Semaphore>,
     ready: mpsc::UnboundedSender<Result<()>>,
@@ -159,7 +189,7 @@ async fn run_stream(
             .acquire()
             .await
             .map_err(|_| "the open semaphore closed")?;
-        let mut stream = open_watch(&socket).await?;
+        let mut stream = open_watch(connections.get(index).await?).await?;
         loop {
             let event = bounded(RPC_TIMEOUT, || "Watch backlog".into(), stream.message())
                 .await?
@@ -383,7 +413,11 @@ pub async fn run(args: FanoutArgs, target: &super::daemon::Target, work: &Path) 
         seen: (0..slots).map(|_| AtomicU32::new(0)).collect(),
         alive: (0..args.streams).map(|_| AtomicBool::new(true)).collect(),
     });
-    let socket = Arc::new(daemon.socket.clone());
+    let connections = Arc::new(Connections::new(
+        daemon.socket.clone(),
+        args.streams,
+        args.streams_per_connection,
+    ));
     let open = Arc::new(Semaphore::new(args.open_concurrency.max(1)));
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -391,7 +425,7 @@ pub async fn run(args: FanoutArgs, target: &super::daemon::Target, work: &Path) 
     let spawn_stream = |i: usize| {
         tokio::spawn(run_stream(
             i,
-            socket.clone(),
+            connections.clone(),
             shared.clone(),
             open.clone(),
             ready_tx.clone(),
@@ -607,7 +641,14 @@ pub async fn run(args: FanoutArgs, target: &super::daemon::Target, work: &Path) 
             ),
         ),
         row("nodes per backlog (incl. the daemon's)", backlog_nodes),
-        row("streams (one UNIX connection each)", args.streams),
+        row(
+            "streams (UNIX socket)",
+            format!(
+                "{} ({} per connection)",
+                args.streams,
+                args.streams_per_connection.max(1)
+            ),
+        ),
         row(
             "stream open + backlog",
             format!(
