@@ -17,8 +17,8 @@ use metropolis_core::ports::{CertIssuer, KvStore, Spawner};
 use metropolis_core::service::{CuratorService, Router, WatchCache, WatchCacheOptions};
 use metropolis_proto::prelude::common;
 
-use crate::peer::{PeerClassifier, deferred_server_config};
-use crate::pki::{ClusterCa, Credentials};
+use crate::peer::PeerClassifier;
+use crate::pki::{ClientAuth, ClusterCa, Credentials, server_config};
 use crate::store::{EmbeddedStore, StoreOptions};
 
 /// The async runtime the daemon runs on.
@@ -252,7 +252,7 @@ impl NodeServices {
         let router = Router::new()
             .with_service(curator.curator_server())
             .with_service(curator.management_server());
-        let tls = deferred_server_config(pki.node.chain_der()?, pki.node.key_der()?)?;
+        let tls = server_config(&pki.node, ClientAuth::Deferred)?;
         let classifier = Arc::new(PeerClassifier::new(pki.ca.cert_der())?);
         Ok(NodeServices {
             node_id: pki.node_id,

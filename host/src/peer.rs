@@ -1,100 +1,20 @@
-//! Who is calling: TLS servers that let every client certificate through
-//! the handshake and classify it afterwards.
+//! Who is calling: the classification of a TLS peer's certificate after a
+//! handshake made with [`ClientAuth::Deferred`](crate::pki::ClientAuth).
 //!
 //! The semantics ask for a gRPC `Unauthenticated` status (not a failed
 //! handshake) when a caller has no certificate or one not chained to the
 //! cluster CA. So the TLS layer only checks that the client holds the key
-//! of the certificate it presents (the TLS 1.3 CertificateVerify
-//! signature), and [`PeerClassifier`] then verifies the chain against the
-//! cluster CA and derives the [`Identity`] the service layer authorizes.
-//! The same split serves agents, whose certificates are self-signed.
+//! of the certificate it presents, and [`PeerClassifier`] then verifies the
+//! chain against the cluster CA and derives the [`Identity`] the service
+//! layer authorizes.
 
 use std::sync::Arc;
 
 use metropolis_core::identity::{Identity, identity_from_certificate};
-use rustls::client::danger::HandshakeSignatureValid;
-use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::RootCertStore;
+use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
-
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// Accepts any client certificate whose key the client proves it holds;
-/// trust is decided after the handshake.
-#[derive(Debug)]
-struct DeferredClientAuth {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ClientCertVerifier for DeferredClientAuth {
-    fn offer_client_auth(&self) -> bool {
-        true
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        false
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        &[]
-    }
-
-    fn verify_client_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        Ok(ClientCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        _message: &[u8],
-        _cert: &CertificateDer<'_>,
-        _dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Err(rustls::Error::PeerIncompatible(
-            rustls::PeerIncompatible::Tls12NotOffered,
-        ))
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
-}
-
-/// A TLS 1.3 server configuration (ALPN `h2`) that asks every client for a
-/// certificate, accepts any whose key the client holds, and leaves trust
-/// to a [`PeerClassifier`] (or to the service, for self-signed agents).
-pub fn deferred_server_config(
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
-    let provider = provider();
-    let verifier = Arc::new(DeferredClientAuth {
-        algorithms: provider.signature_verification_algorithms,
-    });
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, key)?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(Arc::new(config))
-}
+use rustls::server::danger::ClientCertVerifier;
 
 /// Decides the [`Identity`] of a TLS peer from its certificate chain.
 #[derive(Debug)]
@@ -109,9 +29,10 @@ impl PeerClassifier {
         roots
             .add(ca)
             .map_err(|e| rustls::Error::General(format!("cluster CA certificate: {e}")))?;
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-            .build()
-            .map_err(|e| rustls::Error::General(format!("client verifier: {e}")))?;
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), crate::pki::provider())
+                .build()
+                .map_err(|e| rustls::Error::General(format!("client verifier: {e}")))?;
         Ok(PeerClassifier { verifier })
     }
 

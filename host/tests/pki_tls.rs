@@ -443,3 +443,28 @@ fn handshake_over_tcp_on_loopback() {
         Identity::Node(c.server_id)
     );
 }
+
+#[test]
+fn deferred_lets_every_client_through_and_the_classifier_decides() {
+    let c = cluster(ClientAuth::Deferred);
+    let classifier = metropolis_host::peer::PeerClassifier::new(c.ca.cert_der()).unwrap();
+    let classify = |creds: Option<&metropolis_host::pki::Credentials>| {
+        let config = client_config(creds, &c.ca.cert_pem()).unwrap();
+        let mut client =
+            Connection::from(ClientConnection::new(config, dns(&c.server_id)).unwrap());
+        let mut server = Connection::from(ServerConnection::new(c.server.clone()).unwrap());
+        handshake(&mut client, &mut server).unwrap();
+        classifier.classify(server.peer_certificates())
+    };
+    let (node, node_id) = c.ca.issue_node(&[]).unwrap();
+    assert_eq!(classify(Some(&node)), Identity::Node(node_id));
+    assert_eq!(
+        classify(Some(&c.ca.issue_owner().unwrap())),
+        Identity::Owner
+    );
+    assert_eq!(classify(None), Identity::Unauthenticated);
+    // A certificate from another CA completes the handshake (the client
+    // proves its key) but is not trusted.
+    let foreign = ClusterCa::generate().unwrap().issue_node(&[]).unwrap().0;
+    assert_eq!(classify(Some(&foreign)), Identity::Unauthenticated);
+}

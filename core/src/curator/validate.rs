@@ -1,6 +1,6 @@
 //! Validation of `UpdateNodeStatus` payloads.
 
-use std::net::IpAddr;
+use core::net::IpAddr;
 
 use metropolis_proto::prelude::common::NodeStatus;
 use prost::Message;

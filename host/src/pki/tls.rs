@@ -40,6 +40,67 @@ pub enum ClientAuth {
     /// chained to the cluster CA, or the handshake fails. For services that
     /// let anonymous callers in or authenticate them differently.
     Optional,
+    /// Clients are asked for a certificate and any certificate is let
+    /// through, provided the client proves it holds its key (the TLS 1.3
+    /// CertificateVerify signature); trust is decided after the handshake
+    /// (see `peer::PeerClassifier`, or the service itself for self-signed
+    /// agent certificates). So a caller without a certificate, or with one
+    /// from another CA, reaches the gRPC layer and gets `Unauthenticated`
+    /// there rather than a failed handshake.
+    Deferred,
+}
+
+/// Accepts any client certificate whose key the client holds.
+#[derive(Debug)]
+struct DeferredClientAuth {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl rustls::server::danger::ClientCertVerifier for DeferredClientAuth {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Err(rustls::Error::PeerIncompatible(
+            rustls::PeerIncompatible::Tls12NotOffered,
+        ))
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
 }
 
 /// A TLS 1.3 server configuration (ALPN `h2`) presenting `creds`' certificate,
@@ -50,14 +111,21 @@ pub fn server_config(
     client_auth: ClientAuth,
 ) -> Result<Arc<ServerConfig>, PkiError> {
     let provider = provider();
-    let roots = Arc::new(root_store(&creds.ca_pem, "CA certificate PEM")?);
-    let mut verifier = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
-    if client_auth == ClientAuth::Optional {
-        verifier = verifier.allow_unauthenticated();
-    }
-    let verifier = verifier
-        .build()
-        .map_err(PkiError::tls("client certificate verifier"))?;
+    let verifier: Arc<dyn rustls::server::danger::ClientCertVerifier> = match client_auth {
+        ClientAuth::Deferred => Arc::new(DeferredClientAuth {
+            algorithms: provider.signature_verification_algorithms,
+        }),
+        ClientAuth::Required | ClientAuth::Optional => {
+            let roots = Arc::new(root_store(&creds.ca_pem, "CA certificate PEM")?);
+            let mut verifier = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
+            if client_auth == ClientAuth::Optional {
+                verifier = verifier.allow_unauthenticated();
+            }
+            verifier
+                .build()
+                .map_err(PkiError::tls("client certificate verifier"))?
+        }
+    };
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(PkiError::tls("TLS server configuration"))?

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use futures::Stream;
 use metropolis_core::service::Router;
-use metropolis_host::peer::{PeerClassifier, deferred_server_config};
-use metropolis_host::pki::Credentials;
+use metropolis_host::peer::PeerClassifier;
+use metropolis_host::pki::{ClientAuth, Credentials, server_config};
 use metropolis_proto::prelude::curator;
 use metropolis_proto::prelude::curator::curator_server::{Curator, CuratorServer};
 use metropolis_runtime_tokio::listen;
@@ -69,7 +69,7 @@ impl Curator for EchoCurator {
 pub async fn serve(args: EchoArgs) -> Result<()> {
     let creds = Credentials::read_from_dir(&args.pki, "node")
         .context(|| format!("reading the node credential in {}", args.pki.display()))?;
-    let tls = deferred_server_config(creds.chain_der()?, creds.key_der()?)
+    let tls = server_config(&creds, ClientAuth::Deferred)
         .context(|| "building the TLS server configuration".into())?;
     let classifier = Arc::new(
         PeerClassifier::new(creds.ca_der()?).context(|| "building the peer classifier".into())?,
