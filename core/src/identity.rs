@@ -192,6 +192,11 @@ pub enum Identity {
     /// The cluster owner (operator), with an owner certificate issued by the
     /// cluster CA.
     Owner,
+    /// A provisioning agent, by the Ed25519 key of the self-signed
+    /// certificate it presented on the AgentCallback port. Holds no
+    /// permission; the AgentCallback service matches the key against the
+    /// machine registered under the request's machine ID.
+    Agent([u8; 32]),
     /// No certificate, or one not chained to the cluster CA.
     Unauthenticated,
 }
@@ -210,7 +215,7 @@ impl Identity {
                 Permission::ReadClusterStatus | Permission::UpdateNodeSelf
             ),
             Identity::Owner => p != Permission::Unspecified,
-            Identity::Unauthenticated => false,
+            Identity::Agent(_) | Identity::Unauthenticated => false,
         }
     }
 
@@ -218,7 +223,7 @@ impl Identity {
     pub fn node_id(&self) -> Option<&NodeId> {
         match self {
             Identity::Node(id) => Some(id),
-            Identity::Owner | Identity::Unauthenticated => None,
+            Identity::Owner | Identity::Agent(_) | Identity::Unauthenticated => None,
         }
     }
 
@@ -233,6 +238,10 @@ impl fmt::Display for Identity {
         match self {
             Identity::Node(id) => write!(f, "node {id}"),
             Identity::Owner => f.write_str("the cluster owner"),
+            Identity::Agent(key) => {
+                write!(f, "the agent with key ")?;
+                key.iter().try_for_each(|b| write!(f, "{b:02x}"))
+            }
             Identity::Unauthenticated => f.write_str("an unauthenticated caller"),
         }
     }

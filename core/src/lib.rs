@@ -10,9 +10,11 @@
 
 #![forbid(unsafe_code)]
 
+pub mod agent_cert;
 pub mod curator;
 pub mod identity;
 pub mod ports;
+pub mod provisioning;
 pub mod service;
 pub mod store;
 pub mod time;

@@ -81,3 +81,10 @@ pub trait CertIssuer: Send + Sync + 'static {
     /// Issues a node certificate for the Ed25519 `public_key`.
     fn issue_node_certificate(&self, public_key: &[u8; 32]) -> Result<IssuedCertificate, String>;
 }
+
+/// Wall-clock time, for what operators read as dates (last heartbeat).
+/// Machines never read it: services pass its readings in.
+pub trait WallClock: Send + Sync + 'static {
+    /// Milliseconds since the Unix epoch.
+    fn now_unix_ms(&self) -> i64;
+}

@@ -13,8 +13,10 @@ use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
 use metropolis_core::identity::NodeId;
-use metropolis_core::ports::{CertIssuer, KvStore, Spawner};
-use metropolis_core::service::{CuratorService, Router, WatchCache, WatchCacheOptions};
+use metropolis_core::ports::{CertIssuer, KvStore, Spawner, WallClock};
+use metropolis_core::service::{
+    CuratorService, ProvisioningService, Router, WatchCache, WatchCacheOptions,
+};
 use metropolis_proto::prelude::common;
 
 use crate::peer::PeerClassifier;
@@ -67,6 +69,14 @@ pub struct Config {
     /// Address of the mutual-TLS listener.
     #[arg(long, default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)))]
     pub listen: SocketAddr,
+    /// Address of the AgentCallback listener (TLS; agents authenticate with
+    /// self-signed Ed25519 certificates).
+    #[arg(long, default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_AGENT_PORT)))]
+    pub agent_listen: SocketAddr,
+    /// A machine whose agent has not sent a heartbeat for this long is
+    /// shown as lost by `metroctl machine list`.
+    #[arg(long, default_value = "120", value_name = "SECONDS")]
+    pub agent_lost_after: u64,
     /// Path of the local UNIX socket (mode 0600; callers are this node).
     /// Default: <data-dir>/curator.sock.
     #[arg(long)]
@@ -94,6 +104,7 @@ impl Config {
         let mut config = Config::parse_from(["metropolisd"]);
         config.data_dir = data_dir.into();
         config.listen = listen;
+        config.agent_listen = SocketAddr::new(listen.ip(), 0);
         config
     }
 
@@ -189,6 +200,22 @@ fn load_or_create_pki(layout: &Layout, extra_sans: &[String]) -> Result<NodePki,
     })
 }
 
+/// Default TCP port of the AgentCallback listener.
+pub const DEFAULT_AGENT_PORT: u16 = 7836;
+
+/// The system's wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl WallClock for SystemClock {
+    fn now_unix_ms(&self) -> i64 {
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
 /// Everything a runtime needs to serve this node, built from the data
 /// directory.
 pub struct NodeServices {
@@ -204,6 +231,12 @@ pub struct NodeServices {
     pub socket: PathBuf,
     /// Where the TLS listener goes.
     pub listen: SocketAddr,
+    /// The AgentCallback service, behind its own router.
+    pub agent_router: Router,
+    /// Where the AgentCallback listener goes (same TLS configuration: the
+    /// server certificate is this node's; client certificates are checked
+    /// by `peer::AgentClassifier`).
+    pub agent_listen: SocketAddr,
     /// The owner credential directory (for the startup message).
     pub owner_dir: PathBuf,
     /// How long connections may drain on shutdown.
@@ -236,6 +269,7 @@ impl NodeServices {
 
         let kv: Arc<dyn KvStore> = store.clone();
         let cache = WatchCache::new(kv.clone(), spawner, WatchCacheOptions::default());
+        let kv_for_provisioning = kv.clone();
         let curator =
             CuratorService::new(kv, cache.clone(), Some(Arc::new(Issuer(pki.ca.clone()))));
         let roles = common::NodeRoles {
@@ -249,9 +283,16 @@ impl NodeServices {
         {
             tracing::info!(node = %pki.node_id, "registered this node as the first node of the cluster");
         }
+        let provisioning = ProvisioningService::new(
+            kv_for_provisioning,
+            Arc::new(SystemClock),
+            std::time::Duration::from_secs(config.agent_lost_after),
+        );
         let router = Router::new()
             .with_service(curator.curator_server())
-            .with_service(curator.management_server());
+            .with_service(curator.management_server())
+            .with_service(provisioning.machine_management_server());
+        let agent_router = Router::new().with_service(provisioning.agent_callback_server());
         let tls = server_config(&pki.node, ClientAuth::Deferred)?;
         let classifier = Arc::new(PeerClassifier::new(pki.ca.cert_der())?);
         Ok(NodeServices {
@@ -261,6 +302,8 @@ impl NodeServices {
             classifier,
             socket: config.socket_path(),
             listen: config.listen,
+            agent_router,
+            agent_listen: config.agent_listen,
             owner_dir: layout.owner,
             shutdown_grace: std::time::Duration::from_secs(config.shutdown_grace),
             cache,
@@ -269,9 +312,10 @@ impl NodeServices {
     }
 
     /// Logs where the node serves, once its listeners are bound.
-    pub fn log_serving(&self, runtime: RuntimeKind, tls_addr: SocketAddr) {
+    pub fn log_serving(&self, runtime: RuntimeKind, tls_addr: SocketAddr, agent_addr: SocketAddr) {
         tracing::info!(
             %runtime,
+            agent_listen = %agent_addr,
             node = %self.node_id,
             socket = %self.socket.display(),
             listen = %tls_addr,

@@ -10,11 +10,47 @@
 
 use std::sync::Arc;
 
+use metropolis_core::agent_cert::agent_key_from_certificate;
 use metropolis_core::identity::{Identity, identity_from_certificate};
 use rustls::RootCertStore;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
+
+/// Decides who a TLS peer is from the certificate chain it presented
+/// (end entity first), after a [`ClientAuth::Deferred`](crate::pki::ClientAuth)
+/// handshake.
+pub trait Classify: Send + Sync + 'static {
+    /// The identity of a peer that presented `chain`.
+    fn classify(&self, chain: Option<&[CertificateDer<'_>]>) -> Identity;
+}
+
+/// Classifies agents on the AgentCallback port: a self-signed Ed25519
+/// certificate is [`Identity::Agent`] with its key; anything else is
+/// unauthenticated.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AgentClassifier;
+
+impl Classify for AgentClassifier {
+    fn classify(&self, chain: Option<&[CertificateDer<'_>]>) -> Identity {
+        let Some(leaf) = chain.and_then(|c| c.first()) else {
+            return Identity::Unauthenticated;
+        };
+        match agent_key_from_certificate(leaf) {
+            Ok(key) => Identity::Agent(key),
+            Err(e) => {
+                tracing::debug!(error = %e, "agent certificate refused");
+                Identity::Unauthenticated
+            }
+        }
+    }
+}
+
+impl Classify for PeerClassifier {
+    fn classify(&self, chain: Option<&[CertificateDer<'_>]>) -> Identity {
+        PeerClassifier::classify(self, chain)
+    }
+}
 
 /// Decides the [`Identity`] of a TLS peer from its certificate chain.
 #[derive(Debug)]

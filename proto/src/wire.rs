@@ -171,3 +171,87 @@ mod tests {
         assert_eq!(back, encoded);
     }
 }
+
+/// A `HeartbeatResponse` whose `installation_request` is already encoded:
+/// the server returns the stored request byte-for-byte (fields this build
+/// does not know survive), as the semantics require.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EncodedHeartbeatResponse {
+    /// One encoded `OSInstallationRequest`, if the agent must act on it.
+    pub installation_request: Option<Bytes>,
+}
+
+impl Message for EncodedHeartbeatResponse {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        if let Some(request) = &self.installation_request {
+            encoding::encode_key(1, WireType::LengthDelimited, buf);
+            encoding::encode_varint(request.len() as u64, buf);
+            buf.put_slice(request);
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        if tag == 1 {
+            let mut request = Bytes::new();
+            encoding::bytes::merge(wire_type, &mut request, buf, ctx)?;
+            self.installation_request = Some(request);
+            Ok(())
+        } else {
+            encoding::skip_field(wire_type, tag, buf, ctx)
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.installation_request
+            .as_ref()
+            .map_or(0, |r| Self::entry_len(r.len()))
+    }
+
+    fn clear(&mut self) {
+        self.installation_request = None;
+    }
+}
+
+impl EncodedHeartbeatResponse {
+    fn entry_len(len: usize) -> usize {
+        encoding::key_len(1) + encoding::encoded_len_varint(len as u64) + len
+    }
+}
+
+#[cfg(test)]
+mod heartbeat_tests {
+    use super::*;
+    use crate::prelude::agent;
+
+    #[test]
+    fn stored_request_bytes_go_out_unchanged() {
+        let request = agent::OsInstallationRequest {
+            generation: 3,
+            ..Default::default()
+        };
+        let mut stored = request.encode_to_vec();
+        // A field this build does not know (number 99, varint 7).
+        stored.extend_from_slice(&[0x98, 0x06, 0x07]);
+        let response = EncodedHeartbeatResponse {
+            installation_request: Some(Bytes::from(stored.clone())),
+        };
+        let wire = response.encode_to_vec();
+        assert_eq!(wire.len(), response.encoded_len());
+        assert!(
+            wire.ends_with(&stored),
+            "the stored bytes are on the wire as they are"
+        );
+        let decoded = agent::HeartbeatResponse::decode(wire.as_slice()).expect("decodes");
+        assert_eq!(decoded.installation_request.expect("request").generation, 3);
+        assert_eq!(
+            EncodedHeartbeatResponse::decode(wire.as_slice()).expect("decodes"),
+            response
+        );
+    }
+}

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use metropolis_host::daemon::{Config, DaemonError, NodeServices, RuntimeKind};
+use metropolis_host::peer::AgentClassifier;
 use metropolis_host::shutdown::{Shutdown, shutdown_pair};
 
 use crate::listen;
@@ -16,8 +17,11 @@ use crate::rt::SmolExecutor;
 pub struct Serving {
     /// The TLS listener's bound address (useful with port 0).
     pub tls_addr: SocketAddr,
+    /// The AgentCallback listener's bound address.
+    pub agent_addr: SocketAddr,
     unix_task: smol::Task<()>,
     tls_task: smol::Task<()>,
+    agent_task: smol::Task<()>,
 }
 
 /// Binds the node's UNIX socket and TLS listener and serves its router on
@@ -37,6 +41,18 @@ pub async fn start(
         .await
         .map_err(|e| format!("{}: cannot listen: {e}", node.listen))?;
     let tls_addr = tcp.local_addr()?;
+    let agent_tcp = listen::bind_tcp(node.agent_listen)
+        .await
+        .map_err(|e| format!("{}: cannot listen for agents: {e}", node.agent_listen))?;
+    let agent_addr = agent_tcp.local_addr()?;
+    let agent_task = executor.spawn(listen::serve_tls(
+        agent_tcp,
+        node.tls.clone(),
+        Arc::new(AgentClassifier),
+        node.agent_router.clone(),
+        executor.clone(),
+        shutdown.clone(),
+    ));
     let unix_task = executor.spawn(listen::serve_unix(
         unix,
         node.socket.clone(),
@@ -55,8 +71,10 @@ pub async fn start(
     ));
     Ok(Serving {
         tls_addr,
+        agent_addr,
         unix_task,
         tls_task,
+        agent_task,
     })
 }
 
@@ -67,11 +85,13 @@ impl Serving {
         let Serving {
             unix_task,
             tls_task,
+            agent_task,
             ..
         } = self;
         let drained = async {
             unix_task.await;
             tls_task.await;
+            agent_task.await;
         };
         let timeout = async {
             async_io::Timer::after(grace).await;
@@ -87,7 +107,7 @@ pub async fn run(config: Config, executor: SmolExecutor) -> Result<(), DaemonErr
     let mut signals =
         async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
     let serving = start(&node, executor, shutdown).await?;
-    node.log_serving(RuntimeKind::Smol, serving.tls_addr);
+    node.log_serving(RuntimeKind::Smol, serving.tls_addr, serving.agent_addr);
     signals.next().await;
     tracing::info!("shutting down");
     node.end_streams();

@@ -12,7 +12,7 @@ use futures_rustls::TlsAcceptor;
 use metropolis_core::identity::{Identity, NodeId};
 use metropolis_core::service::Router;
 use metropolis_host::grpc::{ServeOptions, serve_connection};
-use metropolis_host::peer::PeerClassifier;
+use metropolis_host::peer::Classify;
 use metropolis_host::shutdown::Shutdown;
 use metropolis_host::socket::{prepare_socket_path, restrict_socket};
 use smol::net::TcpListener;
@@ -83,7 +83,7 @@ pub async fn serve_unix(
 pub async fn serve_tls(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
-    classifier: Arc<PeerClassifier>,
+    classifier: Arc<dyn Classify>,
     router: Router,
     executor: SmolExecutor,
     shutdown: Shutdown,

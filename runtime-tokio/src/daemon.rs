@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metropolis_host::daemon::{Config, DaemonError, NodeServices, RuntimeKind, init_logging};
+use metropolis_host::peer::AgentClassifier;
 
 use crate::listen::{self, Shutdown, shutdown_pair};
 use crate::rt::TokioSpawner;
@@ -14,8 +15,11 @@ use crate::rt::TokioSpawner;
 pub struct Serving {
     /// The TLS listener's bound address (useful with port 0).
     pub tls_addr: SocketAddr,
+    /// The AgentCallback listener's bound address.
+    pub agent_addr: SocketAddr,
     unix_task: tokio::task::JoinHandle<()>,
     tls_task: tokio::task::JoinHandle<()>,
+    agent_task: tokio::task::JoinHandle<()>,
 }
 
 /// Binds the node's UNIX socket and TLS listener and serves its router on
@@ -32,6 +36,17 @@ pub async fn start(node: &NodeServices, shutdown: Shutdown) -> Result<Serving, D
         .await
         .map_err(|e| format!("{}: cannot listen: {e}", node.listen))?;
     let tls_addr = tcp.local_addr()?;
+    let agent_tcp = listen::bind_tcp(node.agent_listen)
+        .await
+        .map_err(|e| format!("{}: cannot listen for agents: {e}", node.agent_listen))?;
+    let agent_addr = agent_tcp.local_addr()?;
+    let agent_task = tokio::spawn(listen::serve_tls(
+        agent_tcp,
+        node.tls.clone(),
+        Arc::new(AgentClassifier),
+        node.agent_router.clone(),
+        shutdown.clone(),
+    ));
     let unix_task = tokio::spawn(listen::serve_unix(
         unix,
         node.socket.clone(),
@@ -48,8 +63,10 @@ pub async fn start(node: &NodeServices, shutdown: Shutdown) -> Result<Serving, D
     ));
     Ok(Serving {
         tls_addr,
+        agent_addr,
         unix_task,
         tls_task,
+        agent_task,
     })
 }
 
@@ -60,6 +77,7 @@ impl Serving {
         let _ = tokio::time::timeout(grace, async {
             let _ = self.unix_task.await;
             let _ = self.tls_task.await;
+            let _ = self.agent_task.await;
         })
         .await;
     }
@@ -71,7 +89,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     let (trigger, shutdown) = shutdown_pair();
     let signals = signals()?;
     let serving = start(&node, shutdown).await?;
-    node.log_serving(RuntimeKind::Tokio, serving.tls_addr);
+    node.log_serving(RuntimeKind::Tokio, serving.tls_addr, serving.agent_addr);
     signals.await;
     tracing::info!("shutting down");
     node.end_streams();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use metropolis_core::identity::{Identity, NodeId};
 use metropolis_core::service::Router;
 use metropolis_host::grpc::{ServeOptions, serve_connection};
-use metropolis_host::peer::PeerClassifier;
+use metropolis_host::peer::Classify;
 use metropolis_host::socket::{prepare_socket_path, restrict_socket};
 use tokio::net::{TcpListener, UnixListener};
 use tokio_rustls::TlsAcceptor;
@@ -83,7 +83,7 @@ pub async fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
 pub async fn serve_tls(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
-    classifier: Arc<PeerClassifier>,
+    classifier: Arc<dyn Classify>,
     router: Router,
     shutdown: Shutdown,
 ) {

@@ -27,6 +27,8 @@ pub struct Daemon {
     pub socket: PathBuf,
     /// Its TLS listener, `127.0.0.1:port`.
     pub addr: String,
+    /// Its AgentCallback listener, `127.0.0.1:port`.
+    pub agent_addr: String,
     log: PathBuf,
 }
 
@@ -73,6 +75,7 @@ impl Daemon {
         std::fs::create_dir_all(data_dir).unwrap();
         let socket = data_dir.join("curator.sock");
         let log = data_dir.with_extension("log");
+        let agent_addr = format!("127.0.0.1:{}", free_port());
         let log_file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -83,6 +86,8 @@ impl Daemon {
             .arg(data_dir)
             .arg("--listen")
             .arg(&addr)
+            .arg("--agent-listen")
+            .arg(&agent_addr)
             .arg("--runtime")
             .arg(runtime.to_string())
             .arg("--log")
@@ -97,6 +102,7 @@ impl Daemon {
             data_dir: data_dir.to_path_buf(),
             socket,
             addr,
+            agent_addr,
             log,
         }
     }
@@ -113,7 +119,8 @@ impl Daemon {
                 panic!("metropolisd exited early with {status}:\n{}", self.log());
             }
             let sock_ok = std::os::unix::net::UnixStream::connect(&self.socket).is_ok();
-            let tcp_ok = std::net::TcpStream::connect(&self.addr).is_ok();
+            let tcp_ok = std::net::TcpStream::connect(&self.addr).is_ok()
+                && std::net::TcpStream::connect(&self.agent_addr).is_ok();
             if sock_ok && tcp_ok {
                 return;
             }
@@ -242,4 +249,35 @@ macro_rules! against_both_runtimes {
             )*
         }
     };
+}
+
+/// A provisioning agent's credentials: its Ed25519 key, the self-signed
+/// certificate it presents, and the cluster CA it trusts for the server.
+pub struct AgentKey {
+    /// The client credentials (self-signed certificate, key, cluster CA).
+    pub creds: Credentials,
+    /// The agent's public key.
+    pub public: [u8; 32],
+}
+
+impl AgentKey {
+    /// A new agent key trusting the daemon's cluster CA.
+    pub fn new(d: &Daemon) -> AgentKey {
+        let key = metropolis_host::pki::generate_agent_key().unwrap();
+        let (cert, public) = metropolis_host::pki::self_signed_agent_certificate(&key).unwrap();
+        let ca = std::fs::read_to_string(d.data_dir.join("pki/ca.pem")).unwrap();
+        AgentKey {
+            creds: Credentials::from_parts(cert, key, ca),
+            public,
+        }
+    }
+}
+
+impl Daemon {
+    /// A channel to the AgentCallback port presenting `creds` (or no
+    /// certificate), trusting the cluster CA in `ca_pem`.
+    pub async fn agent_channel(&self, creds: Option<&Credentials>, ca_pem: &str) -> Channel {
+        let config = client_config(creds, ca_pem).unwrap();
+        connect::tls(&self.agent_addr, config).await.unwrap()
+    }
 }

@@ -5,11 +5,15 @@
 //! [`Router`] over its sockets and inserts each connection's
 //! [`Identity`](crate::identity::Identity) into the request extensions.
 
+mod agent_callback;
 mod curator;
 mod curator_http;
 mod router;
 mod watch_cache;
 
+pub use agent_callback::{
+    AgentCallbackHttp, MACHINES_PREFIX, ProvisioningService, is_uuid, machine_key,
+};
 pub use curator::CuratorService;
 pub use curator_http::{CuratorHttp, WatchBody};
 pub use router::{GrpcService, Router};

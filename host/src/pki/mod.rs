@@ -12,12 +12,14 @@
 //! - [`server_config`] and [`client_config`] build TLS 1.3 configurations
 //!   on the *ring* provider.
 
+mod agent;
 mod ca;
 mod credentials;
 mod error;
 mod files;
 mod tls;
 
+pub use agent::{AGENT_COMMON_NAME, generate_agent_key, self_signed_agent_certificate};
 pub use ca::{CA_COMMON_NAME, CA_KEY_FILE, CA_VALIDITY, CLOCK_SKEW, ClusterCa, LEAF_VALIDITY};
 pub use credentials::{CA_CERT_FILE, Credentials};
 pub use error::PkiError;

@@ -1,5 +1,6 @@
 //! `metroctl`: the command-line client of the curator.
 
+mod machines;
 mod output;
 
 use std::net::IpAddr;
@@ -69,6 +70,12 @@ enum Command {
     /// Manage nodes (owner credential needed).
     #[command(subcommand)]
     Node(NodeCommand),
+    /// Manage provisioned machines (owner credential needed).
+    #[command(subcommand)]
+    Machine(machines::MachineCommand),
+    /// OS installation requests of provisioned machines (owner credential needed).
+    #[command(subcommand)]
+    Install(machines::InstallCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -182,6 +189,8 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     let conn = connect(&cli.conn).await?;
     let mut curator = CuratorClient::with_origin(conn.channel.clone(), Channel::origin());
     match cli.command {
+        Command::Machine(m) => machines::machine(conn.channel, m).await,
+        Command::Install(i) => machines::install(conn.channel, i).await,
         Command::Watch(w) => {
             let (kind, json) = match w {
                 WatchCommand::Nodes { json } => (

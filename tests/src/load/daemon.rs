@@ -103,6 +103,8 @@ impl DaemonProcess {
             .arg(data_dir)
             .arg("--listen")
             .arg(&addr)
+            .arg("--agent-listen")
+            .arg("127.0.0.1:0")
             .arg("--runtime")
             .arg(runtime.to_string())
             .arg("--log")

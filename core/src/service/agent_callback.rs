@@ -1,0 +1,408 @@
+//! The AgentCallback service (`Heartbeat`) and the operator's
+//! MachineManagement service, over a [`KvStore`].
+//!
+//! Machine records live under `/machines/<machine id>` as versioned
+//! protobuf ([`MachineRecord`]). Every write is a compare-and-swap on the
+//! record's revision, retried on conflict.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::{Request, Response};
+use metropolis_proto::metropolis::node::core::curator::proto::private::{
+    self as private, machine_management_server,
+};
+use metropolis_proto::prelude::agent;
+use metropolis_proto::wire::EncodedHeartbeatResponse;
+use prost::Message;
+use tonic::Status;
+use tonic::body::Body;
+use tonic::server::{Grpc, NamedService, UnaryService};
+use tonic_prost::ProstCodec;
+
+use super::curator::store_status;
+use crate::identity::Identity;
+use crate::ports::{KvStore, WallClock};
+use crate::provisioning::MachineRecord;
+use crate::store::{CmpOp, Compare, CompareTarget, KeyRange, KeyValue, Op, OpResult, Txn};
+
+/// Key prefix of machine records.
+pub const MACHINES_PREFIX: &[u8] = b"/machines/";
+
+const MAX_CAS_ATTEMPTS: usize = 256;
+
+/// The store key of a machine's record.
+pub fn machine_key(machine_id: &str) -> Bytes {
+    let mut key = MACHINES_PREFIX.to_vec();
+    key.extend_from_slice(machine_id.as_bytes());
+    Bytes::from(key)
+}
+
+/// Whether `s` is a UUID in its canonical textual form
+/// (8-4-4-4-12 hexadecimal digits).
+pub fn is_uuid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+fn check_machine_id(id: &str) -> Result<(), Status> {
+    if is_uuid(id) {
+        Ok(())
+    } else {
+        Err(Status::invalid_argument(format!(
+            "machine_id: {id:?} is not a UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, hexadecimal)"
+        )))
+    }
+}
+
+/// Machines, agents and installation requests over a [`KvStore`].
+#[derive(Clone)]
+pub struct ProvisioningService {
+    store: Arc<dyn KvStore>,
+    clock: Arc<dyn WallClock>,
+    lost_after: Duration,
+}
+
+fn decode(kv: &KeyValue) -> Result<MachineRecord, Status> {
+    MachineRecord::decode(&kv.value).map_err(|e| {
+        Status::internal(format!(
+            "machine record at {}: {e}",
+            String::from_utf8_lossy(&kv.key)
+        ))
+    })
+}
+
+impl ProvisioningService {
+    /// A service over `store`; a machine not heard from for `lost_after`
+    /// is shown as lost.
+    pub fn new(store: Arc<dyn KvStore>, clock: Arc<dyn WallClock>, lost_after: Duration) -> Self {
+        ProvisioningService {
+            store,
+            clock,
+            lost_after,
+        }
+    }
+
+    /// The AgentCallback service, ready for the [`Router`](super::Router).
+    pub fn agent_callback_server(&self) -> AgentCallbackHttp {
+        AgentCallbackHttp {
+            service: self.clone(),
+        }
+    }
+
+    /// The MachineManagement service, ready for the [`Router`](super::Router).
+    pub fn machine_management_server(
+        &self,
+    ) -> machine_management_server::MachineManagementServer<Self> {
+        machine_management_server::MachineManagementServer::new(self.clone())
+    }
+
+    /// Reads the record of `machine_id`, applies `change` and writes it
+    /// back with a compare-and-swap, retrying on conflict. `change` returns
+    /// `Ok(None)` to leave the record untouched.
+    async fn update<T>(
+        &self,
+        machine_id: &str,
+        mut change: impl FnMut(&mut MachineRecord) -> Result<T, Status>,
+    ) -> Result<T, Status> {
+        let key = machine_key(machine_id);
+        let mut current = self
+            .store
+            .read_for_update(KeyRange::Key(key.clone()))
+            .await
+            .map_err(store_status)?
+            .pop();
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let Some(kv) = current else {
+                return Err(Status::not_found(format!("machine {machine_id} not found")));
+            };
+            let mut record = decode(&kv)?;
+            let out = change(&mut record)?;
+            let txn = Txn {
+                compares: vec![Compare {
+                    key: key.clone(),
+                    op: CmpOp::Equal,
+                    target: CompareTarget::ModRevision(kv.mod_revision),
+                }],
+                success: vec![Op::Put {
+                    key: key.clone(),
+                    value: record.encode().into(),
+                    lease: 0,
+                }],
+                failure: vec![Op::Range(KeyRange::Key(key.clone()))],
+            };
+            let mut response = self.store.txn(txn).await.map_err(store_status)?;
+            if response.succeeded {
+                return Ok(out);
+            }
+            current = match response.results.pop() {
+                Some(OpResult::Range(mut kvs)) => kvs.pop(),
+                _ => return Err(Status::internal("store returned no range result")),
+            };
+        }
+        Err(Status::aborted(format!(
+            "machine {machine_id}: {MAX_CAS_ATTEMPTS} concurrent modifications in a row; request can be retried"
+        )))
+    }
+
+    /// `AgentCallback.Heartbeat` from `caller`.
+    pub async fn heartbeat(
+        &self,
+        caller: &Identity,
+        request: agent::HeartbeatRequest,
+    ) -> Result<EncodedHeartbeatResponse, Status> {
+        let Identity::Agent(key) = caller else {
+            return Err(Status::unauthenticated(
+                "agents present a self-signed client certificate with their Ed25519 agent key",
+            ));
+        };
+        check_machine_id(&request.machine_id)?;
+        let unknown = || Status::unauthenticated("machine id or public key unknown");
+        let now = self.clock.now_unix_ms();
+        let machine_id = request.machine_id.clone();
+        let outcome = self
+            .update(&machine_id, |record| {
+                if record.agent_public_key != *key {
+                    return Err(unknown());
+                }
+                Ok(record.handle_heartbeat(&request, now))
+            })
+            .await
+            .map_err(|e| {
+                if e.code() == tonic::Code::NotFound {
+                    unknown()
+                } else {
+                    e
+                }
+            })?;
+        Ok(EncodedHeartbeatResponse {
+            installation_request: outcome.response_request,
+        })
+    }
+
+    fn view(&self, record: &MachineRecord, now: i64) -> private::Machine {
+        private::Machine {
+            machine_id: record.machine_id.clone(),
+            agent_public_key: Bytes::copy_from_slice(&record.agent_public_key),
+            last_heartbeat_unix_ms: record.last_heartbeat_unix_ms.unwrap_or(0),
+            lost: record.is_lost(now, self.lost_after),
+            hardware_report: record
+                .hardware_report
+                .as_ref()
+                .and_then(|b| agent::AgentHardwareReport::decode(b.as_ref()).ok()),
+            current_generation: record.current_generation().unwrap_or(0),
+            current_request: record
+                .request
+                .as_ref()
+                .map(|r| r.encoded.clone())
+                .unwrap_or_default(),
+            reports: record
+                .reports
+                .values()
+                .map(|r| private::machine::Report {
+                    generation: r.generation,
+                    success: matches!(r.result, crate::provisioning::ReportResult::Success),
+                    error: match &r.result {
+                        crate::provisioning::ReportResult::Error(e) => e.clone(),
+                        _ => String::new(),
+                    },
+                    received_unix_ms: r.received_unix_ms,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl machine_management_server::MachineManagement for ProvisioningService {
+    async fn add_machine(
+        &self,
+        request: tonic::Request<private::AddMachineRequest>,
+    ) -> Result<tonic::Response<private::AddMachineResponse>, Status> {
+        let req = request.into_inner();
+        check_machine_id(&req.machine_id)?;
+        let key: [u8; 32] = req.agent_public_key.as_ref().try_into().map_err(|_| {
+            Status::invalid_argument(format!(
+                "agent_public_key: must be a 32-byte Ed25519 public key, got {} bytes",
+                req.agent_public_key.len()
+            ))
+        })?;
+        let record = MachineRecord::new(req.machine_id.clone(), key);
+        let k = machine_key(&req.machine_id);
+        let txn = Txn {
+            compares: vec![Compare {
+                key: k.clone(),
+                op: CmpOp::Equal,
+                target: CompareTarget::CreateRevision(0),
+            }],
+            success: vec![Op::Put {
+                key: k,
+                value: record.encode().into(),
+                lease: 0,
+            }],
+            failure: vec![],
+        };
+        if !self.store.txn(txn).await.map_err(store_status)?.succeeded {
+            return Err(Status::already_exists(format!(
+                "machine {} already exists",
+                req.machine_id
+            )));
+        }
+        tracing::info!(machine = %req.machine_id, "machine added");
+        Ok(tonic::Response::new(private::AddMachineResponse {}))
+    }
+
+    async fn list_machines(
+        &self,
+        _request: tonic::Request<private::ListMachinesRequest>,
+    ) -> Result<tonic::Response<private::ListMachinesResponse>, Status> {
+        let txn = Txn {
+            success: vec![Op::Range(KeyRange::Prefix(Bytes::from_static(
+                MACHINES_PREFIX,
+            )))],
+            ..Default::default()
+        };
+        let mut response = self.store.txn(txn).await.map_err(store_status)?;
+        let kvs = match response.results.pop() {
+            Some(OpResult::Range(kvs)) => kvs,
+            _ => return Err(Status::internal("store returned no range result")),
+        };
+        let now = self.clock.now_unix_ms();
+        let machines = kvs
+            .iter()
+            .map(|kv| decode(kv).map(|r| self.view(&r, now)))
+            .collect::<Result<_, _>>()?;
+        Ok(tonic::Response::new(private::ListMachinesResponse {
+            machines,
+        }))
+    }
+
+    async fn get_machine(
+        &self,
+        request: tonic::Request<private::GetMachineRequest>,
+    ) -> Result<tonic::Response<private::Machine>, Status> {
+        let id = request.into_inner().machine_id;
+        check_machine_id(&id)?;
+        let txn = Txn {
+            success: vec![Op::Range(KeyRange::Key(machine_key(&id)))],
+            ..Default::default()
+        };
+        let mut response = self.store.txn(txn).await.map_err(store_status)?;
+        let kv = match response.results.pop() {
+            Some(OpResult::Range(mut kvs)) => kvs.pop(),
+            _ => return Err(Status::internal("store returned no range result")),
+        };
+        let kv = kv.ok_or_else(|| Status::not_found(format!("machine {id} not found")))?;
+        Ok(tonic::Response::new(
+            self.view(&decode(&kv)?, self.clock.now_unix_ms()),
+        ))
+    }
+
+    async fn submit_installation_request(
+        &self,
+        request: tonic::Request<private::SubmitInstallationRequestRequest>,
+    ) -> Result<tonic::Response<private::SubmitInstallationRequestResponse>, Status> {
+        let req = request.into_inner();
+        check_machine_id(&req.machine_id)?;
+        let generation = self
+            .update(&req.machine_id, |record| {
+                record
+                    .submit_request(&req.request)
+                    .map(|r| r.generation)
+                    .map_err(|e| Status::invalid_argument(format!("request: {e}")))
+            })
+            .await?;
+        tracing::info!(machine = %req.machine_id, generation, "installation request submitted");
+        Ok(tonic::Response::new(
+            private::SubmitInstallationRequestResponse { generation },
+        ))
+    }
+}
+
+/// The AgentCallback service as an HTTP/2 handler: `Heartbeat` through
+/// tonic's unary machinery, with a response type that carries the stored
+/// installation request byte-for-byte.
+#[derive(Clone)]
+pub struct AgentCallbackHttp {
+    service: ProvisioningService,
+}
+
+impl NamedService for AgentCallbackHttp {
+    const NAME: &'static str = "cloud.bmaas.server.api.AgentCallback";
+}
+
+struct Heartbeat(ProvisioningService);
+
+impl UnaryService<agent::HeartbeatRequest> for Heartbeat {
+    type Response = EncodedHeartbeatResponse;
+    type Future = BoxFuture<'static, Result<tonic::Response<EncodedHeartbeatResponse>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<agent::HeartbeatRequest>) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move {
+            let caller = request
+                .extensions()
+                .get::<Identity>()
+                .cloned()
+                .unwrap_or(Identity::Unauthenticated);
+            Ok(tonic::Response::new(
+                service.heartbeat(&caller, request.into_inner()).await?,
+            ))
+        })
+    }
+}
+
+impl tonic::codegen::Service<Request<Body>> for AgentCallbackHttp {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let service = self.service.clone();
+        let method = request
+            .uri()
+            .path()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        Box::pin(async move {
+            Ok(match method.as_str() {
+                "Heartbeat" => {
+                    let codec =
+                        ProstCodec::<EncodedHeartbeatResponse, agent::HeartbeatRequest>::default();
+                    Grpc::new(codec).unary(Heartbeat(service), request).await
+                }
+                other => Status::unimplemented(format!("{} has no method {other}", Self::NAME))
+                    .into_http(),
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids() {
+        assert!(is_uuid("0f8fad5b-d9cb-469f-a165-70867728950e"));
+        assert!(is_uuid("0F8FAD5B-D9CB-469F-A165-70867728950E"));
+        assert!(!is_uuid("0f8fad5bd9cb469fa16570867728950e"));
+        assert!(!is_uuid("0f8fad5b-d9cb-469f-a165-70867728950"));
+        assert!(!is_uuid("0f8fad5b-d9cb-469f-a165-70867728950g"));
+        assert!(!is_uuid(""));
+    }
+}
