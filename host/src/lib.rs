@@ -3,6 +3,7 @@
 //! TLS configuration. Nothing here names an async runtime; blocking work
 //! (fsync) runs on a dedicated thread.
 
+pub mod agent;
 pub mod connect;
 pub mod daemon;
 pub mod grpc;

@@ -1,10 +1,11 @@
 //! The Metropolis control plane on tokio.
 //!
 //! This crate is a set of port implementations and listeners on tokio,
-//! plus the two binaries: `metropolisd` (the node daemon) and `metroctl`
-//! (the CLI). All protocol logic lives in `metropolis-core`; the durable
+//! plus the binaries: `metropolisd` (the node daemon), `metroctl` (the CLI)
+//! and `bmaas-agent` (the provisioning agent). All protocol logic lives in `metropolis-core`; the durable
 //! store, PKI and HTTP/2 plumbing in `metropolis-host`.
 
+pub mod agent;
 pub mod connect;
 pub mod ctl;
 pub mod daemon;

@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod registry;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -279,5 +281,68 @@ impl Daemon {
     pub async fn agent_channel(&self, creds: Option<&Credentials>, ca_pem: &str) -> Channel {
         let config = client_config(creds, ca_pem).unwrap();
         connect::tls(&self.agent_addr, config).await.unwrap()
+    }
+}
+
+/// A `bmaas-agent` process.
+pub struct AgentProcess {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl AgentProcess {
+    /// Starts an agent for `machine_id` with the key in `key_file`, talking
+    /// to `d`'s AgentCallback port, heartbeating every 0.2 s.
+    pub fn start(d: &Daemon, machine_id: &str, key_file: &Path, state_dir: &Path) -> AgentProcess {
+        let bin = daemon_bin().with_file_name("bmaas-agent-under-test");
+        let log = state_dir.with_extension("agent.log");
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = Command::new(bin)
+            .arg("--endpoint")
+            .arg(&d.agent_addr)
+            .arg("--machine-id")
+            .arg(machine_id)
+            .arg("--key")
+            .arg(key_file)
+            .arg("--ca")
+            .arg(d.data_dir.join("pki/ca.pem"))
+            .arg("--state-dir")
+            .arg(state_dir)
+            .arg("--interval")
+            .arg("0.2")
+            .arg("--log")
+            .arg("info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .unwrap();
+        AgentProcess {
+            child: Some(child),
+            log,
+        }
+    }
+
+    /// What the agent logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Kills the agent with SIGKILL.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        self.kill();
     }
 }

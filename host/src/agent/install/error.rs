@@ -1,0 +1,260 @@
+//! Why an installation failed.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Why an installation failed. Its `Display` is the reason the agent
+/// reports in the installation report's error, so every variant names
+/// what it is about (the image, the URL, the device) and the problem.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum InstallError {
+    /// The installation request or its image reference is unusable.
+    InvalidRequest {
+        /// The field, e.g. `os_image.digest`.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The request asks for something this installer cannot do, e.g. an
+    /// `https` registry without a TLS configuration.
+    Unsupported {
+        /// What is not supported.
+        what: String,
+    },
+    /// No connection could be made to the registry (or to the host a
+    /// redirect pointed to).
+    Unreachable {
+        /// The registry, as `host[:port]`.
+        registry: String,
+        /// The connection error.
+        source: io::Error,
+    },
+    /// The TLS handshake with the registry failed.
+    Tls {
+        /// The registry, as `host[:port]`.
+        registry: String,
+        /// The handshake error.
+        source: io::Error,
+    },
+    /// Sending a request or receiving a response failed, including a
+    /// response that ended early or timed out.
+    Transfer {
+        /// The URL being fetched.
+        url: String,
+        /// The error.
+        source: io::Error,
+    },
+    /// The registry's response is not valid HTTP/1.1 as understood here,
+    /// or a redirect cannot be followed.
+    Protocol {
+        /// The URL being fetched.
+        url: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The registry answered with an unexpected status.
+    Status {
+        /// The URL that answered.
+        url: String,
+        /// The status code.
+        status: u16,
+        /// The reason phrase.
+        reason: String,
+        /// The registry's error codes and messages, when its body carried
+        /// an OCI error document.
+        detail: Option<String>,
+    },
+    /// The manifest does not exist in the registry (404).
+    ManifestNotFound {
+        /// The image, as `host/repository@digest` or `host/repository:tag`.
+        image: String,
+    },
+    /// The manifest's SHA-256 is not the requested digest.
+    ManifestDigestMismatch {
+        /// The requested digest.
+        expected: String,
+        /// The digest of what the registry sent.
+        actual: String,
+    },
+    /// The manifest is not a usable OCI image manifest.
+    InvalidManifest {
+        /// The image, as `host/repository@digest`.
+        image: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The image layer does not exist in the registry (404).
+    LayerNotFound {
+        /// The layer, as `host/repository@digest`.
+        layer: String,
+    },
+    /// The layer's SHA-256 is not the digest the manifest gives.
+    LayerDigestMismatch {
+        /// The digest the manifest gives.
+        expected: String,
+        /// The digest of what the registry sent.
+        actual: String,
+    },
+    /// The layer's length is not the size the manifest gives.
+    LayerSizeMismatch {
+        /// The layer's digest.
+        digest: String,
+        /// The size the manifest gives.
+        expected: u64,
+        /// The bytes received: fewer than expected, or (the transfer
+        /// stops as soon as the layer is too long) one more than expected.
+        received: u64,
+    },
+    /// The layer is not valid zstd.
+    Decompress {
+        /// The layer's digest.
+        digest: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Opening, writing, syncing or reading back the root device failed.
+    Device {
+        /// The root device.
+        path: PathBuf,
+        /// What was being done, e.g. `write`.
+        action: &'static str,
+        /// The error.
+        source: io::Error,
+    },
+    /// The root device cannot take the image: not a regular file or block
+    /// device, or too small.
+    DeviceUnusable {
+        /// The root device.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// What was read back from the root device is not what was written.
+    VerificationFailed {
+        /// The root device.
+        path: PathBuf,
+        /// The digest of the bytes written.
+        written: String,
+        /// The digest of the bytes read back.
+        read_back: String,
+    },
+}
+
+/// An I/O error as a short reason: network conditions by name
+/// ("connection refused", "timed out"), anything else as the operating
+/// system says it.
+fn reason(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
+        io::ErrorKind::ConnectionReset => "connection reset".to_string(),
+        io::ErrorKind::ConnectionAborted => "connection aborted".to_string(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => "timed out".to_string(),
+        _ => e.to_string(),
+    }
+}
+
+impl fmt::Display for InstallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use InstallError::*;
+        match self {
+            InvalidRequest { field, problem } => {
+                write!(f, "invalid installation request: {field}: {problem}")
+            }
+            Unsupported { what } => write!(f, "unsupported: {what}"),
+            Unreachable { registry, source } => {
+                write!(f, "registry {registry} unreachable: {}", reason(source))
+            }
+            Tls { registry, source } => {
+                write!(f, "TLS handshake with registry {registry} failed: {source}")
+            }
+            Transfer { url, source } => write!(f, "fetching {url} failed: {}", reason(source)),
+            Protocol { url, problem } => write!(f, "bad response from {url}: {problem}"),
+            Status {
+                url,
+                status,
+                reason,
+                detail,
+            } => {
+                write!(f, "fetching {url} failed: registry answered {status}")?;
+                if !reason.is_empty() {
+                    write!(f, " {reason}")?;
+                }
+                if let Some(detail) = detail {
+                    write!(f, " ({detail})")?;
+                }
+                Ok(())
+            }
+            ManifestNotFound { image } => write!(f, "manifest not found: {image}"),
+            ManifestDigestMismatch { expected, actual } => {
+                write!(
+                    f,
+                    "manifest digest mismatch: expected {expected}, got {actual}"
+                )
+            }
+            InvalidManifest { image, problem } => {
+                write!(f, "invalid manifest of {image}: {problem}")
+            }
+            LayerNotFound { layer } => write!(f, "image layer not found: {layer}"),
+            LayerDigestMismatch { expected, actual } => {
+                write!(
+                    f,
+                    "image layer digest mismatch: expected {expected}, got {actual}"
+                )
+            }
+            LayerSizeMismatch {
+                digest,
+                expected,
+                received,
+            } => {
+                if received > expected {
+                    write!(
+                        f,
+                        "image layer {digest} is longer than the {expected} bytes the manifest gives"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "image layer {digest} ended after {received} of the {expected} bytes the manifest gives"
+                    )
+                }
+            }
+            Decompress { digest, problem } => {
+                write!(
+                    f,
+                    "image layer {digest}: zstd decompression failed: {problem}"
+                )
+            }
+            Device {
+                path,
+                action,
+                source,
+            } => write!(f, "root device {}: {action}: {source}", path.display()),
+            DeviceUnusable { path, problem } => {
+                write!(f, "root device {}: {problem}", path.display())
+            }
+            VerificationFailed {
+                path,
+                written,
+                read_back,
+            } => write!(
+                f,
+                "root device {}: read-back verification failed: wrote {written}, read back {read_back}",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InstallError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            InstallError::Unreachable { source, .. }
+            | InstallError::Tls { source, .. }
+            | InstallError::Transfer { source, .. }
+            | InstallError::Device { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

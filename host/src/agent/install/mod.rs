@@ -1,0 +1,179 @@
+//! Installing the OS an `OSInstallationRequest` asks for (semantics.md,
+//! "The agent": fetch the image from its OCI registry, manifest by digest,
+//! digest verified; write it to `root_device`; verify what was written).
+//!
+//! - [`Installer`] is the seam: anything that can put an image on a
+//!   device. [`OciInstaller`] is the real one.
+//! - [`install_request`] / [`install_encoded_request`] take a whole
+//!   request (as the agent loop hands it over), check it and call an
+//!   installer.
+//!
+//! Installation is blocking: the runtime runs it on a dedicated thread
+//! (see the [parent module](super) for why), and feeds [`Progress`] to
+//! its log from the callback.
+
+mod digest;
+mod error;
+mod http;
+mod oci;
+mod zstd;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use metropolis_proto::prelude::agent::{OsInstallationRequest, os_installation_request};
+use metropolis_proto::prelude::debug::OsImageRef;
+use prost::Message;
+
+pub use error::InstallError;
+pub use oci::{MAX_MANIFEST_BYTES, OciInstaller};
+
+/// Something that installs an OS image onto a root device.
+///
+/// Implementations block until the installation ended; callers on an
+/// async runtime run them on a dedicated thread.
+pub trait Installer: Send + Sync {
+    /// Installs the image `image` names onto `root_device` (a block device
+    /// or a regular file), reporting progress through `progress`. On
+    /// success the device holds exactly the image, synced to stable
+    /// storage and verified by reading it back; on failure it may hold
+    /// part of it.
+    fn install(
+        &self,
+        image: &OsImageRef,
+        root_device: &Path,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<(), InstallError>;
+}
+
+/// How far an installation got, as reported to the progress callback.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Progress {
+    /// The manifest was fetched and verified; the image layer is next.
+    Manifest {
+        /// The layer's digest.
+        layer: String,
+        /// The layer's size as stored in the registry.
+        size: u64,
+        /// Whether the layer is zstd-compressed.
+        compressed: bool,
+    },
+    /// Image bytes were written to the root device (reported every
+    /// [`PROGRESS_STEP_BYTES`] and once at the end).
+    Writing {
+        /// Image bytes written so far.
+        written: u64,
+        /// The image's size, when known before the end (an uncompressed
+        /// layer).
+        total: Option<u64>,
+        /// Layer bytes received so far.
+        received: u64,
+        /// The layer's size as stored in the registry.
+        layer_size: u64,
+    },
+    /// The written bytes were read back (reported every
+    /// [`PROGRESS_STEP_BYTES`] and once at the end).
+    Verifying {
+        /// Bytes read back so far.
+        verified: u64,
+        /// The bytes written.
+        total: u64,
+    },
+}
+
+/// How many bytes pass between two progress reports of one stage.
+pub const PROGRESS_STEP_BYTES: u64 = 64 * 1024 * 1024;
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+impl fmt::Display for Progress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Progress::Manifest {
+                layer,
+                size,
+                compressed,
+            } => write!(
+                f,
+                "manifest verified; image layer {layer}, {}{}",
+                mib(*size),
+                if *compressed { ", zstd" } else { "" }
+            ),
+            Progress::Writing {
+                written,
+                total,
+                received,
+                layer_size,
+            } => {
+                write!(f, "writing: {}", mib(*written))?;
+                if let Some(total) = total {
+                    write!(f, " of {}", mib(*total))?;
+                } else {
+                    write!(f, " ({} of {} received)", mib(*received), mib(*layer_size))?;
+                }
+                Ok(())
+            }
+            Progress::Verifying { verified, total } => {
+                write!(f, "verifying: {} of {}", mib(*verified), mib(*total))
+            }
+        }
+    }
+}
+
+/// The root device path of a request's `root_device`: a name without `/`
+/// (`sda`, `nvme0n1`) is the block device of that name under `/dev`,
+/// anything else (`/dev/disk/by-id/…`, `./disk.img`) is a path.
+pub fn root_device_path(root_device: &str) -> PathBuf {
+    if root_device.contains('/') {
+        PathBuf::from(root_device)
+    } else {
+        Path::new("/dev").join(root_device)
+    }
+}
+
+/// Carries out `request` with `installer`: checks that it is a Metropolis
+/// installation with an image and a root device (see
+/// [`root_device_path`]), then installs.
+pub fn install_request(
+    installer: &dyn Installer,
+    request: &OsInstallationRequest,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<(), InstallError> {
+    let Some(os_installation_request::Type::Metropolis(metropolis)) = &request.r#type else {
+        return Err(InstallError::Unsupported {
+            what: "installation request of no known type (only metropolis is supported)"
+                .to_string(),
+        });
+    };
+    let Some(image) = &metropolis.os_image else {
+        return Err(InstallError::InvalidRequest {
+            field: "metropolis.os_image",
+            problem: "missing".to_string(),
+        });
+    };
+    if metropolis.root_device.is_empty() {
+        return Err(InstallError::InvalidRequest {
+            field: "metropolis.root_device",
+            problem: "missing".to_string(),
+        });
+    }
+    installer.install(image, &root_device_path(&metropolis.root_device), progress)
+}
+
+/// [`install_request`] for an encoded `OSInstallationRequest`, as the
+/// agent loop's `Action::Install` carries it.
+pub fn install_encoded_request(
+    installer: &dyn Installer,
+    encoded: &[u8],
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<(), InstallError> {
+    let request =
+        OsInstallationRequest::decode(encoded).map_err(|e| InstallError::InvalidRequest {
+            field: "OSInstallationRequest",
+            problem: format!("cannot decode: {e}"),
+        })?;
+    install_request(installer, &request, progress)
+}
