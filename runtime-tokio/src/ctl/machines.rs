@@ -156,10 +156,14 @@ fn hardware_summary(m: &Machine) -> String {
     };
     let threads: i32 = report.cpu.iter().map(|c| c.hardware_threads).sum();
     let disks: i64 = report.block_device.iter().map(|d| d.capacity_bytes).sum();
+    let model = format!("{} {}", report.manufacturer, report.product);
+    let model = if model.trim().is_empty() {
+        "unknown model"
+    } else {
+        model.trim()
+    };
     format!(
-        "{} {}, {} threads, {:.1} GiB RAM, {} disks ({:.0} GB), {} NICs",
-        report.manufacturer,
-        report.product,
+        "{model}, {} threads, {:.1} GiB RAM, {} disks ({:.0} GB), {} NICs",
         threads,
         report.memory_installed_bytes as f64 / (1u64 << 30) as f64,
         report.block_device.len(),
@@ -197,7 +201,7 @@ pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), Cl
                 (None, Some(path)) => {
                     let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519)?;
                     write_private(&path, &pair.serialize_pem())?;
-                    println!("agent key written to {}", path.display());
+                    outln!("agent key written to {}", path.display());
                     pair.public_key_raw().to_vec()
                 }
                 (None, None) => return Err("give --agent-pubkey HEX or --generate-key FILE".into()),
@@ -209,7 +213,7 @@ pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), Cl
                 })
                 .await
                 .map_err(status_error)?;
-            println!("machine {id} added (agent key {})", hex(&key));
+            outln!("machine {id} added (agent key {})", hex(&key));
         }
         MachineCommand::List => {
             let machines = client
@@ -219,7 +223,7 @@ pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), Cl
                 .into_inner();
             let now = now_ms();
             for m in &machines.machines {
-                println!(
+                outln!(
                     "{}  {:<10} {}  gen={}  {}  [{}]",
                     m.machine_id,
                     age(now, m.last_heartbeat_unix_ms),
@@ -229,7 +233,7 @@ pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), Cl
                     hardware_summary(m)
                 );
             }
-            println!("{} machine(s)", machines.machines.len());
+            outln!("{} machine(s)", machines.machines.len());
         }
         MachineCommand::Show { id } => {
             let m = client
@@ -237,19 +241,19 @@ pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), Cl
                 .await
                 .map_err(status_error)?
                 .into_inner();
-            println!("machine          {}", m.machine_id);
-            println!("agent key        {}", hex(&m.agent_public_key));
-            println!(
+            outln!("machine          {}", m.machine_id);
+            outln!("agent key        {}", hex(&m.agent_public_key));
+            outln!(
                 "last heartbeat   {}{}",
                 age(now_ms(), m.last_heartbeat_unix_ms),
                 if m.lost { " (LOST)" } else { "" }
             );
-            println!("generation       {}", m.current_generation);
-            println!("latest report    {}", latest_report(&m));
-            println!("summary          {}", hardware_summary(&m));
+            outln!("generation       {}", m.current_generation);
+            outln!("latest report    {}", latest_report(&m));
+            outln!("summary          {}", hardware_summary(&m));
             match &m.hardware_report {
-                Some(r) => println!("hardware report  {r:#?}"),
-                None => println!("hardware report  none yet"),
+                Some(r) => outln!("hardware report  {r:#?}"),
+                None => outln!("hardware report  none yet"),
             }
         }
     }
@@ -299,7 +303,7 @@ pub async fn install(channel: Channel, command: InstallCommand) -> Result<(), Cl
                 .await
                 .map_err(status_error)?
                 .into_inner();
-            println!(
+            outln!(
                 "installation request for {id} submitted: generation {}",
                 response.generation
             );
@@ -311,7 +315,7 @@ pub async fn install(channel: Channel, command: InstallCommand) -> Result<(), Cl
                 .map_err(status_error)?
                 .into_inner();
             if m.current_generation == 0 {
-                println!("no installation request");
+                outln!("no installation request");
             } else {
                 let request = agent::OsInstallationRequest::decode(m.current_request.as_ref()).ok();
                 let target = request
@@ -328,7 +332,7 @@ pub async fn install(channel: Channel, command: InstallCommand) -> Result<(), Cl
                     .reports
                     .iter()
                     .any(|r| r.generation == m.current_generation);
-                println!(
+                outln!(
                     "generation {}: {} [{}]",
                     m.current_generation,
                     target,
@@ -341,7 +345,7 @@ pub async fn install(channel: Channel, command: InstallCommand) -> Result<(), Cl
                 } else {
                     format!("error: {}", r.error)
                 };
-                println!(
+                outln!(
                     "  report gen {}: {} ({})",
                     r.generation,
                     result,

@@ -1,5 +1,16 @@
 //! `metroctl`: the command-line client of the curator.
 
+/// `println!` that ends the program quietly when stdout is closed (e.g.
+/// `metroctl watch nodes | head`), instead of panicking on EPIPE.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
 mod machines;
 mod output;
 
@@ -242,7 +253,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 })
                 .await
                 .map_err(status_error)?;
-            println!("status of {node_id} updated");
+            outln!("status of {node_id} updated");
             Ok(())
         }
         Command::Node(NodeCommand::List { json }) => {
@@ -280,7 +291,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 String::from_utf8(resp.ca_certificate.to_vec())?,
             );
             creds.write_to_dir(&out, "node")?;
-            println!(
+            outln!(
                 "node {} added; credentials in {}",
                 resp.node_id,
                 out.display()
@@ -295,7 +306,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             })
             .await
             .map_err(status_error)?;
-            println!("node {id} removed");
+            outln!("node {id} removed");
             Ok(())
         }
     }

@@ -93,7 +93,7 @@ pub fn print_event(event: &curator::WatchEvent, json: bool) {
             .iter()
             .map(|t| json_str(&t.node_id))
             .collect();
-        println!(
+        outln!(
             "{{\"nodes\":[{}],\"tombstones\":[{}],\"last_backlogged\":{backlogged}}}",
             nodes.join(","),
             tombstones.join(",")
@@ -101,13 +101,13 @@ pub fn print_event(event: &curator::WatchEvent, json: bool) {
         return;
     }
     for n in &event.nodes {
-        println!("node      {}", node_line(n));
+        outln!("node      {}", node_line(n));
     }
     for t in &event.node_tombstones {
-        println!("removed   {}", t.node_id);
+        outln!("removed   {}", t.node_id);
     }
     if backlogged {
-        println!("-- end of current state; following changes --");
+        outln!("-- end of current state; following changes --");
     }
 }
 
@@ -115,13 +115,13 @@ pub fn print_event(event: &curator::WatchEvent, json: bool) {
 pub fn print_nodes(nodes: &[curator::Node], json: bool) {
     for n in nodes {
         if json {
-            println!("{}", node_json(n));
+            outln!("{}", node_json(n));
         } else {
-            println!("{}", node_line(n));
+            outln!("{}", node_line(n));
         }
     }
     if !json {
-        println!("{} node(s)", nodes.len());
+        outln!("{} node(s)", nodes.len());
     }
 }
 
