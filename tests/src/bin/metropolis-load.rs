@@ -23,6 +23,8 @@ mod daemon;
 mod echo;
 #[path = "../load/fanout.rs"]
 mod fanout;
+#[path = "../load/heartbeat.rs"]
+mod heartbeat;
 #[path = "../load/update_tls.rs"]
 mod update_tls;
 #[path = "../load/util.rs"]
@@ -74,6 +76,10 @@ enum Command {
     /// against an echo server (same TLS and gRPC stack, separate process):
     /// requests/s, p50/p99, and the daemon/echo ratio.
     UpdateTls(update_tls::UpdateTlsArgs),
+    /// Many agents heartbeating over mutual TLS (own key and connection
+    /// each) against the AgentCallback port, then against an echo
+    /// service on the same stack: heartbeats/s, p50/p99, and the ratio.
+    Heartbeat(heartbeat::HeartbeatArgs),
     /// The echo server of update-tls (started by it).
     #[command(hide = true)]
     ServeEcho(echo::EchoArgs),
@@ -110,6 +116,7 @@ fn run(cli: Cli) -> util::Result<()> {
         match cli.command {
             Command::Fanout(args) => fanout::run(args, &target, work.path()).await,
             Command::UpdateTls(args) => update_tls::run(args, &target, work.path()).await,
+            Command::Heartbeat(args) => heartbeat::run(args, &target, work.path()).await,
             Command::ServeEcho(_) => Ok(()),
         }
     });

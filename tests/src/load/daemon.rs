@@ -79,6 +79,8 @@ pub struct DaemonProcess {
     pub socket: PathBuf,
     /// Its TLS listener, `127.0.0.1:port`.
     pub addr: String,
+    /// Its AgentCallback listener, `127.0.0.1:port`.
+    pub agent_addr: String,
     /// Its stderr log.
     pub log: PathBuf,
 }
@@ -94,6 +96,7 @@ impl DaemonProcess {
         log_level: &str,
     ) -> Result<DaemonProcess> {
         let addr = free_addr()?;
+        let agent_addr = free_addr()?;
         let socket = data_dir.join("curator.sock");
         let log = data_dir.with_extension("log");
         let log_file =
@@ -104,7 +107,7 @@ impl DaemonProcess {
             .arg("--listen")
             .arg(&addr)
             .arg("--agent-listen")
-            .arg("127.0.0.1:0")
+            .arg(&agent_addr)
             .arg("--runtime")
             .arg(runtime.to_string())
             .arg("--log")
@@ -119,6 +122,7 @@ impl DaemonProcess {
             data_dir: data_dir.to_path_buf(),
             socket,
             addr,
+            agent_addr,
             log,
         };
         daemon.wait_ready(Duration::from_secs(30))?;

@@ -65,6 +65,20 @@ impl Curator for EchoCurator {
     }
 }
 
+/// An AgentCallback that answers every heartbeat with nothing to do.
+struct EchoAgent;
+
+#[tonic::async_trait]
+impl metropolis_proto::prelude::agent::agent_callback_server::AgentCallback for EchoAgent {
+    async fn heartbeat(
+        &self,
+        _request: Request<metropolis_proto::prelude::agent::HeartbeatRequest>,
+    ) -> std::result::Result<Response<metropolis_proto::prelude::agent::HeartbeatResponse>, Status>
+    {
+        Ok(Response::new(Default::default()))
+    }
+}
+
 /// Body of `serve-echo`: serves until stdin closes or `max_seconds` pass.
 pub async fn serve(args: EchoArgs) -> Result<()> {
     let creds = Credentials::read_from_dir(&args.pki, "node")
@@ -74,7 +88,13 @@ pub async fn serve(args: EchoArgs) -> Result<()> {
     let classifier = Arc::new(
         PeerClassifier::new(creds.ca_der()?).context(|| "building the peer classifier".into())?,
     );
-    let router = Router::new().with_service(CuratorServer::new(EchoCurator));
+    let router = Router::new()
+        .with_service(CuratorServer::new(EchoCurator))
+        .with_service(
+            metropolis_proto::prelude::agent::agent_callback_server::AgentCallbackServer::new(
+                EchoAgent,
+            ),
+        );
     let listener = listen::bind_tcp(args.listen)
         .await
         .context(|| format!("{}: cannot listen", args.listen))?;
