@@ -33,8 +33,6 @@ use crate::store::{CmpOp, Compare, CompareTarget, KeyRange, KeyValue, Op, OpResu
 /// Key prefix of machine records.
 pub const MACHINES_PREFIX: &[u8] = b"/machines/";
 
-const MAX_CAS_ATTEMPTS: usize = 256;
-
 /// The store key of a machine's record.
 pub fn machine_key(machine_id: &str) -> Bytes {
     let mut key = MACHINES_PREFIX.to_vec();
@@ -105,52 +103,19 @@ impl ProvisioningService {
         machine_management_server::MachineManagementServer::new(self.clone())
     }
 
-    /// Reads the record of `machine_id`, applies `change` and writes it
-    /// back with a compare-and-swap, retrying on conflict. `change` returns
-    /// `Ok(None)` to leave the record untouched.
+    /// Applies `change` to the record of `machine_id` by compare-and-swap.
     async fn update<T>(
         &self,
         machine_id: &str,
         mut change: impl FnMut(&mut MachineRecord) -> Result<T, Status>,
     ) -> Result<T, Status> {
-        let key = machine_key(machine_id);
-        let mut current = self
-            .store
-            .read_for_update(KeyRange::Key(key.clone()))
-            .await
-            .map_err(store_status)?
-            .pop();
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            let Some(kv) = current else {
-                return Err(Status::not_found(format!("machine {machine_id} not found")));
-            };
-            let mut record = decode(&kv)?;
+        let what = format!("machine {machine_id}");
+        super::cas::update(self.store.as_ref(), machine_key(machine_id), &what, |kv| {
+            let mut record = decode(kv)?;
             let out = change(&mut record)?;
-            let txn = Txn {
-                compares: vec![Compare {
-                    key: key.clone(),
-                    op: CmpOp::Equal,
-                    target: CompareTarget::ModRevision(kv.mod_revision),
-                }],
-                success: vec![Op::Put {
-                    key: key.clone(),
-                    value: record.encode().into(),
-                    lease: 0,
-                }],
-                failure: vec![Op::Range(KeyRange::Key(key.clone()))],
-            };
-            let mut response = self.store.txn(txn).await.map_err(store_status)?;
-            if response.succeeded {
-                return Ok(out);
-            }
-            current = match response.results.pop() {
-                Some(OpResult::Range(mut kvs)) => kvs.pop(),
-                _ => return Err(Status::internal("store returned no range result")),
-            };
-        }
-        Err(Status::aborted(format!(
-            "machine {machine_id}: {MAX_CAS_ATTEMPTS} concurrent modifications in a row; request can be retried"
-        )))
+            Ok((record.encode().into(), out))
+        })
+        .await
     }
 
     /// `AgentCallback.Heartbeat` from `caller`.

@@ -15,10 +15,6 @@ use crate::identity::{Identity, NodeId};
 use crate::ports::{CertIssuer, KvStore};
 use crate::store::{CmpOp, Compare, CompareTarget, KeyRange, Op, OpResult, StoreError, Txn};
 
-/// How often a status update retries after losing a compare-and-swap race
-/// before giving up with Aborted.
-const MAX_CAS_ATTEMPTS: usize = 256;
-
 /// The Curator (`Watch`, `UpdateNodeStatus`) and the private
 /// NodeManagement (`AddNode`, `RemoveNode`) services.
 ///
@@ -147,44 +143,13 @@ impl CuratorService {
         }
         let status =
             validate_status(request.status).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let key = node_key(&id);
-        let mut current = self
-            .store
-            .read_for_update(KeyRange::Key(key.clone()))
-            .await
-            .map_err(store_status)?
-            .pop();
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            let Some(kv) = current else {
-                return Err(Status::not_found(format!("node {id} not found")));
-            };
-            let mut record = decode_record(&kv).map_err(|e| Status::internal(e.to_string()))?;
+        let what = format!("node {id}");
+        super::cas::update(self.store.as_ref(), node_key(&id), &what, |kv| {
+            let mut record = decode_record(kv).map_err(|e| Status::internal(e.to_string()))?;
             record.status = Some(status.clone());
-            let txn = Txn {
-                compares: vec![Compare {
-                    key: key.clone(),
-                    op: CmpOp::Equal,
-                    target: CompareTarget::ModRevision(kv.mod_revision),
-                }],
-                success: vec![Op::Put {
-                    key: key.clone(),
-                    value: record.encode_to_vec().into(),
-                    lease: 0,
-                }],
-                failure: vec![Op::Range(KeyRange::Key(key.clone()))],
-            };
-            let mut response = self.store.txn(txn).await.map_err(store_status)?;
-            if response.succeeded {
-                return Ok(());
-            }
-            current = match response.results.pop() {
-                Some(OpResult::Range(mut kvs)) => kvs.pop(),
-                _ => return Err(Status::internal("store returned no range result")),
-            };
-        }
-        Err(Status::aborted(format!(
-            "node {id}: {MAX_CAS_ATTEMPTS} concurrent modifications in a row; request can be retried"
-        )))
+            Ok((record.encode_to_vec().into(), ()))
+        })
+        .await
     }
 }
 

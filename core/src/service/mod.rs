@@ -6,6 +6,7 @@
 //! [`Identity`](crate::identity::Identity) into the request extensions.
 
 mod agent_callback;
+mod cas;
 mod curator;
 mod curator_http;
 mod router;
