@@ -5,9 +5,8 @@
 //! protobuf ([`MachineRecord`]). Every write is a compare-and-swap on the
 //! record's revision, retried on conflict.
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,6 +21,8 @@ use prost::Message;
 use tonic::Status;
 use tonic::body::Body;
 use tonic::server::{Grpc, NamedService, UnaryService};
+
+use super::router::GrpcService;
 use tonic_prost::ProstCodec;
 
 use super::curator::store_status;
@@ -325,26 +326,12 @@ impl UnaryService<agent::HeartbeatRequest> for Heartbeat {
     }
 }
 
-impl tonic::codegen::Service<Request<Body>> for AgentCallbackHttp {
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Response<Body>, Infallible>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
+impl GrpcService for AgentCallbackHttp {
+    fn call(&self, request: Request<Body>) -> BoxFuture<'static, Response<Body>> {
         let service = self.service.clone();
-        let method = request
-            .uri()
-            .path()
-            .rsplit('/')
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let method = super::router::method_name(&request);
         Box::pin(async move {
-            Ok(match method.as_str() {
+            match method.as_str() {
                 "Heartbeat" => {
                     let codec =
                         ProstCodec::<EncodedHeartbeatResponse, agent::HeartbeatRequest>::default();
@@ -352,7 +339,7 @@ impl tonic::codegen::Service<Request<Body>> for AgentCallbackHttp {
                 }
                 other => Status::unimplemented(format!("{} has no method {other}", Self::NAME))
                     .into_http(),
-            })
+            }
         })
     }
 }

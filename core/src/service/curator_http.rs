@@ -8,7 +8,6 @@
 //! freed once HTTP/2 has sent it: an idle stream holds nothing but its
 //! watch machine.
 
-use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -23,6 +22,8 @@ use tonic::Status;
 use tonic::body::Body;
 use tonic::codec::{Codec, Streaming};
 use tonic::server::{Grpc, NamedService, UnaryService};
+
+use super::router::GrpcService;
 use tonic_prost::ProstCodec;
 
 use super::curator::CuratorService;
@@ -52,26 +53,12 @@ impl NamedService for CuratorHttp {
     const NAME: &'static str = SERVICE;
 }
 
-impl tonic::codegen::Service<Request<Body>> for CuratorHttp {
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Response<Body>, Infallible>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
+impl GrpcService for CuratorHttp {
+    fn call(&self, request: Request<Body>) -> BoxFuture<'static, Response<Body>> {
         let service = self.service.clone();
-        let method = request
-            .uri()
-            .path()
-            .rsplit('/')
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let method = super::router::method_name(&request);
         Box::pin(async move {
-            Ok(match method.as_str() {
+            match method.as_str() {
                 "Watch" => watch(service, request).await,
                 "UpdateNodeStatus" => {
                     let codec = ProstCodec::<
@@ -85,7 +72,7 @@ impl tonic::codegen::Service<Request<Body>> for CuratorHttp {
                 other => {
                     Status::unimplemented(format!("{SERVICE} has no method {other}")).into_http()
                 }
-            })
+            }
         })
     }
 }

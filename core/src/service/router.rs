@@ -40,6 +40,17 @@ where
     }
 }
 
+/// The method name of a call (`Method` of `/package.Service/Method`).
+pub(crate) fn method_name<B>(request: &Request<B>) -> String {
+    request
+        .uri()
+        .path()
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// Routes `/package.Service/Method` calls to their service.
 ///
 /// Before a call reaches a service, the router looks up the method's rule in
