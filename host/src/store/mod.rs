@@ -154,6 +154,10 @@ struct Queued {
 /// Everything shared between callers, watch streams and the writer.
 #[derive(Debug)]
 struct State {
+    /// Whether the writer thread is parked waiting for work: only then is
+    /// it worth a wake-up (a busy writer re-checks the queue after each
+    /// batch), which saves a futex call per transaction under load.
+    writer_idle: bool,
     mem: MemStore,
     /// Applied to `mem`, not yet taken by the writer, in order.
     queue: Vec<Queued>,
@@ -367,6 +371,7 @@ impl EmbeddedStore {
             recovered.replayed
         );
         let state = State {
+            writer_idle: false,
             durable_revision: mem.revision(),
             mem,
             queue: Vec::new(),
@@ -441,7 +446,9 @@ impl EmbeddedStore {
             Some(payload) if state.mem.revision() != before => {
                 let seq = state.queue_payload(payload);
                 state.maybe_compact();
-                self.shared.writer_wake.notify_one();
+                if state.writer_idle {
+                    self.shared.writer_wake.notify_one();
+                }
                 state.wait_for(seq)
             }
             _ => state.barrier(),

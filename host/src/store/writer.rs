@@ -143,6 +143,7 @@ impl Writer {
                 } else {
                     None
                 };
+                state.writer_idle = true;
                 state = match deadline {
                     Some(deadline) => {
                         let wait = deadline.saturating_duration_since(shared.clock.now());
@@ -157,6 +158,7 @@ impl Writer {
                         .wait(state)
                         .unwrap_or_else(std::sync::PoisonError::into_inner),
                 };
+                state.writer_idle = false;
             }
             self.write_batch(shared, state);
         }
