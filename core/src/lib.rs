@@ -13,6 +13,7 @@
 pub mod agent_cert;
 pub mod curator;
 pub mod identity;
+pub mod logtree;
 pub mod ports;
 pub mod provisioning;
 pub mod service;
