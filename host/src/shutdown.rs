@@ -56,3 +56,65 @@ mod tests {
         assert!(shutdown.wait().now_or_never().is_some());
     }
 }
+
+/// Tracks tasks (connections) so that a listener can wait, after it stops
+/// accepting, until every connection it spawned has finished draining.
+/// Each task holds a [`TaskToken`]; [`TaskTracker::wait`] resolves when all
+/// tokens are dropped.
+pub struct TaskTracker {
+    token: Option<TaskToken>,
+    done: futures::channel::mpsc::Receiver<()>,
+}
+
+/// Held by a tracked task for as long as it runs.
+#[derive(Clone)]
+pub struct TaskToken(#[allow(dead_code)] futures::channel::mpsc::Sender<()>);
+
+impl Default for TaskTracker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TaskTracker {
+    /// A tracker with no task.
+    pub fn new() -> Self {
+        let (tx, rx) = futures::channel::mpsc::channel(0);
+        TaskTracker {
+            token: Some(TaskToken(tx)),
+            done: rx,
+        }
+    }
+
+    /// A token for one more task.
+    pub fn token(&self) -> TaskToken {
+        self.token
+            .clone()
+            .expect("the tracker holds its token until wait() consumes it")
+    }
+
+    /// Resolves once every token handed out has been dropped.
+    pub async fn wait(mut self) {
+        use futures::StreamExt;
+        drop(self.token.take());
+        while self.done.next().await.is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tracker_tests {
+    use super::*;
+
+    #[test]
+    fn waits_for_every_token() {
+        let tracker = TaskTracker::new();
+        let a = tracker.token();
+        let b = a.clone();
+        let mut wait = Box::pin(tracker.wait());
+        assert!((&mut wait).now_or_never().is_none());
+        drop(a);
+        assert!((&mut wait).now_or_never().is_none());
+        drop(b);
+        assert!(wait.now_or_never().is_some());
+    }
+}

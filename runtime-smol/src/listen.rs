@@ -14,6 +14,7 @@ use metropolis_core::service::Router;
 use metropolis_host::grpc::{ServeOptions, serve_connection};
 use metropolis_host::peer::Classify;
 use metropolis_host::shutdown::Shutdown;
+use metropolis_host::shutdown::TaskTracker;
 use metropolis_host::socket::{prepare_socket_path, restrict_socket};
 use smol::net::TcpListener;
 use smol::net::unix::UnixListener;
@@ -43,6 +44,7 @@ pub async fn serve_unix(
     executor: SmolExecutor,
     shutdown: Shutdown,
 ) {
+    let connections = TaskTracker::new();
     let accept = async {
         loop {
             let stream = match listener.accept().await {
@@ -58,8 +60,10 @@ pub async fn serve_unix(
                 shutdown.clone(),
                 executor.clone(),
             );
+            let token = connections.token();
             executor
                 .spawn(async move {
+                    let _token = token;
                     let io = FuturesIo::new(stream);
                     let opts = ServeOptions::default();
                     if let Err(e) =
@@ -76,6 +80,8 @@ pub async fn serve_unix(
         _ = shutdown.clone().wait().fuse() => {}
     }
     let _ = std::fs::remove_file(&path);
+    // Open connections finish their calls (streams end with their status).
+    connections.wait().await;
 }
 
 /// Serves `router` over TLS; each caller's identity comes from its client
@@ -89,6 +95,7 @@ pub async fn serve_tls(
     shutdown: Shutdown,
 ) {
     let acceptor = TlsAcceptor::from(tls);
+    let connections = TaskTracker::new();
     let accept = async {
         loop {
             let (tcp, peer) = match listener.accept().await {
@@ -106,8 +113,10 @@ pub async fn serve_tls(
                 shutdown.clone(),
                 executor.clone(),
             );
+            let token = connections.token();
             executor
                 .spawn(async move {
+                    let _token = token;
                     let handshake = acceptor.accept(tcp).map(Some);
                     let timeout = async {
                         async_io::Timer::after(Duration::from_secs(10)).await;
@@ -141,4 +150,5 @@ pub async fn serve_tls(
         _ = accept.fuse() => {}
         _ = shutdown.clone().wait().fuse() => {}
     }
+    connections.wait().await;
 }

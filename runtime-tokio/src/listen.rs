@@ -16,6 +16,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::rt::{TokioExecutor, TokioIo};
 
+use metropolis_host::shutdown::TaskTracker;
 pub use metropolis_host::shutdown::{Shutdown, ShutdownTrigger, shutdown_pair};
 
 /// Binds the local UNIX socket at `path` with mode 0600, replacing a stale
@@ -36,6 +37,7 @@ pub async fn serve_unix(
     shutdown: Shutdown,
 ) {
     let stop = shutdown.clone();
+    let connections = TaskTracker::new();
     let accept = async {
         loop {
             let (stream, _) = match listener.accept().await {
@@ -47,7 +49,9 @@ pub async fn serve_unix(
             };
             let (router, identity, shutdown) =
                 (router.clone(), Identity::Node(me.clone()), shutdown.clone());
+            let token = connections.token();
             tokio::spawn(async move {
+                let _token = token;
                 let io = TokioIo::new(stream);
                 let done = shutdown.wait();
                 if let Err(e) = serve_connection(
@@ -70,6 +74,8 @@ pub async fn serve_unix(
         _ = stop.wait() => {}
     }
     let _ = std::fs::remove_file(&path);
+    // Open connections finish their calls (streams end with their status).
+    connections.wait().await;
 }
 
 /// Binds the TLS listener.
@@ -89,6 +95,7 @@ pub async fn serve_tls(
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let stop = shutdown.clone();
+    let connections = TaskTracker::new();
     let accept = async {
         loop {
             let (tcp, peer) = match listener.accept().await {
@@ -105,7 +112,9 @@ pub async fn serve_tls(
                 classifier.clone(),
                 shutdown.clone(),
             );
+            let token = connections.token();
             tokio::spawn(async move {
+                let _token = token;
                 let handshake =
                     tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp));
                 let stream = match handshake.await {
@@ -142,4 +151,5 @@ pub async fn serve_tls(
         _ = accept => {}
         _ = stop.wait() => {}
     }
+    connections.wait().await;
 }
