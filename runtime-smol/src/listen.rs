@@ -30,6 +30,17 @@ pub fn bind_unix(path: &Path) -> io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// Serves one accepted connection until it ends or drains after shutdown.
+async fn serve<IO>(io: IO, identity: Identity, router: Router, ex: SmolExecutor, shutdown: Shutdown)
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let options = ServeOptions::default();
+    if let Err(e) = serve_connection(io, identity, router, ex, options, shutdown.wait()).await {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
 /// Binds the TLS listener.
 pub async fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
     TcpListener::bind(addr).await
@@ -64,13 +75,7 @@ pub async fn serve_unix(
             executor
                 .spawn(async move {
                     let _token = token;
-                    let io = FuturesIo::new(stream);
-                    let opts = ServeOptions::default();
-                    if let Err(e) =
-                        serve_connection(io, identity, router, ex, opts, shutdown.wait()).await
-                    {
-                        tracing::debug!(error = %e, "local connection ended with an error");
-                    }
+                    serve(FuturesIo::new(stream), identity, router, ex, shutdown).await;
                 })
                 .detach();
         }
@@ -135,13 +140,7 @@ pub async fn serve_tls(
                     };
                     let identity = classifier.classify(stream.get_ref().1.peer_certificates());
                     tracing::debug!(%peer, %identity, "TLS connection");
-                    let io = FuturesIo::new(stream);
-                    let opts = ServeOptions::default();
-                    if let Err(e) =
-                        serve_connection(io, identity, router, ex, opts, shutdown.wait()).await
-                    {
-                        tracing::debug!(%peer, error = %e, "TLS connection ended with an error");
-                    }
+                    serve(FuturesIo::new(stream), identity, router, ex, shutdown).await;
                 })
                 .detach();
         }

@@ -53,19 +53,7 @@ pub async fn serve_unix(
             tokio::spawn(async move {
                 let _token = token;
                 let io = TokioIo::new(stream);
-                let done = shutdown.wait();
-                if let Err(e) = serve_connection(
-                    io,
-                    identity,
-                    router,
-                    TokioExecutor::new(),
-                    ServeOptions::default(),
-                    done,
-                )
-                .await
-                {
-                    tracing::debug!(error = %e, "local connection ended with an error");
-                }
+                serve(io, identity, router, shutdown).await;
             });
         }
     };
@@ -76,6 +64,20 @@ pub async fn serve_unix(
     let _ = std::fs::remove_file(&path);
     // Open connections finish their calls (streams end with their status).
     connections.wait().await;
+}
+
+/// Serves one accepted connection until it ends or drains after shutdown.
+async fn serve<IO>(io: IO, identity: Identity, router: Router, shutdown: Shutdown)
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let done = shutdown.wait();
+    let options = ServeOptions::default();
+    if let Err(e) =
+        serve_connection(io, identity, router, TokioExecutor::new(), options, done).await
+    {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
 }
 
 /// Binds the TLS listener.
@@ -131,19 +133,7 @@ pub async fn serve_tls(
                 let identity = classifier.classify(stream.get_ref().1.peer_certificates());
                 tracing::debug!(%peer, %identity, "TLS connection");
                 let io = TokioIo::new(stream);
-                let done = shutdown.wait();
-                if let Err(e) = serve_connection(
-                    io,
-                    identity,
-                    router,
-                    TokioExecutor::new(),
-                    ServeOptions::default(),
-                    done,
-                )
-                .await
-                {
-                    tracing::debug!(%peer, error = %e, "TLS connection ended with an error");
-                }
+                serve(io, identity, router, shutdown).await;
             });
         }
     };
