@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent_cert;
+pub mod archive;
 pub mod curator;
 pub mod identity;
 pub mod logtree;
@@ -19,4 +20,5 @@ pub mod provisioning;
 pub mod service;
 pub mod store;
 pub mod time;
+pub mod trace;
 pub mod watch;

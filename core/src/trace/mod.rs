@@ -1,0 +1,1 @@
+//! Kernel tracing sessions over tracefs, as a sans-IO machine (issue 5).
