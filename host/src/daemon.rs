@@ -13,14 +13,19 @@ use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
 use metropolis_core::identity::NodeId;
+use metropolis_core::logtree::LogTreeConfig;
+use metropolis_core::ports::KubeconfigIssuer;
 use metropolis_core::ports::{CertIssuer, KvStore, Spawner, WallClock};
+use metropolis_core::service::debug::{DebugService, LogHub};
 use metropolis_core::service::{
     CuratorService, ProvisioningService, Router, WatchCache, WatchCacheOptions,
 };
 use metropolis_proto::prelude::common;
 
 use crate::peer::PeerClassifier;
-use crate::pki::{ClientAuth, ClusterCa, Credentials, server_config};
+use crate::pki::{
+    ClientAuth, ClusterCa, Credentials, DebugKubeconfigs, KubernetesCa, server_config,
+};
 use crate::store::{EmbeddedStore, StoreOptions};
 
 /// The async runtime the daemon runs on.
@@ -43,6 +48,12 @@ impl std::fmt::Display for RuntimeKind {
 
 /// Default TCP port of the curator's TLS listener.
 pub const DEFAULT_PORT: u16 = 7835;
+
+/// Default TCP port of the debug service.
+pub const DEFAULT_DEBUG_PORT: u16 = 7837;
+
+/// Where `--debug-listen` without a value listens.
+pub const DEFAULT_DEBUG_LISTEN: &str = "127.0.0.1:7837";
 
 /// Command-line configuration of `metropolisd`.
 #[derive(Parser, Debug, Clone)]
@@ -94,6 +105,51 @@ pub struct Config {
     /// Log filter (tracing EnvFilter syntax), e.g. "info" or "metropolis=debug".
     #[arg(long, env = "METROPOLIS_LOG", default_value = "info")]
     pub log: String,
+    /// Memory cap of the retained logs served by GetLogs, in bytes (the
+    /// oldest entries are evicted first).
+    #[arg(long, default_value_t = 16 * 1024 * 1024, value_name = "BYTES")]
+    pub log_buffer_bytes: usize,
+    /// Entries retained per log DN (e.g. root.curator) for GetLogs.
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    pub log_entries_per_dn: usize,
+    /// Enables NodeDebugService (logs, kernel tracing, image loading, debug
+    /// kubeconfigs) on ADDR, plain HTTP/2 without TLS. It is
+    /// UNAUTHENTICATED: anyone who can connect can read the logs, trace the
+    /// kernel, load images and mint kubeconfigs. Off unless given; the flag
+    /// alone listens on 127.0.0.1:7837.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        num_args = 0..=1,
+        default_missing_value = DEFAULT_DEBUG_LISTEN,
+    )]
+    pub debug_listen: Option<SocketAddr>,
+    /// The Kubernetes CA certificate (PEM) that signs debug kubeconfigs;
+    /// needs --kubernetes-ca-key.
+    #[arg(long, value_name = "FILE", requires = "kubernetes_ca_key")]
+    pub kubernetes_ca_cert: Option<PathBuf>,
+    /// The Kubernetes CA private key (PEM, PKCS#8); needs
+    /// --kubernetes-ca-cert.
+    #[arg(long, value_name = "FILE", requires = "kubernetes_ca_cert")]
+    pub kubernetes_ca_key: Option<PathBuf>,
+    /// Without --kubernetes-ca-cert: sign debug kubeconfigs with a CA the
+    /// daemon generates (pki/kubernetes-ca-GENERATED.pem, labelled as
+    /// generated; no real cluster trusts it unless told to). With false,
+    /// GetDebugKubeconfig fails until a CA is configured.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub kubernetes_ca_generate: bool,
+    /// The Kubernetes API server URL written into debug kubeconfigs.
+    #[arg(long, value_name = "URL", default_value = "https://127.0.0.1:6443")]
+    pub kubernetes_api_server: String,
+    /// Validity of a debug kubeconfig's client certificate (Kubernetes
+    /// cannot revoke client certificates: keep it short).
+    #[arg(long, value_name = "SECONDS", default_value_t = 24 * 3600)]
+    pub kubeconfig_validity: u64,
+    /// The log tree the debug service serves; set by the daemon's entry
+    /// point (see [`init_logging`]). None: a tree of its own that only
+    /// receives what the embedder appends.
+    #[arg(skip)]
+    pub logs: Option<LogHub>,
 }
 
 impl Config {
@@ -106,6 +162,15 @@ impl Config {
         config.listen = listen;
         config.agent_listen = SocketAddr::new(listen.ip(), 0);
         config
+    }
+
+    /// The log tree limits from the flags.
+    pub fn log_tree_config(&self) -> LogTreeConfig {
+        LogTreeConfig {
+            max_bytes: self.log_buffer_bytes,
+            max_entries_per_dn: self.log_entries_per_dn,
+            ..LogTreeConfig::default()
+        }
     }
 
     /// The socket path, defaulted from the data directory.
@@ -239,6 +304,13 @@ pub struct NodeServices {
     pub agent_listen: SocketAddr,
     /// The owner credential directory (for the startup message).
     pub owner_dir: PathBuf,
+    /// NodeDebugService behind its own router, when `--debug-listen` was
+    /// given.
+    pub debug_router: Option<Router>,
+    /// Where the debug listener goes (plain HTTP/2, unauthenticated).
+    pub debug_listen: Option<SocketAddr>,
+    /// The log tree behind GetLogs.
+    pub logs: LogHub,
     /// How long connections may drain on shutdown.
     pub shutdown_grace: std::time::Duration,
     cache: WatchCache,
@@ -293,6 +365,18 @@ impl NodeServices {
             .with_service(curator.management_server())
             .with_service(provisioning.machine_management_server());
         let agent_router = Router::new().with_service(provisioning.agent_callback_server());
+        let logs = config
+            .logs
+            .clone()
+            .unwrap_or_else(|| LogHub::new(config.log_tree_config()));
+        let debug_router = match config.debug_listen {
+            None => None,
+            Some(_) => {
+                let kubeconfigs = kubeconfig_issuer(config, &layout)?;
+                let debug = DebugService::new(logs.clone(), kubeconfigs);
+                Some(Router::new().with_service(debug.server()))
+            }
+        };
         let tls = server_config(&pki.node, ClientAuth::Deferred)?;
         let classifier = Arc::new(PeerClassifier::new(pki.ca.cert_der())?);
         Ok(NodeServices {
@@ -305,10 +389,23 @@ impl NodeServices {
             agent_router,
             agent_listen: config.agent_listen,
             owner_dir: layout.owner,
+            debug_router,
+            debug_listen: config.debug_listen,
+            logs,
             shutdown_grace: std::time::Duration::from_secs(config.shutdown_grace),
             cache,
             store,
         })
+    }
+
+    /// Logs the loud warning that goes with an enabled debug service.
+    pub fn log_debug_serving(&self, debug_addr: SocketAddr) {
+        tracing::warn!(
+            debug_listen = %debug_addr,
+            "NodeDebugService is ENABLED and UNAUTHENTICATED: anyone who can connect to \
+             {debug_addr} can read this node's logs, trace its kernel, load container images \
+             and mint Kubernetes credentials; never expose it beyond a trusted network"
+        );
     }
 
     /// Logs where the node serves, once its listeners are bound.
@@ -350,14 +447,51 @@ impl NodeServices {
     }
 }
 
-/// Sets up logging to stderr with `filter` (falling back to "info").
-pub fn init_logging(filter: &str) {
+/// The kubeconfig issuer the flags ask for: the configured Kubernetes CA,
+/// else a generated one (unless `--kubernetes-ca-generate=false`), else
+/// none.
+fn kubeconfig_issuer(
+    config: &Config,
+    layout: &Layout,
+) -> Result<Option<Arc<dyn KubeconfigIssuer>>, DaemonError> {
+    let ca = match (&config.kubernetes_ca_cert, &config.kubernetes_ca_key) {
+        (Some(cert), Some(key)) => KubernetesCa::from_files(cert, key)?,
+        (None, None) if config.kubernetes_ca_generate => {
+            let ca = KubernetesCa::load_or_generate(&layout.pki)?;
+            tracing::warn!(
+                dir = %layout.pki.display(),
+                "debug kubeconfigs are signed by a GENERATED Kubernetes CA, not a cluster's \
+                 (configure --kubernetes-ca-cert and --kubernetes-ca-key)"
+            );
+            ca
+        }
+        (None, None) => return Ok(None),
+        _ => {
+            return Err("--kubernetes-ca-cert and --kubernetes-ca-key go together".into());
+        }
+    };
+    Ok(Some(Arc::new(DebugKubeconfigs::new(
+        ca,
+        config.kubernetes_api_server.clone(),
+        std::time::Duration::from_secs(config.kubeconfig_validity),
+    ))))
+}
+
+/// Sets up logging with `filter` (falling back to "info") to stderr and
+/// into a log tree with `tree` limits, which it returns for the debug
+/// service's GetLogs (put it in [`Config::logs`]).
+pub fn init_logging(filter: &str, tree: LogTreeConfig) -> LogHub {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let env_filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
         eprintln!("--log {filter:?}: {e}; using \"info\"");
         tracing_subscriber::EnvFilter::new("info")
     });
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(env_filter)
-        .with_writer(std::io::stderr)
+    let hub = LogHub::new(tree);
+    let _ = tracing_subscriber::registry()
+        .with(env_filter)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(crate::logs::LogTreeLayer::new(hub.clone()))
         .try_init();
+    hub
 }

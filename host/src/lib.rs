@@ -7,6 +7,7 @@ pub mod agent;
 pub mod connect;
 pub mod daemon;
 pub mod grpc;
+pub mod logs;
 pub mod peer;
 pub mod pki;
 pub mod shutdown;

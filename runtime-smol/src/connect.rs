@@ -54,3 +54,22 @@ pub async fn tls(
             source,
         })
 }
+
+/// Connects over plain TCP (HTTP/2 without TLS) to `addr` (`host:port`):
+/// for the debug service, which has no TLS. The connection's driver runs
+/// on `executor`.
+pub async fn plain(addr: &str, executor: SmolExecutor) -> Result<Channel, ConnectError> {
+    let tcp = TcpStream::connect(addr)
+        .await
+        .map_err(|source| ConnectError::Io {
+            target: addr.to_string(),
+            source,
+        })?;
+    let _ = tcp.set_nodelay(true);
+    Channel::handshake(FuturesIo::new(tcp), executor)
+        .await
+        .map_err(|source| ConnectError::Http2 {
+            target: addr.to_string(),
+            source,
+        })
+}

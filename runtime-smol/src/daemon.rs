@@ -19,9 +19,12 @@ pub struct Serving {
     pub tls_addr: SocketAddr,
     /// The AgentCallback listener's bound address.
     pub agent_addr: SocketAddr,
+    /// The debug listener's bound address, when enabled.
+    pub debug_addr: Option<SocketAddr>,
     unix_task: smol::Task<()>,
     tls_task: smol::Task<()>,
     agent_task: smol::Task<()>,
+    debug_task: Option<smol::Task<()>>,
 }
 
 /// Binds the node's UNIX socket and TLS listener and serves its router on
@@ -45,6 +48,23 @@ pub async fn start(
         .await
         .map_err(|e| format!("{}: cannot listen for agents: {e}", node.agent_listen))?;
     let agent_addr = agent_tcp.local_addr()?;
+    let (debug_addr, debug_task) = match (node.debug_listen, &node.debug_router) {
+        (Some(addr), Some(router)) => {
+            let tcp = listen::bind_tcp(addr)
+                .await
+                .map_err(|e| format!("{addr}: cannot listen for the debug service: {e}"))?;
+            let bound = tcp.local_addr()?;
+            node.log_debug_serving(bound);
+            let task = executor.spawn(listen::serve_plain(
+                tcp,
+                router.clone(),
+                executor.clone(),
+                shutdown.clone(),
+            ));
+            (Some(bound), Some(task))
+        }
+        _ => (None, None),
+    };
     let agent_task = executor.spawn(listen::serve_tls(
         agent_tcp,
         node.tls.clone(),
@@ -72,9 +92,11 @@ pub async fn start(
     Ok(Serving {
         tls_addr,
         agent_addr,
+        debug_addr,
         unix_task,
         tls_task,
         agent_task,
+        debug_task,
     })
 }
 
@@ -86,12 +108,16 @@ impl Serving {
             unix_task,
             tls_task,
             agent_task,
+            debug_task,
             ..
         } = self;
         let drained = async {
             unix_task.await;
             tls_task.await;
             agent_task.await;
+            if let Some(task) = debug_task {
+                task.await;
+            }
         };
         let timeout = async {
             async_io::Timer::after(grace).await;

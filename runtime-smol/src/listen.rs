@@ -151,3 +151,42 @@ pub async fn serve_tls(
     }
     connections.wait().await;
 }
+
+/// Serves `router` over plain TCP (HTTP/2 without TLS); every caller is
+/// unauthenticated. Only for the debug service, which is unauthenticated
+/// by contract.
+pub async fn serve_plain(
+    listener: TcpListener,
+    router: Router,
+    executor: SmolExecutor,
+    shutdown: Shutdown,
+) {
+    let connections = TaskTracker::new();
+    let accept = async {
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept on debug listener failed");
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            tracing::debug!(%peer, "debug connection");
+            let (router, shutdown, ex) = (router.clone(), shutdown.clone(), executor.clone());
+            let token = connections.token();
+            executor
+                .spawn(async move {
+                    let _token = token;
+                    let identity = Identity::Unauthenticated;
+                    serve(FuturesIo::new(tcp), identity, router, ex, shutdown).await;
+                })
+                .detach();
+        }
+    };
+    futures::select! {
+        _ = accept.fuse() => {}
+        _ = shutdown.clone().wait().fuse() => {}
+    }
+    connections.wait().await;
+}

@@ -274,7 +274,12 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
 /// Entry point of the `bmaas-agent` binary.
 pub fn main() -> std::process::ExitCode {
     let args = AgentArgs::parse();
-    metropolis_host::daemon::init_logging(&args.log);
+    // The agent serves no logs; its tree only needs to exist.
+    let tree = metropolis_core::logtree::LogTreeConfig {
+        max_bytes: 1024 * 1024,
+        ..Default::default()
+    };
+    let _ = metropolis_host::daemon::init_logging(&args.log, tree);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -48,3 +48,21 @@ pub async fn tls(addr: &str, config: Arc<rustls::ClientConfig>) -> Result<Channe
             source,
         })
 }
+
+/// Connects over plain TCP (HTTP/2 without TLS) to `addr` (`host:port`):
+/// for the debug service, which has no TLS.
+pub async fn plain(addr: &str) -> Result<Channel, ConnectError> {
+    let tcp = TcpStream::connect(addr)
+        .await
+        .map_err(|source| ConnectError::Io {
+            target: addr.to_string(),
+            source,
+        })?;
+    let _ = tcp.set_nodelay(true);
+    Channel::handshake(TokioIo::new(tcp), TokioExecutor::new())
+        .await
+        .map_err(|source| ConnectError::Http2 {
+            target: addr.to_string(),
+            source,
+        })
+}

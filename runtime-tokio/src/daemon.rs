@@ -17,9 +17,12 @@ pub struct Serving {
     pub tls_addr: SocketAddr,
     /// The AgentCallback listener's bound address.
     pub agent_addr: SocketAddr,
+    /// The debug listener's bound address, when enabled.
+    pub debug_addr: Option<SocketAddr>,
     unix_task: tokio::task::JoinHandle<()>,
     tls_task: tokio::task::JoinHandle<()>,
     agent_task: tokio::task::JoinHandle<()>,
+    debug_task: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Binds the node's UNIX socket and TLS listener and serves its router on
@@ -40,6 +43,18 @@ pub async fn start(node: &NodeServices, shutdown: Shutdown) -> Result<Serving, D
         .await
         .map_err(|e| format!("{}: cannot listen for agents: {e}", node.agent_listen))?;
     let agent_addr = agent_tcp.local_addr()?;
+    let (debug_addr, debug_task) = match (node.debug_listen, &node.debug_router) {
+        (Some(addr), Some(router)) => {
+            let tcp = listen::bind_tcp(addr)
+                .await
+                .map_err(|e| format!("{addr}: cannot listen for the debug service: {e}"))?;
+            let bound = tcp.local_addr()?;
+            node.log_debug_serving(bound);
+            let task = tokio::spawn(listen::serve_plain(tcp, router.clone(), shutdown.clone()));
+            (Some(bound), Some(task))
+        }
+        _ => (None, None),
+    };
     let agent_task = tokio::spawn(listen::serve_tls(
         agent_tcp,
         node.tls.clone(),
@@ -64,9 +79,11 @@ pub async fn start(node: &NodeServices, shutdown: Shutdown) -> Result<Serving, D
     Ok(Serving {
         tls_addr,
         agent_addr,
+        debug_addr,
         unix_task,
         tls_task,
         agent_task,
+        debug_task,
     })
 }
 
@@ -78,6 +95,9 @@ impl Serving {
             let _ = self.unix_task.await;
             let _ = self.tls_task.await;
             let _ = self.agent_task.await;
+            if let Some(task) = self.debug_task {
+                let _ = task.await;
+            }
         })
         .await;
     }
@@ -118,8 +138,8 @@ fn signals() -> Result<impl std::future::Future<Output = ()>, DaemonError> {
 /// on failure.
 pub fn main() -> std::process::ExitCode {
     use clap::Parser;
-    let config = Config::parse();
-    init_logging(&config.log);
+    let mut config = Config::parse();
+    config.logs = Some(init_logging(&config.log, config.log_tree_config()));
     let result = match config.runtime {
         RuntimeKind::Tokio => match tokio::runtime::Builder::new_multi_thread()
             .enable_all()

@@ -143,3 +143,41 @@ pub async fn serve_tls(
     }
     connections.wait().await;
 }
+
+/// Serves `router` over plain TCP (HTTP/2 without TLS); every caller is
+/// unauthenticated. Only for the debug service, which is unauthenticated
+/// by contract.
+pub async fn serve_plain(listener: TcpListener, router: Router, shutdown: Shutdown) {
+    let stop = shutdown.clone();
+    let connections = TaskTracker::new();
+    let accept = async {
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept on debug listener failed");
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            tracing::debug!(%peer, "debug connection");
+            let (router, shutdown) = (router.clone(), shutdown.clone());
+            let token = connections.token();
+            tokio::spawn(async move {
+                let _token = token;
+                serve(
+                    TokioIo::new(tcp),
+                    Identity::Unauthenticated,
+                    router,
+                    shutdown,
+                )
+                .await;
+            });
+        }
+    };
+    tokio::select! {
+        _ = accept => {}
+        _ = stop.wait() => {}
+    }
+    connections.wait().await;
+}

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod plain_server;
 pub mod registry;
 
 use std::net::TcpListener;
@@ -18,6 +19,7 @@ use metropolis_proto::metropolis::node::core::curator::proto::private::{
     AddNodeRequest, node_management_client::NodeManagementClient,
 };
 use metropolis_proto::prelude::curator::curator_client::CuratorClient;
+use metropolis_proto::prelude::debug::node_debug_service_client::NodeDebugServiceClient;
 use metropolis_runtime_tokio::connect;
 
 /// A `metropolisd` process.
@@ -31,6 +33,8 @@ pub struct Daemon {
     pub addr: String,
     /// Its AgentCallback listener, `127.0.0.1:port`.
     pub agent_addr: String,
+    /// Its debug listener, `127.0.0.1:port`, when started with one.
+    pub debug_addr: Option<String>,
     log: PathBuf,
 }
 
@@ -72,8 +76,31 @@ impl Daemon {
         d
     }
 
+    /// Starts a daemon with its debug service on a free loopback port and
+    /// `extra` flags, and waits until it serves.
+    pub fn start_debug(data_dir: &Path, runtime: RuntimeKind, extra: &[&str]) -> Daemon {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let debug_addr = format!("127.0.0.1:{}", free_port());
+        let mut args = vec!["--debug-listen".to_string(), debug_addr.clone()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut d = Self::spawn_with(data_dir, addr, runtime, &args);
+        d.debug_addr = Some(debug_addr);
+        d.wait_ready();
+        d
+    }
+
     /// Starts a daemon without waiting for it.
     pub fn spawn(data_dir: &Path, addr: String, runtime: RuntimeKind) -> Daemon {
+        Self::spawn_with(data_dir, addr, runtime, &[])
+    }
+
+    /// Starts a daemon with `extra` flags without waiting for it.
+    pub fn spawn_with(
+        data_dir: &Path,
+        addr: String,
+        runtime: RuntimeKind,
+        extra: &[String],
+    ) -> Daemon {
         std::fs::create_dir_all(data_dir).unwrap();
         let socket = data_dir.join("curator.sock");
         let log = data_dir.with_extension("log");
@@ -94,6 +121,7 @@ impl Daemon {
             .arg(runtime.to_string())
             .arg("--log")
             .arg("info")
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file)
@@ -105,6 +133,7 @@ impl Daemon {
             socket,
             addr,
             agent_addr,
+            debug_addr: None,
             log,
         }
     }
@@ -122,7 +151,11 @@ impl Daemon {
             }
             let sock_ok = std::os::unix::net::UnixStream::connect(&self.socket).is_ok();
             let tcp_ok = std::net::TcpStream::connect(&self.addr).is_ok()
-                && std::net::TcpStream::connect(&self.agent_addr).is_ok();
+                && std::net::TcpStream::connect(&self.agent_addr).is_ok()
+                && self
+                    .debug_addr
+                    .as_ref()
+                    .is_none_or(|a| std::net::TcpStream::connect(a).is_ok());
             if sock_ok && tcp_ok {
                 return;
             }
@@ -183,6 +216,20 @@ impl Daemon {
         let creds = Credentials::read_from_dir(dir, prefix).unwrap();
         let config = client_config(Some(&creds), &creds.ca_pem).unwrap();
         connect::tls(&self.addr, config).await.unwrap()
+    }
+
+    /// A channel to the debug service (plain HTTP/2).
+    pub async fn debug(&self) -> Channel {
+        let addr = self
+            .debug_addr
+            .as_ref()
+            .expect("daemon started with start_debug");
+        connect::plain(addr).await.unwrap()
+    }
+
+    /// A NodeDebugService client.
+    pub async fn debug_client(&self) -> NodeDebugServiceClient<Channel> {
+        NodeDebugServiceClient::with_origin(self.debug().await, Channel::origin())
     }
 
     /// A channel over TLS as the owner.

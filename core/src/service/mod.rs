@@ -9,6 +9,7 @@ mod agent_callback;
 mod cas;
 mod curator;
 mod curator_http;
+pub mod debug;
 mod router;
 mod watch_cache;
 

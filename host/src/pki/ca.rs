@@ -77,14 +77,24 @@ impl ClusterCa {
     /// [`CA_VALIDITY`], that may sign end-entity certificates only (path
     /// length 0).
     pub fn generate() -> Result<ClusterCa, PkiError> {
-        let key = KeyPair::generate_for(&PKCS_ED25519)
-            .map_err(PkiError::crypto("generate the cluster CA key"))?;
+        ClusterCa::generate_with(CA_COMMON_NAME, &PKCS_ED25519)
+    }
+
+    /// Generates a CA like [`ClusterCa::generate`], with another common
+    /// name and key algorithm (e.g. ECDSA P-256 for a CA that software
+    /// without Ed25519 support must accept).
+    pub fn generate_with(
+        common_name: &str,
+        algorithm: &'static SignatureAlgorithm,
+    ) -> Result<ClusterCa, PkiError> {
+        let key =
+            KeyPair::generate_for(algorithm).map_err(PkiError::crypto("generate the CA key"))?;
         let now = unix_now();
         let mut params = CertificateParams::default();
         params.distinguished_name = DistinguishedName::new();
         params
             .distinguished_name
-            .push(DnType::CommonName, CA_COMMON_NAME);
+            .push(DnType::CommonName, common_name);
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
@@ -308,11 +318,24 @@ impl ClusterCa {
         ))
     }
 
-    fn leaf_params(
+    pub(crate) fn leaf_params(
         &self,
         dn: DistinguishedName,
         sans: Vec<SanType>,
         usages: Vec<ExtendedKeyUsagePurpose>,
+    ) -> Result<CertificateParams, PkiError> {
+        self.leaf_params_valid_for(dn, sans, usages, LEAF_VALIDITY, CLOCK_SKEW)
+    }
+
+    /// Parameters of an end-entity certificate valid from `backdate` ago
+    /// for `validity` from now (never past the CA's expiry).
+    pub(crate) fn leaf_params_valid_for(
+        &self,
+        dn: DistinguishedName,
+        sans: Vec<SanType>,
+        usages: Vec<ExtendedKeyUsagePurpose>,
+        validity: Duration,
+        backdate: Duration,
     ) -> Result<CertificateParams, PkiError> {
         let now = unix_now();
         if self.0.not_after <= now {
@@ -333,11 +356,15 @@ impl ClusterCa {
         params.use_authority_key_identifier_extension = true;
         set_validity(
             &mut params,
-            now.saturating_sub(CLOCK_SKEW.as_secs()),
-            now.saturating_add(LEAF_VALIDITY.as_secs())
-                .min(self.0.not_after),
+            now.saturating_sub(backdate.as_secs()),
+            now.saturating_add(validity.as_secs()).min(self.0.not_after),
         );
         Ok(params)
+    }
+
+    /// The CA's signing key and issuer parameters.
+    pub(crate) fn issuer(&self) -> &Issuer<'static, KeyPair> {
+        &self.0.issuer
     }
 
     fn sign(

@@ -17,12 +17,18 @@ mod ca;
 mod credentials;
 mod error;
 mod files;
+mod kubernetes;
 mod tls;
 
 pub use agent::{AGENT_COMMON_NAME, generate_agent_key, self_signed_agent_certificate};
 pub use ca::{CA_COMMON_NAME, CA_KEY_FILE, CA_VALIDITY, CLOCK_SKEW, ClusterCa, LEAF_VALIDITY};
 pub use credentials::{CA_CERT_FILE, Credentials};
 pub use error::PkiError;
+pub use kubernetes::{
+    Cluster, Context, DEFAULT_KUBECONFIG_VALIDITY, DebugKubeconfigs, GENERATED_KUBERNETES_CA_CERT,
+    GENERATED_KUBERNETES_CA_KEY, GENERATED_KUBERNETES_CA_NAME, Kubeconfig, KubernetesCa,
+    MAX_KUBECONFIG_GROUPS, NamedCluster, NamedContext, NamedUser, User,
+};
 pub use tls::{ALPN_H2, ClientAuth, client_config, server_config};
 
 pub(crate) use tls::provider;

@@ -86,7 +86,7 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn write_private(path: &Path, contents: &str) -> Result<(), CliError> {
+pub(super) fn write_private(path: &Path, contents: &str) -> Result<(), CliError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()

@@ -11,6 +11,7 @@ macro_rules! outln {
     }};
 }
 
+mod debug;
 mod machines;
 mod output;
 
@@ -68,6 +69,16 @@ struct ConnectionArgs {
     /// its -key.pem, and ca.pem). Default: <data-dir>/owner.
     #[arg(long, global = true)]
     credentials: Option<PathBuf>,
+    /// host:port of a node's debug service (metropolisd --debug-listen),
+    /// used by logs, trace, load-image and kubeconfig. Plain HTTP/2, no
+    /// credentials: the debug service is unauthenticated.
+    #[arg(
+        long,
+        global = true,
+        env = "METROPOLIS_DEBUG_ENDPOINT",
+        default_value = "127.0.0.1:7837"
+    )]
+    debug_endpoint: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -87,6 +98,17 @@ enum Command {
     /// OS installation requests of provisioned machines (owner credential needed).
     #[command(subcommand)]
     Install(machines::InstallCommand),
+    /// Read a node's logs (debug service): the backlog, and with -f new
+    /// entries until interrupted.
+    Logs(debug::LogsArgs),
+    /// Trace the node's kernel through tracefs (debug service) until
+    /// Ctrl-C; the node restores tracefs afterwards.
+    Trace(debug::TraceArgs),
+    /// Load a container image tarball into the node's image store (debug
+    /// service), with progress on standard error.
+    LoadImage(debug::LoadImageArgs),
+    /// Get a kubeconfig for any Kubernetes identity (debug service).
+    Kubeconfig(debug::KubeconfigArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -197,9 +219,17 @@ fn status_error(s: tonic::Status) -> CliError {
 }
 
 async fn run(cli: Cli) -> Result<(), CliError> {
+    let endpoint = cli.conn.debug_endpoint.as_str();
+    let command = match cli.command {
+        Command::Logs(args) => return debug::logs(endpoint, args).await,
+        Command::Trace(args) => return debug::trace(endpoint, args).await,
+        Command::LoadImage(args) => return debug::load_image(endpoint, args).await,
+        Command::Kubeconfig(args) => return debug::kubeconfig(endpoint, args).await,
+        other => other,
+    };
     let conn = connect(&cli.conn).await?;
     let mut curator = CuratorClient::with_origin(conn.channel.clone(), Channel::origin());
-    match cli.command {
+    match command {
         Command::Machine(m) => machines::machine(conn.channel, m).await,
         Command::Install(i) => machines::install(conn.channel, i).await,
         Command::Watch(w) => {
@@ -308,6 +338,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             .map_err(status_error)?;
             outln!("node {id} removed");
             Ok(())
+        }
+        Command::Logs(_) | Command::Trace(_) | Command::LoadImage(_) | Command::Kubeconfig(_) => {
+            unreachable!("debug commands returned above")
         }
     }
 }

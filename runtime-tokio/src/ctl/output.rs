@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use metropolis_proto::prelude::curator;
 
 /// A JSON string literal.
-fn json_str(s: &str) -> String {
+pub(super) fn json_str(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

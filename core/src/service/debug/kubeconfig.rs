@@ -1,0 +1,136 @@
+//! `GetDebugKubeconfig`: request validation and the issuance log.
+
+use metropolis_proto::prelude::debug;
+use tonic::Status;
+
+use crate::ports::{IssuedKubeconfig, KubeconfigError, KubeconfigIssuer};
+
+/// Longest accepted identity or group name, in bytes.
+pub const MAX_NAME_LEN: usize = 256;
+
+/// Most groups in one request.
+pub const MAX_GROUPS: usize = 64;
+
+/// The group whose members bypass Kubernetes authorization entirely.
+pub const SYSTEM_MASTERS: &str = "system:masters";
+
+fn check_name(field: &str, value: &str) -> Result<(), Status> {
+    if value.is_empty() {
+        return Err(Status::invalid_argument(format!("{field}: must not be empty")));
+    }
+    if value.len() > MAX_NAME_LEN {
+        return Err(Status::invalid_argument(format!(
+            "{field}: {} bytes, at most {MAX_NAME_LEN} allowed",
+            value.len()
+        )));
+    }
+    if let Some(c) = value.chars().find(|c| c.is_control()) {
+        return Err(Status::invalid_argument(format!(
+            "{field}: {value:?} contains the control character {c:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Validates a request: InvalidArgument naming the field.
+pub fn validate(request: &debug::GetDebugKubeconfigRequest) -> Result<(), Status> {
+    check_name("id", &request.id)?;
+    if request.groups.len() > MAX_GROUPS {
+        return Err(Status::invalid_argument(format!(
+            "groups: {} given, at most {MAX_GROUPS} allowed",
+            request.groups.len()
+        )));
+    }
+    for (i, group) in request.groups.iter().enumerate() {
+        check_name(&format!("groups[{i}]"), group)?;
+    }
+    Ok(())
+}
+
+/// Validates, issues through `issuer`, and logs the issuance (id, groups,
+/// expiry; a warning for `system:masters`).
+pub fn issue(
+    issuer: Option<&dyn KubeconfigIssuer>,
+    request: &debug::GetDebugKubeconfigRequest,
+) -> Result<debug::GetDebugKubeconfigResponse, Status> {
+    validate(request)?;
+    let Some(issuer) = issuer else {
+        return Err(Status::failed_precondition(
+            "no Kubernetes CA configured: start metropolisd with --kubernetes-ca-cert FILE \
+             --kubernetes-ca-key FILE, or let it generate a debug CA \
+             (--kubernetes-ca-generate=true)",
+        ));
+    };
+    let IssuedKubeconfig {
+        kubeconfig,
+        not_after_unix,
+        generated_ca,
+    } = issuer
+        .issue_kubeconfig(&request.id, &request.groups)
+        .map_err(|e| match e {
+            KubeconfigError::NotConfigured(m) => Status::failed_precondition(m),
+            KubeconfigError::Invalid(m) => Status::invalid_argument(m),
+            KubeconfigError::Failed(m) => {
+                Status::internal(format!("issuing the kubeconfig failed: {m}"))
+            }
+        })?;
+    if request.groups.iter().any(|g| g == SYSTEM_MASTERS) {
+        tracing::warn!(
+            id = %request.id,
+            groups = ?request.groups,
+            not_after_unix,
+            generated_ca,
+            "issued a debug kubeconfig in system:masters (unrestricted cluster admin; \
+             Kubernetes cannot revoke it before it expires)"
+        );
+    } else {
+        tracing::info!(
+            id = %request.id,
+            groups = ?request.groups,
+            not_after_unix,
+            generated_ca,
+            "issued a debug kubeconfig"
+        );
+    }
+    Ok(debug::GetDebugKubeconfigResponse {
+        debug_kubeconfig: kubeconfig,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(id: &str, groups: &[&str]) -> debug::GetDebugKubeconfigRequest {
+        debug::GetDebugKubeconfigRequest {
+            id: id.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn names_the_bad_field() {
+        let e = validate(&req("", &[])).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(e.message().starts_with("id:"), "{}", e.message());
+        let e = validate(&req("alice", &["ok", ""])).unwrap_err();
+        assert!(e.message().starts_with("groups[1]:"), "{}", e.message());
+        let e = validate(&req("al\nice", &[])).unwrap_err();
+        assert!(e.message().contains("control"), "{}", e.message());
+        let long = "x".repeat(MAX_NAME_LEN + 1);
+        assert!(validate(&req(&long, &[])).is_err());
+        let many: Vec<&str> = std::iter::repeat_n("g", MAX_GROUPS + 1).collect();
+        assert!(validate(&req("alice", &many)).is_err());
+        validate(&req("alice", &["system:masters", "dev"])).unwrap();
+    }
+
+    #[test]
+    fn without_issuer_fails_naming_the_flags() {
+        let e = issue(None, &req("alice", &[])).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+        assert!(e.message().contains("--kubernetes-ca-cert"), "{}", e.message());
+        // Validation comes first.
+        let e = issue(None, &req("", &[])).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    }
+}
