@@ -1,1 +1,43 @@
-//! Kernel tracing sessions over tracefs, as a sans-IO machine (issue 5).
+//! Kernel tracing sessions over tracefs, for `NodeDebugService.Trace`.
+//!
+//! - [`TraceSpec`] / [`InstanceName`]: validation of a request before
+//!   anything is written ([`ValidationError`], InvalidArgument).
+//! - [`Target`] and [`TraceBuffers`]: which buffer a session traces into,
+//!   and the registry keeping one session per buffer.
+//! - [`TraceSession`]: the sans-IO lifecycle machine (tracefs operations
+//!   in order, `TraceEvent`s, the teardown that always runs).
+//! - [`Tracefs`] / [`TracePipe`]: the port the host implements
+//!   (`metropolis_host::tracefs::HostTracefs` for the kernel's tracefs).
+//! - [`run_session`]: runs a session against the port as a stream of
+//!   events; what the service calls.
+//! - [`TraceError`]: every failure, with its gRPC code.
+//!
+//! For the service:
+//!
+//! ```ignore
+//! let target = Target::Global; // or Target::Instance(buffers.fresh_instance_name())
+//! let stream = run_session(port.clone(), &buffers, target, &request)?; // Err -> Status::from
+//! Ok(Response::new(stream.boxed()))
+//! ```
+
+mod buffers;
+mod error;
+mod port;
+mod run;
+mod session;
+mod validate;
+
+pub use buffers::{BufferClaim, Target, TraceBuffers};
+pub use error::TraceError;
+pub use port::{FailureKind, TracePipe, Tracefs, TracefsFailure, WriteMode};
+pub use run::{TraceStream, run_session};
+pub use session::{Action, State, StepFailure, TraceSession};
+pub use validate::{
+    Field, InstanceName, MAX_NAME_LEN, MAX_PATTERN_LEN, MAX_PATTERNS, Problem, TraceSpec,
+    ValidationError,
+};
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;
