@@ -170,3 +170,64 @@ fn the_tour_works_and_errors_name_the_field() {
         "a node may not manage machines: {e}"
     );
 }
+
+fn debug_ctl(d: &Daemon, args: &[&str]) -> Output {
+    Command::new(daemon_bin().with_file_name("metroctl-under-test"))
+        .arg("--debug-endpoint")
+        .arg(d.debug_addr.as_ref().unwrap())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn debug_commands_logs_and_kubeconfig() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start_debug(&dir.path().join("d"), RuntimeKind::Tokio, &[]);
+    let text = |o: &Output| String::from_utf8_lossy(&o.stdout).to_string();
+
+    // logs: text lines with time, severity letter, DN and location.
+    let out = debug_ctl(&d, &["logs", "root", "-r"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let line = text(&out)
+        .lines()
+        .find(|l| l.contains("curator serving"))
+        .unwrap_or_else(|| panic!("{}", text(&out)))
+        .to_string();
+    assert!(line.contains(" I root.daemon "), "{line}");
+    // --tail, --min-severity and --json.
+    let out = debug_ctl(&d, &["logs", "root", "-r", "--tail", "1", "--json"]);
+    assert_eq!(text(&out).lines().count(), 1, "{}", text(&out));
+    assert!(text(&out).starts_with("{\"dn\":"), "{}", text(&out));
+    let out = debug_ctl(&d, &["logs", "root", "-r", "--min-severity", "warning"]);
+    assert!(text(&out).lines().all(|l| l.contains(" W ") || l.contains(" E ")), "{}", text(&out));
+    assert!(text(&out).contains("UNAUTHENTICATED"), "{}", text(&out));
+    // Errors name the field.
+    let out = debug_ctl(&d, &["logs", "root.nope"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NotFound"));
+
+    // kubeconfig to a file, mode 0600.
+    let file = dir.path().join("kc.yaml");
+    let out = debug_ctl(
+        &d,
+        &["kubeconfig", "--id", "alice", "--group", "dev", "-o", file.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(&file).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let yaml = std::fs::read_to_string(&file).unwrap();
+    assert!(yaml.contains("client-key-data"), "{yaml}");
+    let out = debug_ctl(&d, &["kubeconfig", "--id", ""]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("id:"));
+
+    // No debug service there: the error says how to enable it.
+    let out = Command::new(daemon_bin().with_file_name("metroctl-under-test"))
+        .args(["--debug-endpoint", &d.addr.replace("127.0.0.1", "127.0.0.2"), "logs", "root"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--debug-listen"));
+}

@@ -9,6 +9,7 @@
 //! - `update-tls`: closed-loop `UpdateNodeStatus` over mutual TLS against
 //!   the daemon and against an echo server with the same TLS/gRPC stack,
 //!   run as a separate process.
+//! - `get-logs`: a large GetLogs backlog from an in-process debug service.
 //!
 //! Traffic goes only to 127.0.0.1 and UNIX sockets; every loop is bounded.
 
@@ -23,6 +24,8 @@ mod daemon;
 mod echo;
 #[path = "../load/fanout.rs"]
 mod fanout;
+#[path = "../load/get_logs.rs"]
+mod get_logs;
 #[path = "../load/heartbeat.rs"]
 mod heartbeat;
 #[path = "../load/update_tls.rs"]
@@ -80,6 +83,10 @@ enum Command {
     /// each) against the AgentCallback port, then against an echo
     /// service on the same stack: heartbeats/s, p50/p99, and the ratio.
     Heartbeat(heartbeat::HeartbeatArgs),
+    /// GetLogs of a large backlog (default 1,000,000 entries) from an
+    /// in-process debug service on the --daemon-runtime listener:
+    /// entries/s and MB/s over loopback.
+    GetLogs(get_logs::GetLogsArgs),
     /// The echo server of update-tls (started by it).
     #[command(hide = true)]
     ServeEcho(echo::EchoArgs),
@@ -117,6 +124,7 @@ fn run(cli: Cli) -> util::Result<()> {
             Command::Fanout(args) => fanout::run(args, &target, work.path()).await,
             Command::UpdateTls(args) => update_tls::run(args, &target, work.path()).await,
             Command::Heartbeat(args) => heartbeat::run(args, &target, work.path()).await,
+            Command::GetLogs(args) => get_logs::run(args, cli.daemon_runtime).await,
             Command::ServeEcho(_) => Ok(()),
         }
     });
