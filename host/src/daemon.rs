@@ -16,10 +16,11 @@ use metropolis_core::identity::NodeId;
 use metropolis_core::logtree::LogTreeConfig;
 use metropolis_core::ports::KubeconfigIssuer;
 use metropolis_core::ports::{CertIssuer, KvStore, Spawner, WallClock};
-use metropolis_core::service::debug::{DebugService, LogHub};
+use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub};
 use metropolis_core::service::{
     CuratorService, ProvisioningService, Router, WatchCache, WatchCacheOptions,
 };
+use metropolis_core::trace::Tracefs;
 use metropolis_proto::prelude::common;
 
 use crate::peer::PeerClassifier;
@@ -145,6 +146,14 @@ pub struct Config {
     /// cannot revoke client certificates: keep it short).
     #[arg(long, value_name = "SECONDS", default_value_t = 24 * 3600)]
     pub kubeconfig_validity: u64,
+    /// Where the kernel's tracefs is mounted (for Trace).
+    #[arg(long, value_name = "PATH", default_value = crate::tracefs::DEFAULT_ROOT)]
+    pub tracefs: PathBuf,
+    /// Run each Trace session in a tracefs instance of its own
+    /// (instances/metropolis-trace-N, removed afterwards), so several run at
+    /// once. Without it, sessions share the global buffer, one at a time.
+    #[arg(long)]
+    pub trace_instances: bool,
     /// The log tree the debug service serves; set by the daemon's entry
     /// point (see [`init_logging`]). None: a tree of its own that only
     /// receives what the embedder appends.
@@ -311,6 +320,7 @@ pub struct NodeServices {
     pub debug_listen: Option<SocketAddr>,
     /// The log tree behind GetLogs.
     pub logs: LogHub,
+    debug: Option<DebugService>,
     /// How long connections may drain on shutdown.
     pub shutdown_grace: std::time::Duration,
     cache: WatchCache,
@@ -369,12 +379,24 @@ impl NodeServices {
             .logs
             .clone()
             .unwrap_or_else(|| LogHub::new(config.log_tree_config()));
-        let debug_router = match config.debug_listen {
-            None => None,
+        let (debug_router, debug) = match config.debug_listen {
+            None => (None, None),
             Some(_) => {
-                let kubeconfigs = kubeconfig_issuer(config, &layout)?;
-                let debug = DebugService::new(logs.clone(), kubeconfigs);
-                Some(Router::new().with_service(debug.server()))
+                if config.trace_instances {
+                    remove_stale_trace_instances(&config.tracefs);
+                }
+                let tracefs: Arc<dyn Tracefs> =
+                    Arc::new(crate::tracefs::HostTracefs::new(&config.tracefs));
+                let debug = DebugService::with_ports(DebugPorts {
+                    kubeconfig: kubeconfig_issuer(config, &layout)?,
+                    tracefs: Some(tracefs),
+                    trace_instances: config.trace_instances,
+                    ..DebugPorts::new(logs.clone())
+                });
+                (
+                    Some(Router::new().with_service(debug.server())),
+                    Some(debug),
+                )
             }
         };
         let tls = server_config(&pki.node, ClientAuth::Deferred)?;
@@ -392,6 +414,7 @@ impl NodeServices {
             debug_router,
             debug_listen: config.debug_listen,
             logs,
+            debug,
             shutdown_grace: std::time::Duration::from_secs(config.shutdown_grace),
             cache,
             store,
@@ -422,11 +445,16 @@ impl NodeServices {
     }
 
     /// Ends every open Watch stream with Unavailable ("curator backend
-    /// switched, request can be retried"); call first on shutdown.
+    /// switched, request can be retried"), and the debug service's running
+    /// traces and followed logs; call first on shutdown.
     pub fn end_streams(&self) {
         self.cache.close_all(tonic::Status::unavailable(
             "curator backend switched, request can be retried",
         ));
+        if let Some(debug) = &self.debug {
+            // Running traces restore tracefs now, on every runtime.
+            debug.close_streams();
+        }
     }
 
     /// Closes the store once no task holds it any more. Acknowledged writes
@@ -443,6 +471,32 @@ impl NodeServices {
             && let Err(e) = store.close()
         {
             tracing::error!(error = %e, "closing the store failed");
+        }
+    }
+}
+
+/// Removes the tracefs instances a previous run of the daemon left behind
+/// when it was killed mid-trace (`instances/metropolis-trace-*`): their
+/// names would collide with this run's sessions. An instance still in use
+/// (someone reads its pipe) refuses removal and is left alone.
+fn remove_stale_trace_instances(root: &Path) {
+    let Ok(dir) = std::fs::read_dir(root.join("instances")) else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with("metropolis-trace-") {
+            match std::fs::remove_dir(entry.path()) {
+                Ok(()) => tracing::warn!(
+                    instance = %entry.path().display(),
+                    "removed a tracefs instance left by a previous run"
+                ),
+                Err(e) => tracing::warn!(
+                    instance = %entry.path().display(),
+                    error = %e,
+                    "cannot remove a tracefs instance left by a previous run"
+                ),
+            }
         }
     }
 }

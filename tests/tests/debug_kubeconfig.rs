@@ -6,14 +6,14 @@
 #![allow(clippy::unwrap_used)]
 
 use base64::Engine as _;
-use metropolis_host::pki::{
-    ClusterCa, GENERATED_KUBERNETES_CA_CERT, Kubeconfig,
-};
+use metropolis_host::pki::{ClusterCa, GENERATED_KUBERNETES_CA_CERT, Kubeconfig};
 use metropolis_proto::prelude::debug;
 use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes};
 
 fn decode(b64: &str) -> Vec<u8> {
-    base64::engine::general_purpose::STANDARD.decode(b64).unwrap()
+    base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap()
 }
 
 /// Parses the kubeconfig and checks its certificate against `ca_pem`.
@@ -74,8 +74,12 @@ async fn generated_ca_kubeconfig(runtime: RuntimeKind) {
         .await
         .unwrap()
         .into_inner();
-    let ca_pem = std::fs::read_to_string(data.join("pki").join(GENERATED_KUBERNETES_CA_CERT)).unwrap();
-    assert!(resp.debug_kubeconfig.contains("GENERATED"), "labelled as generated");
+    let ca_pem =
+        std::fs::read_to_string(data.join("pki").join(GENERATED_KUBERNETES_CA_CERT)).unwrap();
+    assert!(
+        resp.debug_kubeconfig.contains("GENERATED"),
+        "labelled as generated"
+    );
     let validity = check(
         &resp.debug_kubeconfig,
         &ca_pem,
@@ -106,7 +110,8 @@ async fn generated_ca_kubeconfig(runtime: RuntimeKind) {
 
 async fn configured_ca_kubeconfig(runtime: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
-    let ca = ClusterCa::generate_with("Test Kubernetes CA", &rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let ca =
+        ClusterCa::generate_with("Test Kubernetes CA", &rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
     let cert = dir.path().join("k8s-ca.pem");
     let key = dir.path().join("k8s-ca-key.pem");
     std::fs::write(&cert, ca.cert_pem()).unwrap();
@@ -160,8 +165,16 @@ async fn no_ca_is_failed_precondition(runtime: RuntimeKind) {
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition);
-    assert!(e.message().contains("--kubernetes-ca-cert"), "{}", e.message());
-    assert!(e.message().contains("--kubernetes-ca-key"), "{}", e.message());
+    assert!(
+        e.message().contains("--kubernetes-ca-cert"),
+        "{}",
+        e.message()
+    );
+    assert!(
+        e.message().contains("--kubernetes-ca-key"),
+        "{}",
+        e.message()
+    );
 }
 
 against_both_runtimes!(

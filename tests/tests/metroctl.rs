@@ -188,7 +188,11 @@ fn debug_commands_logs_and_kubeconfig() {
 
     // logs: text lines with time, severity letter, DN and location.
     let out = debug_ctl(&d, &["logs", "root", "-r"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line = text(&out)
         .lines()
         .find(|l| l.contains("curator serving"))
@@ -200,7 +204,13 @@ fn debug_commands_logs_and_kubeconfig() {
     assert_eq!(text(&out).lines().count(), 1, "{}", text(&out));
     assert!(text(&out).starts_with("{\"dn\":"), "{}", text(&out));
     let out = debug_ctl(&d, &["logs", "root", "-r", "--min-severity", "warning"]);
-    assert!(text(&out).lines().all(|l| l.contains(" W ") || l.contains(" E ")), "{}", text(&out));
+    assert!(
+        text(&out)
+            .lines()
+            .all(|l| l.contains(" W ") || l.contains(" E ")),
+        "{}",
+        text(&out)
+    );
     assert!(text(&out).contains("UNAUTHENTICATED"), "{}", text(&out));
     // Errors name the field.
     let out = debug_ctl(&d, &["logs", "root.nope"]);
@@ -211,9 +221,21 @@ fn debug_commands_logs_and_kubeconfig() {
     let file = dir.path().join("kc.yaml");
     let out = debug_ctl(
         &d,
-        &["kubeconfig", "--id", "alice", "--group", "dev", "-o", file.to_str().unwrap()],
+        &[
+            "kubeconfig",
+            "--id",
+            "alice",
+            "--group",
+            "dev",
+            "-o",
+            file.to_str().unwrap(),
+        ],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::metadata(&file).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
@@ -225,7 +247,12 @@ fn debug_commands_logs_and_kubeconfig() {
 
     // No debug service there: the error says how to enable it.
     let out = Command::new(daemon_bin().with_file_name("metroctl-under-test"))
-        .args(["--debug-endpoint", &d.addr.replace("127.0.0.1", "127.0.0.2"), "logs", "root"])
+        .args([
+            "--debug-endpoint",
+            &d.addr.replace("127.0.0.1", "127.0.0.2"),
+            "logs",
+            "root",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());

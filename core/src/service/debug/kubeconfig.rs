@@ -16,7 +16,9 @@ pub const SYSTEM_MASTERS: &str = "system:masters";
 
 fn check_name(field: &str, value: &str) -> Result<(), Status> {
     if value.is_empty() {
-        return Err(Status::invalid_argument(format!("{field}: must not be empty")));
+        return Err(Status::invalid_argument(format!(
+            "{field}: must not be empty"
+        )));
     }
     if value.len() > MAX_NAME_LEN {
         return Err(Status::invalid_argument(format!(
@@ -128,7 +130,11 @@ mod tests {
     fn without_issuer_fails_naming_the_flags() {
         let e = issue(None, &req("alice", &[])).unwrap_err();
         assert_eq!(e.code(), tonic::Code::FailedPrecondition);
-        assert!(e.message().contains("--kubernetes-ca-cert"), "{}", e.message());
+        assert!(
+            e.message().contains("--kubernetes-ca-cert"),
+            "{}",
+            e.message()
+        );
         // Validation comes first.
         let e = issue(None, &req("", &[])).unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument);

@@ -118,8 +118,8 @@ impl LogHub {
     /// queue are reported in-band as one raw entry on the requested DN
     /// ("N log entries dropped: reader too slow").
     pub fn get_logs(&self, request: &debug::GetLogsRequest) -> Result<LogStream, Status> {
-        let query = Query::from_request(request)
-            .map_err(|e| Status::new(e.code(), e.to_string()))?;
+        let query =
+            Query::from_request(request).map_err(|e| Status::new(e.code(), e.to_string()))?;
         let dn = query.dn.clone();
         let (backlog, subscription) = self
             .lock()
@@ -195,10 +195,7 @@ impl Stream for LogStream {
         drop(inner);
         let mut stream_entries = Vec::with_capacity(drained.entries.len() + 1);
         if drained.dropped > 0 {
-            let data = format!(
-                "{} log entries dropped: reader too slow",
-                drained.dropped
-            );
+            let data = format!("{} log entries dropped: reader too slow", drained.dropped);
             let entry = Entry {
                 dn: this.dn.clone(),
                 kind: EntryKind::Raw {

@@ -5,6 +5,7 @@
 //! `authorization` option): runtimes serve it only when explicitly enabled,
 //! on its own listener, loopback by default.
 
+mod closer;
 mod kubeconfig;
 mod logs;
 
@@ -17,7 +18,9 @@ use metropolis_proto::prelude::debug::node_debug_service_server::{
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::ports::KubeconfigIssuer;
+use crate::trace::{Target, TraceBuffers, Tracefs};
 
+pub use closer::{Closable, Closer};
 pub use kubeconfig::{MAX_GROUPS, MAX_NAME_LEN, SYSTEM_MASTERS};
 pub use logs::{LogHub, LogStream, MAX_ENTRIES_PER_RESPONSE, MAX_RESPONSE_BYTES};
 
@@ -30,6 +33,44 @@ pub struct DebugService {
 struct Inner {
     logs: LogHub,
     kubeconfig: Option<Arc<dyn KubeconfigIssuer>>,
+    tracing: Option<Tracing>,
+    closer: Closer,
+}
+
+/// Kernel tracing: the port, the one-session-per-buffer registry, and
+/// whether each session gets its own tracefs instance.
+struct Tracing {
+    tracefs: Arc<dyn Tracefs>,
+    buffers: TraceBuffers,
+    per_session_instances: bool,
+}
+
+/// What a [`DebugService`] serves, beyond its logs.
+pub struct DebugPorts {
+    /// The log tree behind GetLogs.
+    pub logs: LogHub,
+    /// Issues kubeconfigs; None: GetDebugKubeconfig fails with
+    /// FailedPrecondition naming the flags that configure a CA.
+    pub kubeconfig: Option<Arc<dyn KubeconfigIssuer>>,
+    /// The tracefs Trace drives; None: Trace fails with FailedPrecondition.
+    pub tracefs: Option<Arc<dyn Tracefs>>,
+    /// Run each Trace session in a tracefs instance of its own
+    /// (`instances/<name>`, removed afterwards), so sessions run
+    /// concurrently; otherwise sessions use the global buffer, one at a
+    /// time.
+    pub trace_instances: bool,
+}
+
+impl DebugPorts {
+    /// Ports with only a log tree.
+    pub fn new(logs: LogHub) -> DebugPorts {
+        DebugPorts {
+            logs,
+            kubeconfig: None,
+            tracefs: None,
+            trace_instances: false,
+        }
+    }
 }
 
 impl std::fmt::Debug for DebugService {
@@ -37,6 +78,7 @@ impl std::fmt::Debug for DebugService {
         f.debug_struct("DebugService")
             .field("logs", &self.inner.logs)
             .field("kubeconfig", &self.inner.kubeconfig.is_some())
+            .field("tracing", &self.inner.tracing.is_some())
             .finish()
     }
 }
@@ -46,9 +88,34 @@ impl DebugService {
     /// (None: GetDebugKubeconfig fails with FailedPrecondition naming the
     /// flags that configure a CA).
     pub fn new(logs: LogHub, kubeconfig: Option<Arc<dyn KubeconfigIssuer>>) -> DebugService {
+        DebugService::with_ports(DebugPorts {
+            kubeconfig,
+            ..DebugPorts::new(logs)
+        })
+    }
+
+    /// A service over `ports`.
+    pub fn with_ports(ports: DebugPorts) -> DebugService {
+        let tracing = ports.tracefs.map(|tracefs| Tracing {
+            tracefs,
+            buffers: TraceBuffers::new(),
+            per_session_instances: ports.trace_instances,
+        });
         DebugService {
-            inner: Arc::new(Inner { logs, kubeconfig }),
+            inner: Arc::new(Inner {
+                logs: ports.logs,
+                kubeconfig: ports.kubeconfig,
+                tracing,
+                closer: Closer::default(),
+            }),
         }
+    }
+
+    /// Ends every running Trace (tracefs restored at once) and followed
+    /// GetLogs with Unavailable; new ones end at once too. Call on
+    /// shutdown, before draining connections.
+    pub fn close_streams(&self) {
+        self.inner.closer.close_all();
     }
 
     /// The log hub this service reads.
@@ -71,22 +138,39 @@ impl NodeDebugService for DebugService {
         kubeconfig::issue(self.inner.kubeconfig.as_deref(), request.get_ref()).map(Response::new)
     }
 
-    type GetLogsStream = LogStream;
+    type GetLogsStream = Closable<LogStream>;
 
     async fn get_logs(
         &self,
         request: Request<debug::GetLogsRequest>,
-    ) -> Result<Response<LogStream>, Status> {
-        self.inner.logs.get_logs(request.get_ref()).map(Response::new)
+    ) -> Result<Response<Self::GetLogsStream>, Status> {
+        let stream = self.inner.logs.get_logs(request.get_ref())?;
+        Ok(Response::new(self.inner.closer.wrap(stream)))
     }
 
-    type TraceStream = futures::stream::BoxStream<'static, Result<debug::TraceEvent, Status>>;
+    type TraceStream =
+        Closable<futures::stream::BoxStream<'static, Result<debug::TraceEvent, Status>>>;
 
     async fn trace(
         &self,
-        _request: Request<debug::TraceRequest>,
+        request: Request<debug::TraceRequest>,
     ) -> Result<Response<Self::TraceStream>, Status> {
-        Err(Status::unimplemented("Trace is not wired yet"))
+        use futures::StreamExt;
+        let Some(t) = &self.inner.tracing else {
+            return Err(Status::failed_precondition(
+                "kernel tracing is not configured on this node",
+            ));
+        };
+        let target = if t.per_session_instances {
+            Target::Instance(t.buffers.fresh_instance_name())
+        } else {
+            Target::Global
+        };
+        // The start is a handful of quick tracefs writes on this thread
+        // (see trace::run_session).
+        let stream =
+            crate::trace::run_session(t.tracefs.clone(), &t.buffers, target, request.get_ref())?;
+        Ok(Response::new(self.inner.closer.wrap(stream.boxed())))
     }
 
     async fn load_image(
