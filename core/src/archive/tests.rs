@@ -205,6 +205,11 @@ fn oci_manifest(config: &[u8], layers: &[Vec<u8>]) -> Vec<u8> {
 /// A Docker 25+ `docker save` archive: an OCI layout, plus `manifest.json`
 /// whose layers are found through legacy-path symlinks into `blobs/`.
 fn docker25_archive() -> Vec<u8> {
+    docker25(true)
+}
+
+/// [`docker25_archive`], with or without names in `index.json`.
+fn docker25(annotated: bool) -> Vec<u8> {
     let d = docker_parts();
     let manifest = oci_manifest(&d.config, &d.layers);
     let index = to_vec(&json!({
@@ -214,9 +219,13 @@ fn docker25_archive() -> Vec<u8> {
             "mediaType": MEDIA_TYPE_OCI_MANIFEST,
             "digest": sha(&manifest).to_string(),
             "size": manifest.len(),
-            "annotations": {
-                "io.containerd.image.name": "docker.io/library/busybox:latest",
-                "org.opencontainers.image.ref.name": "latest",
+            "annotations": if annotated {
+                json!({
+                    "io.containerd.image.name": "docker.io/library/busybox:latest",
+                    "org.opencontainers.image.ref.name": "latest",
+                })
+            } else {
+                json!({})
             },
         }],
     }));
@@ -558,6 +567,13 @@ fn docker25_archive_with_symlinks_into_blobs() {
     // Manifest, config, layers: all from blobs/ members.
     assert_eq!(plan.blobs.len(), 4);
     assert!(plan.blob(&sha(&d.layers[0])).is_some());
+}
+
+#[test]
+fn docker25_names_from_repo_tags_when_the_index_has_none() {
+    let plan = accept_everywhere(&docker25(false));
+    let names: Vec<Option<&str>> = plan.images.iter().map(|i| i.name.as_deref()).collect();
+    assert_eq!(names, vec![Some("docker.io/library/busybox:latest")]);
 }
 
 #[test]
@@ -1149,12 +1165,65 @@ fn rejects_invalid_json_and_digests() {
 // ---------------------------------------------------------------------------
 // Properties.
 
+/// Members read as documents (not blobs): changing them may break the
+/// archive.
+const WELL_KNOWN: [&str; 4] = ["manifest.json", "index.json", "oci-layout", "repositories"];
+
 fn archives() -> [Vec<u8>; 3] {
     [docker_archive(), docker25_archive(), oci_archive()]
 }
 
+/// Where each regular member's data lies in an archive, by path (read
+/// with the `tar` crate's own reader).
+fn data_spans(archive: &[u8]) -> BTreeMap<String, (usize, usize)> {
+    let mut a = ::tar::Archive::new(archive);
+    let mut spans = BTreeMap::new();
+    for entry in a.entries().expect("entries") {
+        let entry = entry.expect("entry");
+        if entry.header().entry_type().is_file() {
+            let path = entry.path().expect("path").to_string_lossy().into_owned();
+            let start = entry.raw_file_position() as usize;
+            spans.insert(path, (start, entry.size() as usize));
+        }
+    }
+    spans
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Changing any byte of a member the plan uses as a blob is caught;
+    /// changing any other member's bytes leaves a consistent plan.
+    #[test]
+    fn blob_mutations_are_caught(
+        which in 0usize..3,
+        member in any::<prop::sample::Index>(),
+        at in any::<prop::sample::Index>(),
+        flip in 1u8..=255,
+    ) {
+        let archive = archives()[which].clone();
+        let (outputs, plan) = run_chunks(&archive, &[usize::MAX], ArchiveLimits::default());
+        let plan = plan.expect("valid fixture");
+        let streamed = members(&outputs);
+        let spans = data_spans(&archive);
+        let target = member.get(&streamed);
+        prop_assume!(target.size > 0);
+        let (start, size) = spans[&target.path];
+        let mut mutated = archive.clone();
+        mutated[start + at.index(size)] ^= flip;
+        let is_blob = plan.blobs.iter().any(|b| b.member == target.index);
+        let (outputs, result) = run_chunks(&mutated, &[1000], ArchiveLimits::default());
+        match result {
+            Ok(plan) => {
+                prop_assert!(!is_blob, "mutated blob {} accepted", target.path);
+                check_plan(&plan, &outputs);
+            }
+            Err(_) => prop_assert!(
+                is_blob || WELL_KNOWN.contains(&target.path.as_str()),
+                "mutating {} rejected", target.path
+            ),
+        }
+    }
 
     /// Any chunking of a valid archive gives the same members and plan.
     #[test]
@@ -1214,4 +1283,55 @@ proptest! {
             check_plan(&plan, &outputs);
         }
     }
+}
+
+/// Throughput of the validator against sha256 alone, on a 256 MiB layer
+/// fed in 64 KiB chunks. Run with
+/// `cargo test --release -p metropolis-core archive::tests::throughput -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check; run in release mode"]
+fn throughput() {
+    use std::time::Instant;
+    let big: Vec<u8> = (0..256u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let config = config(&[sha(&big)], false);
+    let manifest = oci_manifest(&config, std::slice::from_ref(&big));
+    let index = json!({"manifests": [descriptor(MEDIA_TYPE_OCI_MANIFEST, &manifest)]});
+    let archive = Bytes::from(build(&[
+        file(
+            "oci-layout",
+            to_vec(&json!({"imageLayoutVersion": "1.0.0"})),
+        ),
+        blob(&big),
+        blob(&config),
+        blob(&manifest),
+        file("index.json", to_vec(&index)),
+    ]));
+    let mib = archive.len() as f64 / (1 << 20) as f64;
+
+    let start = Instant::now();
+    let mut v = ArchiveValidator::new(ArchiveLimits::default());
+    let mut copied = 0usize;
+    for chunk in archive.chunks(64 << 10) {
+        v.handle_data(archive.slice_ref(chunk)).expect("valid");
+        while let Some(o) = v.poll_output() {
+            if let Output::MemberData { data, .. } = o {
+                copied += data.len();
+            }
+        }
+    }
+    v.handle_eof().expect("plan");
+    let validator = start.elapsed();
+
+    let start = Instant::now();
+    let digest = sha(&archive);
+    let hash_only = start.elapsed();
+    std::hint::black_box((digest, copied));
+    println!(
+        "validator: {:.0} MiB/s; sha256 alone: {:.0} MiB/s; ratio {:.2}",
+        mib / validator.as_secs_f64(),
+        mib / hash_only.as_secs_f64(),
+        hash_only.as_secs_f64() / validator.as_secs_f64(),
+    );
 }
