@@ -136,6 +136,7 @@ impl<S: Subscriber> tracing_subscriber::Layer<S> for LogTreeLayer {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use metropolis_core::logtree::{LogTreeConfig, Query};

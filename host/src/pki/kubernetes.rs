@@ -436,6 +436,7 @@ fn unix_now_secs() -> i64 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use rcgen::PublicKeyData;

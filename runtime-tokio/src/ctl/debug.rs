@@ -481,6 +481,7 @@ pub async fn kubeconfig(endpoint: &str, args: KubeconfigArgs) -> Result<(), CliE
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

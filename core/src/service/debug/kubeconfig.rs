@@ -100,6 +100,7 @@ pub fn issue(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
