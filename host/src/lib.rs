@@ -13,3 +13,4 @@ pub mod pki;
 pub mod shutdown;
 pub mod socket;
 pub mod store;
+pub mod tracefs;
