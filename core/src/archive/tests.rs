@@ -1001,6 +1001,28 @@ fn rejects_archives_over_the_limit_before_eof() {
 }
 
 #[test]
+fn rejects_huge_declared_sizes_at_the_header() {
+    // Base-256 size field.
+    let mut h = header(::tar::EntryType::Regular, u64::MAX);
+    h.set_path("huge").expect("path");
+    h.set_cksum();
+    let e = run(h.as_bytes()).expect_err("accepted");
+    assert_eq!(e, ArchiveError::ArchiveTooLarge { limit: 8 << 30 });
+    // PAX size record.
+    let mut b = ::tar::Builder::new(Vec::new());
+    b.append_pax_extensions([("size", &b"18446744073709551615"[..])])
+        .expect("pax");
+    let mut archive = b.into_inner().expect("archive");
+    archive.truncate(archive.len() - 1024);
+    let h = raw_header(::tar::EntryType::Regular, b"huge", b"", 0);
+    archive.extend_from_slice(h.as_bytes());
+    assert_eq!(
+        run(&archive),
+        Err(ArchiveError::ArchiveTooLarge { limit: 8 << 30 })
+    );
+}
+
+#[test]
 fn rejects_wrong_oci_layout_version() {
     let mut entries = oci_entries(&oci_parts());
     entries[0] = file(
@@ -1260,12 +1282,35 @@ proptest! {
         }
     }
 
+    /// Any declared size (octal or base-256) never panics.
+    #[test]
+    fn declared_sizes_never_panic(
+        which in 0usize..3,
+        block in 0usize..8,
+        size in prop_oneof![any::<u64>(), (u64::MAX - 4096)..=u64::MAX, 0u64..100_000],
+    ) {
+        let mut archive = archives()[which].clone();
+        let start = (block * 512).min(archive.len() - 512);
+        let mut h = ::tar::Header::from_byte_slice(&archive[start..start + 512]).clone();
+        h.set_size(size);
+        h.set_cksum();
+        archive[start..start + 512].copy_from_slice(h.as_bytes());
+        let (outputs, plan) = run_chunks(&archive, &[900], ArchiveLimits::default());
+        if let Ok(plan) = plan {
+            check_plan(&plan, &outputs);
+        }
+    }
+
     /// Headers with fixed checksums but random fields never panic.
     #[test]
     fn header_fields_never_panic(
         which in 0usize..3,
         block in 0usize..8,
-        edits in prop::collection::vec((0usize..512, any::<u8>()), 1..6),
+        // Anywhere, or in the size field, or the type flag.
+        edits in prop::collection::vec(
+            (prop_oneof![0usize..512, 124usize..136, Just(156usize)], any::<u8>()),
+            1..6,
+        ),
     ) {
         let mut archive = archives()[which].clone();
         let start = (block * 512).min(archive.len() - 512);

@@ -251,7 +251,12 @@ impl ArchiveValidator {
         }
         // The member's data, its padding and the end marker must fit.
         let end = (header.offset + BLOCK as u64)
-            .saturating_add(header.size.next_multiple_of(BLOCK as u64))
+            .saturating_add(
+                header
+                    .size
+                    .checked_next_multiple_of(BLOCK as u64)
+                    .unwrap_or(u64::MAX),
+            )
             .saturating_add(2 * BLOCK as u64);
         if end > self.limits.max_total_size {
             return Err(self.too_large());
