@@ -10,8 +10,8 @@ use std::task::{Context, Poll};
 use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
 
+use super::action::Action;
 use super::port::{FailureKind, TracePipe, Tracefs, TracefsFailure, WriteMode};
-use super::session::Action;
 
 /// One buffer's control files.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -20,6 +20,7 @@
 //! Ok(Response::new(stream.boxed()))
 //! ```
 
+mod action;
 mod buffers;
 mod error;
 mod port;
@@ -27,11 +28,12 @@ mod run;
 mod session;
 mod validate;
 
+pub use action::{Action, StepFailure};
 pub use buffers::{BufferClaim, Target, TraceBuffers};
 pub use error::TraceError;
 pub use port::{FailureKind, TracePipe, Tracefs, TracefsFailure, WriteMode};
 pub use run::{TraceStream, run_session};
-pub use session::{Action, State, StepFailure, TraceSession};
+pub use session::{State, TraceSession};
 pub use validate::{
     Field, InstanceName, MAX_NAME_LEN, MAX_PATTERN_LEN, MAX_PATTERNS, Problem, TraceSpec,
     ValidationError,

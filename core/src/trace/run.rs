@@ -8,10 +8,11 @@ use std::task::{Context, Poll};
 use futures::{Stream, StreamExt};
 use metropolis_proto::prelude::debug;
 
+use super::action::Action;
 use super::buffers::{BufferClaim, Target, TraceBuffers};
 use super::error::TraceError;
 use super::port::{FailureKind, TracePipe, Tracefs, TracefsFailure};
-use super::session::{Action, State, TraceSession};
+use super::session::{State, TraceSession};
 use super::validate::TraceSpec;
 
 /// Starts a trace session: validates `request`, claims `target` in
