@@ -5,7 +5,7 @@ use std::fmt;
 use super::port::{TracefsFailure, WriteMode};
 
 /// A tracefs operation the owner must perform, then report with
-/// [`TraceSession::handle_action_result`]. Paths are relative to the
+/// [`super::TraceSession::handle_action_result`]. Paths are relative to the
 /// tracefs root.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -26,7 +26,7 @@ pub enum Action {
         mode: WriteMode,
     },
     /// Open `file` (the buffer's `trace_pipe`) for reading and start
-    /// feeding its lines to [`TraceSession::handle_pipe_line`].
+    /// feeding its lines to [`super::TraceSession::handle_pipe_line`].
     OpenPipe {
         /// The pipe.
         file: String,
