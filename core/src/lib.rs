@@ -14,6 +14,7 @@ pub mod agent_cert;
 pub mod archive;
 pub mod curator;
 pub mod identity;
+pub mod images;
 pub mod logtree;
 pub mod ports;
 pub mod provisioning;

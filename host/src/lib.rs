@@ -7,6 +7,7 @@ pub mod agent;
 pub mod connect;
 pub mod daemon;
 pub mod grpc;
+pub mod images;
 pub mod logs;
 pub mod peer;
 pub mod pki;

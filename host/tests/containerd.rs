@@ -1,0 +1,293 @@
+//! The containerd image store against a real containerd (the Debian
+//! `containerd` package: `containerd` and `ctr` in `PATH`; `.ci/run`
+//! installs it). Each test starts its own containerd with its root, state
+//! and socket in a temporary directory, and kills it at the end (a drop
+//! guard, so also when the test panics).
+
+#[path = "images/archives.rs"]
+mod archives;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use archives::*;
+use metropolis_core::archive::ArchiveLimits;
+use metropolis_core::images::load_image;
+use metropolis_host::images::{ContainerdConfig, ContainerdStore};
+use tonic::Code;
+
+/// Plugins a store test does not need: the CRI plugin, snapshotters that
+/// want special filesystems, and `opt` (which writes to `/opt/containerd`).
+const DISABLED_PLUGINS: &[&str] = &[
+    "io.containerd.grpc.v1.cri",
+    "io.containerd.internal.v1.opt",
+    "io.containerd.snapshotter.v1.aufs",
+    "io.containerd.snapshotter.v1.btrfs",
+    "io.containerd.snapshotter.v1.devmapper",
+    "io.containerd.snapshotter.v1.zfs",
+    "io.containerd.tracing.processor.v1.otlp",
+];
+
+/// A containerd of the test's own; killed on drop.
+struct Containerd {
+    child: Child,
+    socket: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Containerd {
+    fn start() -> Containerd {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path();
+        let socket = root.join("containerd.sock");
+        let disabled: Vec<String> = DISABLED_PLUGINS.iter().map(|p| format!("{p:?}")).collect();
+        let config = format!(
+            "version = 2\nroot = {:?}\nstate = {:?}\ndisabled_plugins = [{}]\n\n\
+             [grpc]\n  address = {:?}\n\n[ttrpc]\n  address = {:?}\n\n\
+             [debug]\n  address = \"\"\n\n[metrics]\n  address = \"\"\n",
+            root.join("root"),
+            root.join("state"),
+            disabled.join(", "),
+            socket,
+            root.join("containerd.sock.ttrpc"),
+        );
+        let config_path = root.join("config.toml");
+        std::fs::write(&config_path, config).expect("write config.toml");
+        let log = File::create(root.join("containerd.log")).expect("create log");
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(&config_path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone log"))
+            .stderr(log)
+            .spawn()
+            .expect("start containerd (the Debian package `containerd` must be installed)");
+        let mut containerd = Containerd { child, socket, dir };
+        containerd.wait_ready();
+        containerd
+    }
+
+    /// Waits until `ctr version` reaches the daemon.
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("containerd exited ({status}):\n{}", self.log());
+            }
+            let ok = Command::new("ctr")
+                .arg("--address")
+                .arg(&self.socket)
+                .args(["--connect-timeout", "1s", "version"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "containerd not ready:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
+    }
+
+    /// A store on this containerd, staging in the temporary directory.
+    fn store(&self, replace_tags: bool) -> ContainerdStore {
+        let mut config = ContainerdConfig::new(&self.socket, self.staging());
+        config.replace_tags = replace_tags;
+        ContainerdStore::open(config).expect("open containerd store")
+    }
+
+    fn staging(&self) -> PathBuf {
+        self.dir.path().join("staging")
+    }
+
+    /// `ctr images ls` in `k8s.io`: (name, digest) per image.
+    fn images(&self) -> Vec<(String, String)> {
+        let output = Command::new("ctr")
+            .arg("-a")
+            .arg(&self.socket)
+            .args(["-n", "k8s.io", "images", "ls"])
+            .output()
+            .expect("run ctr images ls");
+        assert!(output.status.success(), "ctr images ls: {output:?}");
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let mut images: Vec<(String, String)> = stdout
+            .lines()
+            .skip(1)
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace();
+                let name = fields.next()?.to_owned();
+                let digest = fields.nth(1)?.to_owned();
+                Some((name, digest))
+            })
+            .collect();
+        images.sort();
+        images
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn import(store: &ContainerdStore, archive: &[u8]) -> Result<Vec<String>, tonic::Status> {
+    import_with(store, archive, ArchiveLimits::default())
+}
+
+fn import_with(
+    store: &ContainerdStore,
+    archive: &[u8],
+    limits: ArchiveLimits,
+) -> Result<Vec<String>, tonic::Status> {
+    futures::executor::block_on(load_image(
+        futures::stream::iter(chunks(archive, 4000)),
+        store,
+        limits,
+    ))
+}
+
+/// Everything in the staging directory but its lock file.
+fn staged(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("read staging dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "LOCK")
+        .collect()
+}
+
+#[test]
+fn docker_and_oci_archives_import_under_normalised_names() {
+    let containerd = Containerd::start();
+    let store = containerd.store(false);
+    let names = import(&store, &docker_archive("busybox:1.36", "hello")).expect("docker import");
+    assert_eq!(names, ["docker.io/library/busybox:1.36"]);
+    // An OCI layout whose containerd name is not normalised: containerd
+    // gets the normalised name (what the kubelet asks for).
+    let oci = oci_archive(Some("tools/hello:1.0"), "oci");
+    let names = import(&store, &oci.bytes).expect("oci import");
+    assert_eq!(names, ["docker.io/tools/hello:1.0"]);
+    let images = containerd.images();
+    let listed: Vec<&str> = images.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        listed,
+        [
+            "docker.io/library/busybox:1.36",
+            "docker.io/tools/hello:1.0"
+        ]
+    );
+    assert!(
+        images.contains(&(
+            "docker.io/tools/hello:1.0".to_owned(),
+            oci.manifest.to_string()
+        )),
+        "{images:?}"
+    );
+    assert_eq!(store.list().expect("list").len(), 2);
+    assert!(staged(&containerd.staging()).is_empty());
+}
+
+#[test]
+fn an_existing_name_is_already_exists_unless_replacing() {
+    let containerd = Containerd::start();
+    let store = containerd.store(false);
+    import(&store, &oci_archive(Some("example.com/app:1"), "one").bytes).expect("first");
+    let before = containerd.images();
+    // Written differently, the same name.
+    let second = oci_archive(Some("example.com/app:1"), "two");
+    let err = import(&store, &second.bytes).expect_err("second");
+    assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
+    assert!(
+        err.message().contains("example.com/app:1"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(containerd.images(), before, "existing image untouched");
+    assert!(staged(&containerd.staging()).is_empty());
+    drop(store);
+    let store = containerd.store(true);
+    import(&store, &second.bytes).expect("replace");
+    assert_eq!(
+        containerd.images(),
+        [("example.com/app:1".to_owned(), second.manifest.to_string())]
+    );
+}
+
+#[test]
+fn names_created_outside_are_compared_normalised() {
+    let containerd = Containerd::start();
+    // ctr itself keeps an OCI archive's name verbatim: `app:2`.
+    let raw = oci_archive(Some("app:2"), "raw");
+    let mut ctr = Command::new("ctr")
+        .arg("-a")
+        .arg(&containerd.socket)
+        .args(["-n", "k8s.io", "images", "import", "--no-unpack", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("run ctr images import");
+    let mut stdin = ctr.stdin.take().expect("piped stdin");
+    std::io::Write::write_all(&mut stdin, &raw.bytes).expect("write archive to ctr");
+    drop(stdin);
+    assert!(ctr.wait().expect("wait for ctr").success());
+    assert_eq!(containerd.images()[0].0, "app:2");
+    let store = containerd.store(false);
+    let err = import(&store, &oci_archive(Some("app:2"), "ours").bytes).expect_err("collides");
+    assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
+    assert!(
+        err.message().contains("docker.io/library/app:2"),
+        "{}",
+        err.message()
+    );
+}
+
+#[test]
+fn rejected_archives_never_reach_containerd() {
+    let containerd = Containerd::start();
+    let store = containerd.store(false);
+    import(&store, &docker_archive("busybox", "hello")).expect("seed");
+    let before = containerd.images();
+    let default = ArchiveLimits::default();
+    for case in hostile_cases() {
+        let limits = match case.limit {
+            Limit::Default => default.clone(),
+            Limit::SmallJson => ArchiveLimits {
+                max_json_size: 100,
+                ..default.clone()
+            },
+            Limit::SmallTotal => ArchiveLimits {
+                max_total_size: 8 * 1024,
+                ..default.clone()
+            },
+        };
+        let err = import_with(&store, &case.bytes, limits).expect_err(case.name);
+        assert_eq!(err.code(), case.code, "{}: {err:?}", case.name);
+        assert!(staged(&containerd.staging()).is_empty(), "{}", case.name);
+    }
+    let err = import(&store, &oci_archive(None, "unnamed").bytes).expect_err("unnamed");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(containerd.images(), before);
+}
+
+#[test]
+fn containerd_down_is_unavailable_with_ctrs_reason() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut config = ContainerdConfig::new(dir.path().join("no.sock"), dir.path().join("staging"));
+    config.connect_timeout = Duration::from_millis(300);
+    let store = ContainerdStore::open(config).expect("open");
+    let err = import(&store, &docker_archive("busybox", "hello")).expect_err("no containerd");
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("no.sock"), "{}", err.message());
+    assert!(staged(&dir.path().join("staging")).is_empty());
+}
