@@ -182,6 +182,9 @@ fn run(
     mut rx: mpsc::Receiver<Msg>,
     failure: &Failure,
 ) {
+    // Also on a panic (a bug): dropped before `rx`, so before the senders
+    // see the channel closed.
+    let _cleanup = RemoveOnDrop(dir.clone());
     let mut staged = Staged {
         dir,
         members: HashMap::new(),
@@ -241,6 +244,15 @@ fn stage(
         }
     }
     Outcome::Dropped
+}
+
+/// Removes a staging directory when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        remove_dir(&self.0);
+    }
 }
 
 /// Removes a staging directory and everything in it; failures are logged
