@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
 use metropolis_core::identity::NodeId;
+use metropolis_core::archive::ArchiveLimits;
+use metropolis_core::images::ImageStore;
 use metropolis_core::logtree::LogTreeConfig;
 use metropolis_core::ports::KubeconfigIssuer;
 use metropolis_core::ports::{CertIssuer, KvStore, Spawner, WallClock};
@@ -23,6 +25,7 @@ use metropolis_core::service::{
 use metropolis_core::trace::Tracefs;
 use metropolis_proto::prelude::common;
 
+use crate::images::{ContainerdConfig, ContainerdStore, OciLayoutOptions, OciLayoutStore};
 use crate::peer::PeerClassifier;
 use crate::pki::{
     ClientAuth, ClusterCa, Credentials, DebugKubeconfigs, KubernetesCa, server_config,
@@ -154,6 +157,25 @@ pub struct Config {
     /// once. Without it, sessions share the global buffer, one at a time.
     #[arg(long)]
     pub trace_instances: bool,
+    /// Import LoadImage archives into containerd at this socket (through
+    /// its `ctr` client) instead of the default store, an OCI image layout
+    /// under <data-dir>/images.
+    #[arg(long, value_name = "PATH")]
+    pub containerd_socket: Option<PathBuf>,
+    /// The containerd namespace images go to.
+    #[arg(long, value_name = "NS", default_value = "k8s.io")]
+    pub containerd_namespace: String,
+    /// The `ctr` binary used to talk to containerd.
+    #[arg(long, value_name = "PATH", default_value = "ctr")]
+    pub ctr: PathBuf,
+    /// Let LoadImage replace an image whose name exists already (otherwise
+    /// AlreadyExists, and the existing image is untouched).
+    #[arg(long)]
+    pub image_replace_tags: bool,
+    /// Largest archive LoadImage accepts, in bytes (ResourceExhausted
+    /// beyond it).
+    #[arg(long, value_name = "BYTES", default_value_t = 8 * 1024 * 1024 * 1024)]
+    pub image_max_bytes: u64,
     /// The log tree the debug service serves; set by the daemon's entry
     /// point (see [`init_logging`]). None: a tree of its own that only
     /// receives what the embedder appends.
@@ -391,6 +413,11 @@ impl NodeServices {
                     kubeconfig: kubeconfig_issuer(config, &layout)?,
                     tracefs: Some(tracefs),
                     trace_instances: config.trace_instances,
+                    images: Some(image_store(config)?),
+                    archive_limits: ArchiveLimits {
+                        max_total_size: config.image_max_bytes,
+                        ..ArchiveLimits::default()
+                    },
                     ..DebugPorts::new(logs.clone())
                 });
                 (
@@ -497,6 +524,29 @@ fn remove_stale_trace_instances(root: &Path) {
                     "cannot remove a tracefs instance left by a previous run"
                 ),
             }
+        }
+    }
+}
+
+/// The image store the flags ask for: containerd, or the OCI image layout
+/// under the data directory.
+fn image_store(config: &Config) -> Result<Arc<dyn ImageStore>, DaemonError> {
+    match &config.containerd_socket {
+        Some(socket) => {
+            let mut c = ContainerdConfig::new(socket, config.data_dir.join("containerd-staging"));
+            c.namespace = config.containerd_namespace.clone();
+            c.ctr = config.ctr.clone();
+            c.replace_tags = config.image_replace_tags;
+            let store = ContainerdStore::open(c)
+                .map_err(|e| format!("{}: containerd image store: {e}", socket.display()))?;
+            Ok(Arc::new(store))
+        }
+        None => {
+            let dir = config.data_dir.join("images");
+            let store =
+                OciLayoutStore::open(&dir, OciLayoutOptions::replace_tags(config.image_replace_tags))
+                    .map_err(|e| format!("{}: image store: {e}", dir.display()))?;
+            Ok(Arc::new(store))
         }
     }
 }

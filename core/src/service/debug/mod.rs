@@ -17,6 +17,8 @@ use metropolis_proto::prelude::debug::node_debug_service_server::{
 };
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::archive::ArchiveLimits;
+use crate::images::ImageStore;
 use crate::ports::KubeconfigIssuer;
 use crate::trace::{Target, TraceBuffers, Tracefs};
 
@@ -34,6 +36,8 @@ struct Inner {
     logs: LogHub,
     kubeconfig: Option<Arc<dyn KubeconfigIssuer>>,
     tracing: Option<Tracing>,
+    images: Option<Arc<dyn ImageStore>>,
+    archive_limits: ArchiveLimits,
     closer: Closer,
 }
 
@@ -59,6 +63,11 @@ pub struct DebugPorts {
     /// concurrently; otherwise sessions use the global buffer, one at a
     /// time.
     pub trace_instances: bool,
+    /// The node's image store LoadImage imports into; None: LoadImage
+    /// fails with FailedPrecondition.
+    pub images: Option<Arc<dyn ImageStore>>,
+    /// Limits on an archive streamed to LoadImage.
+    pub archive_limits: ArchiveLimits,
 }
 
 impl DebugPorts {
@@ -69,6 +78,8 @@ impl DebugPorts {
             kubeconfig: None,
             tracefs: None,
             trace_instances: false,
+            images: None,
+            archive_limits: ArchiveLimits::default(),
         }
     }
 }
@@ -79,6 +90,7 @@ impl std::fmt::Debug for DebugService {
             .field("logs", &self.inner.logs)
             .field("kubeconfig", &self.inner.kubeconfig.is_some())
             .field("tracing", &self.inner.tracing.is_some())
+            .field("images", &self.inner.images.is_some())
             .finish()
     }
 }
@@ -106,6 +118,8 @@ impl DebugService {
                 logs: ports.logs,
                 kubeconfig: ports.kubeconfig,
                 tracing,
+                images: ports.images,
+                archive_limits: ports.archive_limits,
                 closer: Closer::default(),
             }),
         }
@@ -175,8 +189,18 @@ impl NodeDebugService for DebugService {
 
     async fn load_image(
         &self,
-        _request: Request<Streaming<debug::ImagePart>>,
+        request: Request<Streaming<debug::ImagePart>>,
     ) -> Result<Response<debug::LoadImageResponse>, Status> {
-        Err(Status::unimplemented("LoadImage is not wired yet"))
+        use futures::StreamExt;
+        let Some(store) = &self.inner.images else {
+            return Err(Status::failed_precondition(
+                "no image store is configured on this node",
+            ));
+        };
+        let parts = request
+            .into_inner()
+            .map(|part| part.map(|p| bytes::Bytes::from(p.data_part)));
+        crate::images::load_image(parts, store.as_ref(), self.inner.archive_limits.clone()).await?;
+        Ok(Response::new(debug::LoadImageResponse {}))
     }
 }
