@@ -110,6 +110,18 @@ impl Staged {
                         )
                     })?;
                     *written += data.len() as u64;
+                    // Write back as we go, so the commit's fsync of a
+                    // large blob does not start the whole writeback only
+                    // then (receiving overlaps with the disk instead).
+                    if *written % WRITEBACK_EVERY < data.len() as u64 {
+                        file.sync_data().map_err(|e| {
+                            unavailable(
+                                &self.dir.join(format!("m{index}")),
+                                "sync staging file",
+                                &e,
+                            )
+                        })?;
+                    }
                 }
                 _ => return Err(internal(format!("data for member {index} out of order"))),
             },
@@ -147,6 +159,9 @@ enum Msg {
     ),
     Abort(oneshot::Sender<()>),
 }
+
+/// A staged member is synced every this many bytes.
+const WRITEBACK_EVERY: u64 = 32 * 1024 * 1024;
 
 /// Why the thread stopped early, for the async side to report.
 type Failure = Arc<Mutex<Option<ImageStoreError>>>;

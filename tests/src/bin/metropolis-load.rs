@@ -10,6 +10,7 @@
 //!   the daemon and against an echo server with the same TLS/gRPC stack,
 //!   run as a separate process.
 //! - `get-logs`: a large GetLogs backlog from an in-process debug service.
+//! - `load-image`: LoadImage of a 1 GiB archive against the disk's speed.
 //!
 //! Traffic goes only to 127.0.0.1 and UNIX sockets; every loop is bounded.
 
@@ -28,6 +29,8 @@ mod fanout;
 mod get_logs;
 #[path = "../load/heartbeat.rs"]
 mod heartbeat;
+#[path = "../load/load_image.rs"]
+mod load_image;
 #[path = "../load/update_tls.rs"]
 mod update_tls;
 #[path = "../load/util.rs"]
@@ -87,6 +90,10 @@ enum Command {
     /// in-process debug service on the --daemon-runtime listener:
     /// entries/s and MB/s over loopback.
     GetLogs(get_logs::GetLogsArgs),
+    /// LoadImage of a large Docker archive (default 1 GiB) over loopback
+    /// into the daemon's default image store, against writing the same
+    /// bytes to the same disk (both fsynced): MB/s and the ratio.
+    LoadImage(load_image::LoadImageArgs),
     /// The echo server of update-tls (started by it).
     #[command(hide = true)]
     ServeEcho(echo::EchoArgs),
@@ -124,6 +131,7 @@ fn run(cli: Cli) -> util::Result<()> {
             Command::Fanout(args) => fanout::run(args, &target, work.path()).await,
             Command::UpdateTls(args) => update_tls::run(args, &target, work.path()).await,
             Command::Heartbeat(args) => heartbeat::run(args, &target, work.path()).await,
+            Command::LoadImage(args) => load_image::run(args, &target, work.path()).await,
             Command::GetLogs(args) => get_logs::run(args, cli.daemon_runtime).await,
             Command::ServeEcho(_) => Ok(()),
         }

@@ -95,6 +95,17 @@ impl DaemonProcess {
         runtime: RuntimeKind,
         log_level: &str,
     ) -> Result<DaemonProcess> {
+        Self::start_with(bin, data_dir, runtime, log_level, &[])
+    }
+
+    /// [`DaemonProcess::start`] with `extra` flags.
+    pub fn start_with(
+        bin: &Path,
+        data_dir: &Path,
+        runtime: RuntimeKind,
+        log_level: &str,
+        extra: &[String],
+    ) -> Result<DaemonProcess> {
         let addr = free_addr()?;
         let agent_addr = free_addr()?;
         let socket = data_dir.join("curator.sock");
@@ -112,6 +123,7 @@ impl DaemonProcess {
             .arg(runtime.to_string())
             .arg("--log")
             .arg(log_level)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file)
