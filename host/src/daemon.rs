@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
-use metropolis_core::identity::NodeId;
 use metropolis_core::archive::ArchiveLimits;
+use metropolis_core::identity::NodeId;
 use metropolis_core::images::ImageStore;
 use metropolis_core::logtree::LogTreeConfig;
 use metropolis_core::ports::KubeconfigIssuer;
@@ -543,9 +543,11 @@ fn image_store(config: &Config) -> Result<Arc<dyn ImageStore>, DaemonError> {
         }
         None => {
             let dir = config.data_dir.join("images");
-            let store =
-                OciLayoutStore::open(&dir, OciLayoutOptions::replace_tags(config.image_replace_tags))
-                    .map_err(|e| format!("{}: image store: {e}", dir.display()))?;
+            let store = OciLayoutStore::open(
+                &dir,
+                OciLayoutOptions::replace_tags(config.image_replace_tags),
+            )
+            .map_err(|e| format!("{}: image store: {e}", dir.display()))?;
             Ok(Arc::new(store))
         }
     }

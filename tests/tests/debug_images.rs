@@ -58,9 +58,13 @@ async fn archives_import_into_the_oci_layout(runtime: RuntimeKind) {
     let d = Daemon::start_debug(&data, runtime, &[]);
     let images = data.join("images");
     let mut client = d.debug_client().await;
-    load(&mut client, &docker_archive("busybox:1.36", "docker layer"), 64 * 1024)
-        .await
-        .unwrap();
+    load(
+        &mut client,
+        &docker_archive("busybox:1.36", "docker layer"),
+        64 * 1024,
+    )
+    .await
+    .unwrap();
     load(
         &mut client,
         &oci_archive(Some("registry.example:5000/tools/oci:v1"), "oci layer").bytes,
@@ -79,9 +83,13 @@ async fn archives_import_into_the_oci_layout(runtime: RuntimeKind) {
 
     // Same name again: AlreadyExists, the store untouched.
     let before = snapshot(&images);
-    let e = load(&mut client, &docker_archive("busybox:1.36", "other layer"), 4096)
-        .await
-        .unwrap_err();
+    let e = load(
+        &mut client,
+        &docker_archive("busybox:1.36", "other layer"),
+        4096,
+    )
+    .await
+    .unwrap_err();
     assert_eq!(e.code(), tonic::Code::AlreadyExists, "{e:?}");
     assert!(e.message().contains("busybox"), "{}", e.message());
     assert_eq!(snapshot(&images), before);
@@ -158,10 +166,12 @@ async fn client_disconnect_leaves_nothing(runtime: RuntimeKind) {
     }
     // Wait until the server has staged something, then disconnect.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_dir(&images)
-        .unwrap()
-        .any(|e| e.unwrap().file_name().to_string_lossy().starts_with(".staging-"))
-    {
+    while !std::fs::read_dir(&images).unwrap().any(|e| {
+        e.unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with(".staging-")
+    }) {
         assert!(Instant::now() < deadline, "no staging directory appeared");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -187,9 +197,13 @@ async fn containerd_store(runtime: RuntimeKind) {
         &["--containerd-socket", containerd.socket.to_str().unwrap()],
     );
     let mut client = d.debug_client().await;
-    load(&mut client, &docker_archive("hello:1", "in containerd"), 8192)
-        .await
-        .unwrap();
+    load(
+        &mut client,
+        &docker_archive("hello:1", "in containerd"),
+        8192,
+    )
+    .await
+    .unwrap();
     load(
         &mut client,
         &oci_archive(Some("example.org/oci:2"), "oci in containerd").bytes,
@@ -202,7 +216,10 @@ async fn containerd_store(runtime: RuntimeKind) {
         listed.contains(&"docker.io/library/hello:1".to_string()),
         "{listed:?}"
     );
-    assert!(listed.contains(&"example.org/oci:2".to_string()), "{listed:?}");
+    assert!(
+        listed.contains(&"example.org/oci:2".to_string()),
+        "{listed:?}"
+    );
     let e = load(&mut client, &docker_archive("hello:1", "again"), 8192)
         .await
         .unwrap_err();

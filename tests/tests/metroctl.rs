@@ -271,14 +271,27 @@ fn debug_commands_load_image_and_trace() {
     // load-image from a file: progress on stderr, names in the store.
     let archive = dir.path().join("image.tar");
     std::fs::write(&archive, archives::docker_archive("tool:1", "from a file")).unwrap();
-    let out = debug_ctl(&d, &["load-image", archive.to_str().unwrap(), "--chunk-size", "1000"]);
+    let out = debug_ctl(
+        &d,
+        &[
+            "load-image",
+            archive.to_str().unwrap(),
+            "--chunk-size",
+            "1000",
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("(100%)"), "progress: {stderr}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("image loaded"));
     // From standard input.
     let mut child = Command::new(daemon_bin().with_file_name("metroctl-under-test"))
-        .args(["--debug-endpoint", d.debug_addr.as_ref().unwrap(), "load-image", "-"])
+        .args([
+            "--debug-endpoint",
+            d.debug_addr.as_ref().unwrap(),
+            "load-image",
+            "-",
+        ])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -291,7 +304,11 @@ fn debug_commands_load_image_and_trace() {
         .write_all(&archives::docker_archive("tool:2", "from stdin"))
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let index = std::fs::read_to_string(d.data_dir.join("images/index.json")).unwrap();
     assert!(index.contains("docker.io/library/tool:1"), "{index}");
     assert!(index.contains("docker.io/library/tool:2"), "{index}");
@@ -301,20 +318,33 @@ fn debug_commands_load_image_and_trace() {
     let out = debug_ctl(&d, &["load-image", archive.to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("InvalidArgument"));
-    let out = debug_ctl(&d, &["load-image", archive.to_str().unwrap(), "--chunk-size", "0"]);
+    let out = debug_ctl(
+        &d,
+        &["load-image", archive.to_str().unwrap(), "--chunk-size", "0"],
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("--chunk-size"));
 
     // trace: prints marker lines until SIGINT, then the node restores
     // tracefs.
     let tracefs = std::path::Path::new("/sys/kernel/tracing");
     let mut child = Command::new(daemon_bin().with_file_name("metroctl-under-test"))
-        .args(["--debug-endpoint", d.debug_addr.as_ref().unwrap(), "trace", "--tracer", "nop"])
+        .args([
+            "--debug-endpoint",
+            d.debug_addr.as_ref().unwrap(),
+            "trace",
+            "--tracer",
+            "nop",
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::fs::read_to_string(tracefs.join("tracing_on")).unwrap().trim() != "1" {
+    while std::fs::read_to_string(tracefs.join("tracing_on"))
+        .unwrap()
+        .trim()
+        != "1"
+    {
         assert!(std::time::Instant::now() < deadline, "trace did not start");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
@@ -323,7 +353,10 @@ fn debug_commands_load_image_and_trace() {
     let mut line = String::new();
     while !line.contains("metroctl-trace-marker") {
         line.clear();
-        assert!(stdout.read_line(&mut line).unwrap() > 0, "trace output ended");
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "trace output ended"
+        );
     }
     let kill = Command::new("kill")
         .args(["-INT", &child.id().to_string()])

@@ -140,4 +140,3 @@ impl Drop for Containerd {
         let _ = self.child.wait();
     }
 }
-

@@ -56,7 +56,9 @@ fn write_archive(dir: &Path, path: &Path, size: u64) -> Result<u64> {
         }
         impl Read for Gen {
             fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-                let n = buf.len().min(usize::try_from(self.left).unwrap_or(usize::MAX));
+                let n = buf
+                    .len()
+                    .min(usize::try_from(self.left).unwrap_or(usize::MAX));
                 fill(&mut buf[..n], &mut self.state);
                 self.left -= n as u64;
                 Ok(n)
@@ -84,7 +86,11 @@ fn write_archive(dir: &Path, path: &Path, size: u64) -> Result<u64> {
         }
         hasher.update(&buf[..n]);
     }
-    let diff_id: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let diff_id: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     let config = serde_json::to_vec(&json!({
         "architecture": "amd64",
         "os": "linux",
@@ -123,7 +129,9 @@ fn write_archive(dir: &Path, path: &Path, size: u64) -> Result<u64> {
         .and_then(|w| w.into_inner().map_err(|e| e.into_error()))
         .context(|| "finishing the archive".into())?;
     std::fs::remove_file(&layer_path).context(|| "removing layer.tar".into())?;
-    Ok(std::fs::metadata(path).context(|| "archive size".into())?.len())
+    Ok(std::fs::metadata(path)
+        .context(|| "archive size".into())?
+        .len())
 }
 
 /// Copies `archive` to `dest` in `chunk`-byte writes and fsyncs: the disk
@@ -179,7 +187,9 @@ pub async fn run(args: LoadImageArgs, target: &Target, work: &Path) -> Result<()
         let mut file = std::fs::File::open(&path).context(|| "archive".into())?;
         loop {
             let mut buf = vec![0u8; chunk];
-            let n = file.read(&mut buf).context(|| "reading the archive".into())?;
+            let n = file
+                .read(&mut buf)
+                .context(|| "reading the archive".into())?;
             if n == 0 {
                 return Ok(());
             }
@@ -192,14 +202,9 @@ pub async fn run(args: LoadImageArgs, target: &Target, work: &Path) -> Result<()
             }
         }
     });
-    client
-        .load_image(rx)
-        .await
-        .context(|| "LoadImage".into())?;
+    client.load_image(rx).await.context(|| "LoadImage".into())?;
     let secs = start.elapsed().as_secs_f64();
-    reader
-        .await
-        .context(|| "reader task".into())??;
+    reader.await.context(|| "reader task".into())??;
     daemon.check_alive()?;
     daemon.stop();
 
@@ -207,10 +212,16 @@ pub async fn run(args: LoadImageArgs, target: &Target, work: &Path) -> Result<()
     let (disk_mbps, load_mbps) = (mb / baseline, mb / secs);
     let ratio = load_mbps / disk_mbps;
     print_table(
-        &format!("LoadImage of a {} MiB archive ({} daemon)", args.size_mib, target.runtime),
+        &format!(
+            "LoadImage of a {} MiB archive ({} daemon)",
+            args.size_mib, target.runtime
+        ),
         &[
             row("archive bytes", size),
-            row("disk baseline (write + fsync)", format!("{disk_mbps:.0} MB/s")),
+            row(
+                "disk baseline (write + fsync)",
+                format!("{disk_mbps:.0} MB/s"),
+            ),
             row("LoadImage over loopback", format!("{load_mbps:.0} MB/s")),
             row("ratio", format!("{ratio:.2}")),
         ],

@@ -197,9 +197,7 @@ impl NodeDebugService for DebugService {
                 "no image store is configured on this node",
             ));
         };
-        let parts = request
-            .into_inner()
-            .map(|part| part.map(|p| bytes::Bytes::from(p.data_part)));
+        let parts = request.into_inner().map(|part| part.map(|p| p.data_part));
         crate::images::load_image(parts, store.as_ref(), self.inner.archive_limits.clone()).await?;
         Ok(Response::new(debug::LoadImageResponse {}))
     }
