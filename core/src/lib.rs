@@ -15,6 +15,7 @@ pub mod archive;
 pub mod curator;
 pub mod identity;
 pub mod images;
+pub mod leadership;
 pub mod logtree;
 pub mod ports;
 pub mod provisioning;
