@@ -23,7 +23,6 @@ use tonic::body::Body;
 use tonic::server::{Grpc, NamedService, UnaryService};
 
 use super::router::GrpcService;
-use tonic_prost::ProstCodec;
 
 use super::curator::store_status;
 use crate::identity::Identity;
@@ -333,8 +332,10 @@ impl GrpcService for AgentCallbackHttp {
         Box::pin(async move {
             match method.as_str() {
                 "Heartbeat" => {
-                    let codec =
-                        ProstCodec::<EncodedHeartbeatResponse, agent::HeartbeatRequest>::default();
+                    let codec = super::unary_codec::UnaryCodec::<
+                        EncodedHeartbeatResponse,
+                        agent::HeartbeatRequest,
+                    >::default();
                     Grpc::new(codec).unary(Heartbeat(service), request).await
                 }
                 other => Status::unimplemented(format!("{} has no method {other}", Self::NAME))

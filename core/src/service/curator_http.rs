@@ -61,7 +61,7 @@ impl GrpcService for CuratorHttp {
             match method.as_str() {
                 "Watch" => watch(service, request).await,
                 "UpdateNodeStatus" => {
-                    let codec = ProstCodec::<
+                    let codec = super::unary_codec::UnaryCodec::<
                         curator::UpdateNodeStatusResponse,
                         curator::UpdateNodeStatusRequest,
                     >::default();

@@ -11,6 +11,7 @@ mod curator;
 mod curator_http;
 pub mod debug;
 mod router;
+mod unary_codec;
 mod watch_cache;
 
 pub use agent_callback::{

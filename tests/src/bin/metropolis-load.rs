@@ -65,6 +65,10 @@ struct Cli {
     /// its path.
     #[arg(long, global = true)]
     keep: bool,
+    /// An extra flag for the daemon (repeatable), e.g.
+    /// `--daemon-arg=--commit-delay=0`.
+    #[arg(long = "daemon-arg", global = true, value_name = "FLAG", allow_hyphen_values = true)]
+    daemon_args: Vec<String>,
     /// Worker threads of the client's tokio runtime. Default: one per CPU.
     #[arg(long, global = true, value_name = "N")]
     client_threads: Option<usize>,
@@ -117,6 +121,7 @@ fn run(cli: Cli) -> util::Result<()> {
     let target = daemon::Target {
         bin: daemon::locate(cli.daemon_bin.as_deref())?,
         runtime: cli.daemon_runtime,
+        extra: cli.daemon_args.clone(),
     };
     let mut builder = tempfile::Builder::new();
     let tmp = builder.prefix("metropolis-load-");

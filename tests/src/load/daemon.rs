@@ -50,6 +50,8 @@ pub struct Target {
     pub bin: PathBuf,
     /// Its `--runtime`.
     pub runtime: RuntimeKind,
+    /// Extra flags for every daemon started (`--daemon-arg`).
+    pub extra: Vec<String>,
 }
 
 /// A free loopback address (`127.0.0.1:port`, bound then released).
@@ -86,16 +88,11 @@ pub struct DaemonProcess {
 }
 
 impl DaemonProcess {
-    /// Starts `bin` on `data_dir` (created by the daemon) on `runtime` and
+    /// Starts `target` on `data_dir` (created by the daemon) and
     /// waits up to 30 s until both its socket and its TLS port accept
     /// connections.
-    pub fn start(
-        bin: &Path,
-        data_dir: &Path,
-        runtime: RuntimeKind,
-        log_level: &str,
-    ) -> Result<DaemonProcess> {
-        Self::start_with(bin, data_dir, runtime, log_level, &[])
+    pub fn start(target: &Target, data_dir: &Path, log_level: &str) -> Result<DaemonProcess> {
+        Self::start_with(&target.bin, data_dir, target.runtime, log_level, &target.extra)
     }
 
     /// [`DaemonProcess::start`] with `extra` flags.

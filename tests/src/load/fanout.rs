@@ -376,7 +376,7 @@ pub async fn run(args: FanoutArgs, target: &super::daemon::Target, work: &Path) 
         .into());
     }
     let data_dir = work.join("daemon");
-    let mut daemon = DaemonProcess::start(&target.bin, &data_dir, target.runtime, "warn")?;
+    let mut daemon = DaemonProcess::start(target, &data_dir, "warn")?;
     let daemon_pid = daemon.pid()?;
     println!(
         "fanout: daemon pid {daemon_pid} ({} runtime) on {} and {} (data {})",

@@ -160,7 +160,7 @@ pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Pat
         return Err("--agents and --seconds must be at least 1".into());
     }
     let mut daemon =
-        DaemonProcess::start(&target.bin, &work.join("daemon"), target.runtime, "warn")?;
+        DaemonProcess::start(target, &work.join("daemon"), "warn")?;
     println!(
         "heartbeat: daemon pid {} ({} runtime), AgentCallback on {}; {} agents",
         daemon.pid()?,

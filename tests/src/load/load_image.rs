@@ -173,7 +173,11 @@ pub async fn run(args: LoadImageArgs, target: &Target, work: &Path) -> Result<()
         &work.join("data"),
         target.runtime,
         "warn",
-        &["--debug-listen".into(), debug_addr.clone()],
+        &[
+            &["--debug-listen".to_string(), debug_addr.clone()][..],
+            &target.extra[..],
+        ]
+        .concat(),
     )?;
     let channel = metropolis_runtime_tokio::connect::plain(&debug_addr)
         .await

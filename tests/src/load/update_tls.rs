@@ -190,7 +190,7 @@ pub async fn run(args: UpdateTlsArgs, target: &super::daemon::Target, work: &Pat
     }
     let connections = args.connections.min(args.clients);
     let data_dir = work.join("daemon");
-    let mut daemon = DaemonProcess::start(&target.bin, &data_dir, target.runtime, "warn")?;
+    let mut daemon = DaemonProcess::start(target, &data_dir, "warn")?;
     println!(
         "update-tls: daemon pid {} ({} runtime) on {} (data {}); {} clients over {} TLS connections",
         daemon.pid()?,
