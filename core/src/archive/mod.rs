@@ -84,6 +84,7 @@ mod tar;
 mod validator;
 
 pub use error::{ArchiveError, TruncatedAt};
+pub use name::normalize as normalize_reference;
 pub use plan::{
     BlobSource, Compression, Descriptor, Digest, DigestError, Format, ImageRef, ImportPlan,
     MEDIA_TYPE_DOCKER_CONFIG, MEDIA_TYPE_DOCKER_MANIFEST, MEDIA_TYPE_DOCKER_MANIFEST_LIST,

@@ -14,8 +14,10 @@
 /// Longest repository name (domain and path), as in Docker.
 const MAX_NAME: usize = 255;
 
-/// Validates and normalises an image reference.
-pub(crate) fn normalize(reference: &str) -> Result<String, &'static str> {
+/// Validates and normalises an image reference the way Docker and
+/// containerd do (`busybox` -> `docker.io/library/busybox:latest`); the
+/// error says which part is invalid.
+pub fn normalize(reference: &str) -> Result<String, &'static str> {
     if reference.is_empty() {
         return Err("empty");
     }
@@ -244,6 +246,57 @@ mod tests {
             "a/b:c:d",
         ] {
             assert!(normalize(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    // The cases the image stores rely on (moved from host's copy of this
+    // normaliser, now removed).
+    #[test]
+    fn normalises_like_docker_and_containerd() {
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let cases = [
+            ("busybox", "docker.io/library/busybox:latest".to_owned()),
+            ("busybox:1.36", "docker.io/library/busybox:1.36".to_owned()),
+            ("foo/bar:1", "docker.io/foo/bar:1".to_owned()),
+            (
+                "docker.io/busybox",
+                "docker.io/library/busybox:latest".to_owned(),
+            ),
+            (
+                "index.docker.io/foo/bar",
+                "docker.io/foo/bar:latest".to_owned(),
+            ),
+            ("registry:5000/x", "registry:5000/x:latest".to_owned()),
+            ("localhost/x:2", "localhost/x:2".to_owned()),
+            ("quay.io/a/b/c:v1", "quay.io/a/b/c:v1".to_owned()),
+            (
+                &*format!("busybox@{digest}"),
+                format!("docker.io/library/busybox@{digest}"),
+            ),
+            (&*format!("r.io/x:1@{digest}"), format!("r.io/x:1@{digest}")),
+            (
+                "docker.io/library/busybox:latest",
+                "docker.io/library/busybox:latest".to_owned(),
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(normalize(input).as_deref(), Ok(&*want), "{input}");
+        }
+    }
+
+    #[test]
+    fn rejects_what_is_not_a_reference_either() {
+        for bad in [
+            "",
+            "Busybox",
+            "a//b",
+            "x:",
+            "x:-tag",
+            "x@sha256:zz",
+            "/x",
+            "r.io/",
+        ] {
+            assert!(normalize(bad).is_err(), "{bad}");
         }
     }
 }

@@ -51,8 +51,8 @@ use metropolis_core::images::{ImageImport, ImageStore, ImageStoreError};
 use serde_json::json;
 
 use super::oci::ANNOTATION_CONTAINERD_NAME;
-use super::reference;
 use super::staging::{self, Committer, Staged};
+use metropolis_core::archive::normalize_reference;
 
 /// Most bytes of `ctr`'s stdout or stderr kept for messages and logs.
 const MAX_CAPTURE: usize = 16 * 1024;
@@ -286,7 +286,7 @@ impl Committer for ContainerdCommit {
         let existing: Vec<String> = store
             .list()?
             .iter()
-            .map(|n| reference::normalize(n).unwrap_or_else(|| n.clone()))
+            .map(|n| normalize_reference(n).unwrap_or_else(|_| n.clone()))
             .collect();
         for (name, _) in &images {
             if existing.contains(name) {

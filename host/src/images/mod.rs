@@ -22,17 +22,16 @@
 
 mod containerd;
 mod oci;
-mod reference;
 mod staging;
 
 use metropolis_core::archive::{Descriptor, ImportPlan};
 use metropolis_core::images::ImageStoreError;
 
 pub use containerd::{ContainerdConfig, ContainerdStore};
+pub use metropolis_core::archive::normalize_reference;
 pub use oci::{
     ANNOTATION_CONTAINERD_NAME, ANNOTATION_REF_NAME, OciLayoutOptions, OciLayoutStore, StoredImage,
 };
-pub use reference::normalize as normalize_reference;
 
 /// The plan's images with their names (normalised), in plan order, once
 /// per name; Invalid if an image has none.
@@ -47,7 +46,7 @@ fn named_images(plan: &ImportPlan) -> Result<Vec<(String, &Descriptor)>, ImageSt
                 image.manifest.digest
             )));
         };
-        let name = reference::normalize(name).unwrap_or_else(|| name.clone());
+        let name = normalize_reference(name).unwrap_or_else(|_| name.clone());
         if !images.iter().any(|(n, _)| *n == name) {
             images.push((name, &image.manifest));
         }
