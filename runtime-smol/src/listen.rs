@@ -46,6 +46,48 @@ pub async fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
+/// A connection's task, as [`accept_until`] runs it.
+type ConnectionTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Accepts connections with `accept` until `shutdown` fires, running
+/// `handle` for each on its own task on `executor`; returns the tracker of
+/// those tasks (wait on it to let open connections finish their calls).
+/// `what` names the listener in logs.
+async fn accept_until<S, P, F>(
+    what: &str,
+    mut accept: impl FnMut() -> F,
+    executor: &SmolExecutor,
+    shutdown: &Shutdown,
+    handle: impl Fn(S, P) -> ConnectionTask,
+) -> TaskTracker
+where
+    F: std::future::Future<Output = io::Result<(S, P)>>,
+{
+    let connections = TaskTracker::new();
+    let accept_loop = async {
+        loop {
+            match accept().await {
+                Ok((stream, peer)) => {
+                    let token = connections.token();
+                    let connection = handle(stream, peer);
+                    executor
+                        .spawn(async move {
+                            let _token = token;
+                            connection.await;
+                        })
+                        .detach();
+                }
+                Err(e) => tracing::warn!(error = %e, "accept on {what} failed"),
+            }
+        }
+    };
+    futures::select! {
+        _ = accept_loop.fuse() => {}
+        _ = shutdown.clone().wait().fuse() => {}
+    }
+    connections
+}
+
 /// Serves `router` on the UNIX socket; every caller is node `me`.
 pub async fn serve_unix(
     listener: UnixListener,
@@ -55,35 +97,19 @@ pub async fn serve_unix(
     executor: SmolExecutor,
     shutdown: Shutdown,
 ) {
-    let connections = TaskTracker::new();
-    let accept = async {
-        loop {
-            let stream = match listener.accept().await {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept on local socket failed");
-                    continue;
-                }
-            };
-            let (router, identity, shutdown, ex) = (
-                router.clone(),
-                Identity::Node(me.clone()),
-                shutdown.clone(),
-                executor.clone(),
-            );
-            let token = connections.token();
-            executor
-                .spawn(async move {
-                    let _token = token;
-                    serve(FuturesIo::new(stream), identity, router, ex, shutdown).await;
-                })
-                .detach();
-        }
-    };
-    futures::select! {
-        _ = accept.fuse() => {}
-        _ = shutdown.clone().wait().fuse() => {}
-    }
+    let connections = accept_until(
+        "local socket",
+        || listener.accept(),
+        &executor,
+        &shutdown,
+        |stream, _| {
+            let io = FuturesIo::new(stream);
+            let identity = Identity::Node(me.clone());
+            let ex = executor.clone();
+            Box::pin(serve(io, identity, router.clone(), ex, shutdown.clone()))
+        },
+    )
+    .await;
     let _ = std::fs::remove_file(&path);
     // Open connections finish their calls (streams end with their status).
     connections.wait().await;
@@ -100,16 +126,12 @@ pub async fn serve_tls(
     shutdown: Shutdown,
 ) {
     let acceptor = TlsAcceptor::from(tls);
-    let connections = TaskTracker::new();
-    let accept = async {
-        loop {
-            let (tcp, peer) = match listener.accept().await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept on TLS listener failed");
-                    continue;
-                }
-            };
+    let connections = accept_until(
+        "TLS listener",
+        || listener.accept(),
+        &executor,
+        &shutdown,
+        |tcp: smol::net::TcpStream, peer: SocketAddr| {
             let _ = tcp.set_nodelay(true);
             let (acceptor, router, classifier, shutdown, ex) = (
                 acceptor.clone(),
@@ -118,37 +140,30 @@ pub async fn serve_tls(
                 shutdown.clone(),
                 executor.clone(),
             );
-            let token = connections.token();
-            executor
-                .spawn(async move {
-                    let _token = token;
-                    let handshake = acceptor.accept(tcp).map(Some);
-                    let timeout = async {
-                        async_io::Timer::after(Duration::from_secs(10)).await;
-                        None
-                    };
-                    let stream = match smol::future::or(handshake, timeout).await {
-                        Some(Ok(s)) => s,
-                        Some(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        None => {
-                            tracing::debug!(%peer, "TLS handshake timed out");
-                            return;
-                        }
-                    };
-                    let identity = classifier.classify(stream.get_ref().1.peer_certificates());
-                    tracing::debug!(%peer, %identity, "TLS connection");
-                    serve(FuturesIo::new(stream), identity, router, ex, shutdown).await;
-                })
-                .detach();
-        }
-    };
-    futures::select! {
-        _ = accept.fuse() => {}
-        _ = shutdown.clone().wait().fuse() => {}
-    }
+            Box::pin(async move {
+                let handshake = acceptor.accept(tcp).map(Some);
+                let timeout = async {
+                    async_io::Timer::after(Duration::from_secs(10)).await;
+                    None
+                };
+                let stream = match smol::future::or(handshake, timeout).await {
+                    Some(Ok(s)) => s,
+                    Some(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    None => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
+                let identity = classifier.classify(stream.get_ref().1.peer_certificates());
+                tracing::debug!(%peer, %identity, "TLS connection");
+                serve(FuturesIo::new(stream), identity, router, ex, shutdown).await;
+            })
+        },
+    )
+    .await;
     connections.wait().await;
 }
 
@@ -161,32 +176,20 @@ pub async fn serve_plain(
     executor: SmolExecutor,
     shutdown: Shutdown,
 ) {
-    let connections = TaskTracker::new();
-    let accept = async {
-        loop {
-            let (tcp, peer) = match listener.accept().await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept on debug listener failed");
-                    continue;
-                }
-            };
+    let connections = accept_until(
+        "debug listener",
+        || listener.accept(),
+        &executor,
+        &shutdown,
+        |tcp: smol::net::TcpStream, peer: SocketAddr| {
             let _ = tcp.set_nodelay(true);
             tracing::debug!(%peer, "debug connection");
-            let (router, shutdown, ex) = (router.clone(), shutdown.clone(), executor.clone());
-            let token = connections.token();
-            executor
-                .spawn(async move {
-                    let _token = token;
-                    let identity = Identity::Unauthenticated;
-                    serve(FuturesIo::new(tcp), identity, router, ex, shutdown).await;
-                })
-                .detach();
-        }
-    };
-    futures::select! {
-        _ = accept.fuse() => {}
-        _ = shutdown.clone().wait().fuse() => {}
-    }
+            let io = FuturesIo::new(tcp);
+            let ex = executor.clone();
+            let identity = Identity::Unauthenticated;
+            Box::pin(serve(io, identity, router.clone(), ex, shutdown.clone()))
+        },
+    )
+    .await;
     connections.wait().await;
 }

@@ -28,6 +28,45 @@ pub fn bind_unix(path: &Path) -> io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// A connection's task, as [`accept_until`] runs it.
+type ConnectionTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Accepts connections with `accept` until `shutdown` fires, running
+/// `handle` for each on its own task; returns the tracker of those tasks
+/// (wait on it to let open connections finish their calls). `what` names
+/// the listener in logs.
+async fn accept_until<S, P, F>(
+    what: &str,
+    mut accept: impl FnMut() -> F,
+    shutdown: &Shutdown,
+    handle: impl Fn(S, P) -> ConnectionTask,
+) -> TaskTracker
+where
+    F: std::future::Future<Output = io::Result<(S, P)>>,
+{
+    let connections = TaskTracker::new();
+    let accept_loop = async {
+        loop {
+            match accept().await {
+                Ok((stream, peer)) => {
+                    let token = connections.token();
+                    let connection = handle(stream, peer);
+                    tokio::spawn(async move {
+                        let _token = token;
+                        connection.await;
+                    });
+                }
+                Err(e) => tracing::warn!(error = %e, "accept on {what} failed"),
+            }
+        }
+    };
+    tokio::select! {
+        _ = accept_loop => {}
+        _ = shutdown.clone().wait() => {}
+    }
+    connections
+}
+
 /// Serves `router` on the UNIX socket; every caller is node `me`.
 pub async fn serve_unix(
     listener: UnixListener,
@@ -36,31 +75,17 @@ pub async fn serve_unix(
     router: Router,
     shutdown: Shutdown,
 ) {
-    let stop = shutdown.clone();
-    let connections = TaskTracker::new();
-    let accept = async {
-        loop {
-            let (stream, _) = match listener.accept().await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept on local socket failed");
-                    continue;
-                }
-            };
-            let (router, identity, shutdown) =
-                (router.clone(), Identity::Node(me.clone()), shutdown.clone());
-            let token = connections.token();
-            tokio::spawn(async move {
-                let _token = token;
-                let io = TokioIo::new(stream);
-                serve(io, identity, router, shutdown).await;
-            });
-        }
-    };
-    tokio::select! {
-        _ = accept => {}
-        _ = stop.wait() => {}
-    }
+    let connections = accept_until(
+        "local socket",
+        || listener.accept(),
+        &shutdown,
+        |stream, _| {
+            let io = TokioIo::new(stream);
+            let identity = Identity::Node(me.clone());
+            Box::pin(serve(io, identity, router.clone(), shutdown.clone()))
+        },
+    )
+    .await;
     let _ = std::fs::remove_file(&path);
     // Open connections finish their calls (streams end with their status).
     connections.wait().await;
@@ -96,17 +121,11 @@ pub async fn serve_tls(
     shutdown: Shutdown,
 ) {
     let acceptor = TlsAcceptor::from(tls);
-    let stop = shutdown.clone();
-    let connections = TaskTracker::new();
-    let accept = async {
-        loop {
-            let (tcp, peer) = match listener.accept().await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept on TLS listener failed");
-                    continue;
-                }
-            };
+    let connections = accept_until(
+        "TLS listener",
+        || listener.accept(),
+        &shutdown,
+        |tcp: tokio::net::TcpStream, peer: SocketAddr| {
             let _ = tcp.set_nodelay(true);
             let (acceptor, router, classifier, shutdown) = (
                 acceptor.clone(),
@@ -114,9 +133,7 @@ pub async fn serve_tls(
                 classifier.clone(),
                 shutdown.clone(),
             );
-            let token = connections.token();
-            tokio::spawn(async move {
-                let _token = token;
+            Box::pin(async move {
                 let handshake =
                     tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp));
                 let stream = match handshake.await {
@@ -132,15 +149,11 @@ pub async fn serve_tls(
                 };
                 let identity = classifier.classify(stream.get_ref().1.peer_certificates());
                 tracing::debug!(%peer, %identity, "TLS connection");
-                let io = TokioIo::new(stream);
-                serve(io, identity, router, shutdown).await;
-            });
-        }
-    };
-    tokio::select! {
-        _ = accept => {}
-        _ = stop.wait() => {}
-    }
+                serve(TokioIo::new(stream), identity, router, shutdown).await;
+            })
+        },
+    )
+    .await;
     connections.wait().await;
 }
 
@@ -148,36 +161,22 @@ pub async fn serve_tls(
 /// unauthenticated. Only for the debug service, which is unauthenticated
 /// by contract.
 pub async fn serve_plain(listener: TcpListener, router: Router, shutdown: Shutdown) {
-    let stop = shutdown.clone();
-    let connections = TaskTracker::new();
-    let accept = async {
-        loop {
-            let (tcp, peer) = match listener.accept().await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept on debug listener failed");
-                    continue;
-                }
-            };
+    let connections = accept_until(
+        "debug listener",
+        || listener.accept(),
+        &shutdown,
+        |tcp: tokio::net::TcpStream, peer: SocketAddr| {
             let _ = tcp.set_nodelay(true);
             tracing::debug!(%peer, "debug connection");
-            let (router, shutdown) = (router.clone(), shutdown.clone());
-            let token = connections.token();
-            tokio::spawn(async move {
-                let _token = token;
-                serve(
-                    TokioIo::new(tcp),
-                    Identity::Unauthenticated,
-                    router,
-                    shutdown,
-                )
-                .await;
-            });
-        }
-    };
-    tokio::select! {
-        _ = accept => {}
-        _ = stop.wait() => {}
-    }
+            let io = TokioIo::new(tcp);
+            Box::pin(serve(
+                io,
+                Identity::Unauthenticated,
+                router.clone(),
+                shutdown.clone(),
+            ))
+        },
+    )
+    .await;
     connections.wait().await;
 }
