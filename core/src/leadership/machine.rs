@@ -1,51 +1,17 @@
-//! The [`Leadership`] machine.
+//! The [`Leadership`] machine: construction, requests, outputs and role
+//! changes. The election inputs are in [`election`].
+
+mod election;
 
 use std::collections::VecDeque;
 
-use metropolis_proto::prelude::storage::LeaderElectionValue;
-use prost::Message;
-
+use self::election::{Candidacy, Newest};
 use super::requests::{Handling, Requests};
 use super::{
-    Action, CampaignId, ConfigError, ElectionKey, Epoch, Event, Fence, FollowerRole, LeaderRole,
-    LeadershipConfig, LeadershipError, LeaseGrant, RequestId, Role, Route,
+    Action, ConfigError, Epoch, Event, Fence, FollowerRole, LeadershipConfig, LeadershipError,
+    RequestId, Role, Route,
 };
-use crate::store::LeaseId;
 use crate::time::Instant;
-
-/// Where the current campaign stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Candidacy {
-    /// No campaign: the embedded store, or stopped.
-    Off,
-    /// [`Action::Campaign`] was emitted; no lease reported yet.
-    AwaitingLease(CampaignId),
-    /// The campaign holds a lease, alive until `expires`.
-    Holding {
-        campaign: CampaignId,
-        lease: LeaseId,
-        expires: Instant,
-    },
-}
-
-impl Candidacy {
-    fn campaign(self) -> Option<CampaignId> {
-        match self {
-            Candidacy::Off => None,
-            Candidacy::AwaitingLease(c) | Candidacy::Holding { campaign: c, .. } => Some(c),
-        }
-    }
-}
-
-/// The newest leader key this instance knows of. Reports about older keys
-/// are stale: the leader is the oldest live key, so once a key is known to
-/// lead, every older one is gone.
-#[derive(Clone, Debug)]
-struct Newest {
-    key: ElectionKey,
-    /// Known to be gone (deleted, or its fence failed).
-    gone: bool,
-}
 
 /// The leadership machine and request router of one curator instance:
 /// its role (campaigning, leader, follower), the route of every request,
@@ -60,7 +26,11 @@ struct Newest {
 /// Inputs, each with the current [`Instant`] (monotonic: an instant
 /// earlier than one already given counts as the latest given). Every input
 /// first processes the timers due at its instant, so a lease that ran out
-/// ends the leadership before anything else is decided.
+/// ends the leadership before anything else is decided; two exceptions:
+/// [`handle_fence_failed`](Self::handle_fence_failed) is applied before
+/// them (a refused write ends in "lost leadership" even at the lease's
+/// last instant), and [`handle_shutdown`](Self::handle_shutdown) ends
+/// waits but starts no campaign for an expired lease.
 /// - from the election port (driven by [`Action`]s):
 ///   [`handle_lease_granted`](Self::handle_lease_granted),
 ///   [`handle_lease_lost`](Self::handle_lease_lost),
@@ -81,7 +51,11 @@ struct Newest {
 /// [`poll_action`](Self::poll_action) until `None` (for the election
 /// port), [`poll_event`](Self::poll_event) until `None` (for the service
 /// layer), then wait until [`poll_timeout`](Self::poll_timeout) (`None`:
-/// until the next input). Queues grow until drained.
+/// until the next input). Queues grow until drained. The two queues are
+/// independent: draining either first is fine.
+///
+/// Requests that are not waiting have no timer here: a served or
+/// forwarded request's own deadline is the RPC layer's business.
 ///
 /// # Behaviour (semantics.md, "Leadership and forwarding")
 ///
@@ -253,139 +227,15 @@ impl Leadership {
     /// requests as on any role change, and a new campaign starts. Otherwise
     /// (the leadership already ended) it is ignored.
     pub fn handle_fence_failed(&mut self, now: Instant, request: RequestId) {
-        self.advance(now);
-        let Role::Leader(leader) = &self.role else {
-            return;
-        };
-        if self.requests.routed(request) != Some((self.epoch, Handling::Served)) {
-            return;
-        }
-        if let Some(newest) = &mut self.newest
-            && newest.key == leader.key
+        // Before the timers of `now`: a lease expiring at this very
+        // instant must not turn "lost leadership" into "backend switched".
+        self.now = self.now.max(now);
+        if matches!(self.role, Role::Leader(_))
+            && self.requests.routed(request) == Some((self.epoch, Handling::Served))
         {
-            newest.gone = true;
+            self.step_down(Role::Campaigning, Some(request));
         }
-        self.restart_campaign();
-        self.change_role(Role::Campaigning, Some(request));
-    }
-
-    /// Input: the lease of `grant.campaign` was granted or renewed. Stale
-    /// campaigns and leases other than the campaign's first are ignored. A
-    /// grant already expired at `now` counts as lost.
-    pub fn handle_lease_granted(&mut self, now: Instant, grant: LeaseGrant) {
-        self.advance(now);
-        let expires = grant.sent_at + grant.ttl;
-        match self.candidacy {
-            Candidacy::AwaitingLease(campaign) if campaign == grant.campaign => {
-                self.candidacy = Candidacy::Holding {
-                    campaign,
-                    lease: grant.lease,
-                    expires,
-                };
-                // An already expired grant ends right here.
-                self.advance(self.now);
-            }
-            Candidacy::Holding {
-                campaign,
-                lease,
-                expires: old,
-            } if campaign == grant.campaign && lease == grant.lease => {
-                self.candidacy = Candidacy::Holding {
-                    campaign,
-                    lease,
-                    expires: old.max(expires),
-                };
-            }
-            _ => {}
-        }
-    }
-
-    /// Input: the lease of `campaign` is gone (a keep-alive found it
-    /// revoked or expired, or the port gave up on it). A leader steps
-    /// down; a new campaign starts.
-    pub fn handle_lease_lost(&mut self, now: Instant, campaign: CampaignId) {
-        self.advance(now);
-        if self.candidacy.campaign() == Some(campaign) {
-            self.lease_ended();
-        }
-    }
-
-    /// Input: `campaign` won: its election key `key` is the oldest under
-    /// the election prefix. This instance leads, unless the campaign is
-    /// stale (ignored), its lease was never reported or a newer leader is
-    /// already known (the campaign is abandoned for a new one).
-    pub fn handle_campaign_won(&mut self, now: Instant, campaign: CampaignId, key: ElectionKey) {
-        self.advance(now);
-        if self.candidacy.campaign() != Some(campaign) {
-            return;
-        }
-        if let Role::Leader(l) = &self.role
-            && l.key == key
-        {
-            return;
-        }
-        let Candidacy::Holding { lease, .. } = self.candidacy else {
-            self.restart_campaign();
-            return;
-        };
-        // The observation may have reported this key (as this node's,
-        // hence not forwardable) before the win arrived.
-        if !self.is_news(&key) && !self.is_newest(&key) {
-            self.restart_campaign();
-            return;
-        }
-        self.newest = Some(Newest {
-            key: key.clone(),
-            gone: false,
-        });
-        self.change_role(Role::Leader(LeaderRole { key, lease }), None);
-    }
-
-    /// Input: the election's observation reports `key` as the leader, with
-    /// its value (an encoded [`LeaderElectionValue`], as stored).
-    pub fn handle_leader_observed(&mut self, now: Instant, key: ElectionKey, value: &[u8]) {
-        self.advance(now);
-        if self.candidacy == Candidacy::Off {
-            return;
-        }
-        if !self.is_news(&key) && !self.is_newest(&key) {
-            return;
-        }
-        if let Role::Leader(l) = &self.role {
-            if l.key == key {
-                return;
-            }
-            // A newer key leads: this instance's key is gone.
-            self.restart_campaign();
-        }
-        self.newest = Some(Newest {
-            key: key.clone(),
-            gone: false,
-        });
-        let role = match self.forwardable(value) {
-            Some(leader) => Role::Follower(FollowerRole { key, leader }),
-            None => Role::Campaigning,
-        };
-        self.change_role(role, None);
-    }
-
-    /// Input: the election's observation reports that the leader's key
-    /// `key` (as reported before) was deleted. The instance campaigns
-    /// (and if it was its own key, starts a new campaign).
-    pub fn handle_leader_deleted(&mut self, now: Instant, key: &ElectionKey) {
-        self.advance(now);
-        match &mut self.newest {
-            Some(n) if n.key == *key && !n.gone => n.gone = true,
-            _ => return,
-        }
-        match &self.role {
-            Role::Leader(l) if l.key == *key => {
-                self.restart_campaign();
-                self.change_role(Role::Campaigning, None);
-            }
-            Role::Follower(f) if f.key == *key => self.change_role(Role::Campaigning, None),
-            _ => {}
-        }
+        self.advance(self.now);
     }
 
     /// Input: time reached `now` (see [`poll_timeout`](Self::poll_timeout)).
@@ -398,7 +248,9 @@ impl Leadership {
     /// abandoned (its lease revoked so a successor takes over at once),
     /// and the role becomes [`Role::Stopped`]: later requests are rejected.
     pub fn handle_shutdown(&mut self, now: Instant) {
-        self.advance(now);
+        // Not `advance`: an expired lease needs no new campaign now.
+        self.now = self.now.max(now);
+        self.expire_waits();
         if self.role == Role::Stopped {
             return;
         }
@@ -448,80 +300,17 @@ impl Leadership {
         {
             self.lease_ended();
         }
+        self.expire_waits();
+    }
+
+    /// Rejects the requests whose wait ended at or before now.
+    fn expire_waits(&mut self) {
         for request in self.requests.take_expired(self.now) {
             self.events.push_back(Event::Routed {
                 request,
                 route: Route::Reject(LeadershipError::NoLeader),
             });
         }
-    }
-
-    /// The current campaign's lease is gone: a leader steps down, and a
-    /// new campaign starts.
-    fn lease_ended(&mut self) {
-        self.restart_campaign();
-        if let Role::Leader(l) = &self.role {
-            if let Some(newest) = &mut self.newest
-                && newest.key == l.key
-            {
-                newest.gone = true;
-            }
-            self.change_role(Role::Campaigning, None);
-        }
-    }
-
-    /// Whether `key` is newer than every leader key known: the revision
-    /// orders keys, and a known key that is gone never comes back.
-    fn is_news(&self, key: &ElectionKey) -> bool {
-        self.newest
-            .as_ref()
-            .is_none_or(|n| key.create_revision > n.key.create_revision)
-    }
-
-    /// Whether `key` is the newest leader key known, and not gone.
-    fn is_newest(&self, key: &ElectionKey) -> bool {
-        self.newest
-            .as_ref()
-            .is_some_and(|n| n.key == *key && !n.gone)
-    }
-
-    /// The observed value, if requests can be forwarded to it: decodable,
-    /// with an address, and another node's.
-    fn forwardable(&self, value: &[u8]) -> Option<LeaderElectionValue> {
-        let value = LeaderElectionValue::decode(value).ok()?;
-        let own = self.config.as_ref().map(|c| c.node_id.as_str());
-        (!value.curator_address.is_empty() && Some(value.node_id.as_str()) != own).then_some(value)
-    }
-
-    fn start_campaign(&mut self) {
-        let Some(config) = &self.config else {
-            return;
-        };
-        self.last_campaign += 1;
-        let campaign = CampaignId(self.last_campaign);
-        self.candidacy = Candidacy::AwaitingLease(campaign);
-        self.actions.push_back(Action::Campaign {
-            campaign,
-            ttl: config.lease_ttl,
-            value: config.election_value().encode_to_vec().into(),
-        });
-    }
-
-    fn abandon_campaign(&mut self) {
-        let lease = match self.candidacy {
-            Candidacy::Off => return,
-            Candidacy::AwaitingLease(_) => None,
-            Candidacy::Holding { lease, .. } => Some(lease),
-        };
-        if let Some(campaign) = self.candidacy.campaign() {
-            self.actions.push_back(Action::Abandon { campaign, lease });
-        }
-        self.candidacy = Candidacy::Off;
-    }
-
-    fn restart_campaign(&mut self) {
-        self.abandon_campaign();
-        self.start_campaign();
     }
 
     /// Ends the current role for `role` (if different): cancels every

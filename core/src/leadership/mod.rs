@@ -66,6 +66,10 @@ pub use types::{
 };
 
 #[cfg(test)]
+mod checker;
+#[cfg(test)]
+mod cluster;
+#[cfg(test)]
 mod proptests;
 #[cfg(test)]
 mod tests;
