@@ -298,7 +298,7 @@ impl Leadership {
         if let Candidacy::Holding { expires, .. } = self.candidacy
             && expires <= self.now
         {
-            self.lease_ended();
+            self.restart_campaign();
         }
         self.expire_waits();
     }

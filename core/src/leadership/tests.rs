@@ -211,7 +211,10 @@ fn wait_ends_at_the_deadline_or_the_cap() {
     let capped = m.handle_request(at(0), Some(at(60_000)));
     let short = m.handle_request(at(0), Some(at(2_000)));
     let past = m.handle_request(at(0), Some(at(0)));
-    events(&mut m);
+    assert_eq!(
+        events(&mut m)[2],
+        routed(past, Route::Reject(LeadershipError::NoLeader))
+    );
     m.handle_timeout(at(1_999));
     assert_eq!(events(&mut m), vec![]);
     m.handle_timeout(at(2_000));
@@ -229,7 +232,6 @@ fn wait_ends_at_the_deadline_or_the_cap() {
             routed(late, Route::Wait { until: at(10_000) }),
         ]
     );
-    let _ = past;
 
     let mut never = Leadership::new(
         LeadershipConfig {
@@ -305,6 +307,28 @@ fn a_new_leader_cancels_requests_forwarded_to_the_old_one() {
     assert_eq!(ev[0], cancelled(r, LeadershipError::BackendSwitched));
     assert!(
         matches!(&ev[1], Event::RoleChanged { role: Role::Follower(f), .. } if f.leader.node_id == "node-c")
+    );
+}
+
+#[test]
+fn a_new_address_for_the_same_leader_is_a_new_role() {
+    let mut m = Leadership::new(config(), at(0)).unwrap();
+    m.handle_leader_observed(at(0), key("b", 5), &value("node-b", "b:1"));
+    let r = m.handle_request(at(0), None);
+    events(&mut m);
+    m.handle_leader_observed(at(1), key("b", 5), &value("node-b", "b:2"));
+    let r2 = m.handle_request(at(1), None);
+    let ev = events(&mut m);
+    assert_eq!(ev[0], cancelled(r, LeadershipError::BackendSwitched));
+    assert_eq!(
+        ev[2],
+        routed(
+            r2,
+            Route::Forward {
+                node_id: "node-b".into(),
+                address: "b:2".into()
+            }
+        )
     );
 }
 

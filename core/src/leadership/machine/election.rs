@@ -85,7 +85,7 @@ impl Leadership {
     pub fn handle_lease_lost(&mut self, now: Instant, campaign: CampaignId) {
         self.advance(now);
         if self.candidacy.campaign() == Some(campaign) {
-            self.lease_ended();
+            self.restart_campaign();
         }
     }
 
@@ -121,7 +121,12 @@ impl Leadership {
     }
 
     /// Input: the election's observation reports `key` as the leader, with
-    /// its value (an encoded [`LeaderElectionValue`], as stored).
+    /// its value (an encoded [`LeaderElectionValue`], as stored). A newer
+    /// key than any known makes this instance follow it (or campaign, if
+    /// it cannot be forwarded to); a leader steps down for it. The known
+    /// leader's key again with another value (a new address) is a new
+    /// follower role too: requests forwarded to the old value are
+    /// cancelled. Older keys are ignored.
     pub fn handle_leader_observed(&mut self, now: Instant, key: ElectionKey, value: &[u8]) {
         self.advance(now);
         if self.candidacy == Candidacy::Off {
@@ -167,12 +172,6 @@ impl Leadership {
         }
     }
 
-    /// The current campaign's lease is gone: a leader steps down, and a
-    /// new campaign starts.
-    pub(super) fn lease_ended(&mut self) {
-        self.restart_campaign();
-    }
-
     /// Whether `key` is newer than every leader key known: the revision
     /// orders keys, and a known key that is gone never comes back.
     fn is_news(&self, key: &ElectionKey) -> bool {
@@ -211,19 +210,20 @@ impl Leadership {
     }
 
     pub(super) fn abandon_campaign(&mut self) {
-        let lease = match self.candidacy {
+        let (campaign, lease) = match self.candidacy {
             Candidacy::Off => return,
-            Candidacy::AwaitingLease(_) => None,
-            Candidacy::Holding { lease, .. } => Some(lease),
+            Candidacy::AwaitingLease(campaign) => (campaign, None),
+            Candidacy::Holding {
+                campaign, lease, ..
+            } => (campaign, Some(lease)),
         };
-        if let Some(campaign) = self.candidacy.campaign() {
-            self.actions.push_back(Action::Abandon { campaign, lease });
-        }
+        self.actions.push_back(Action::Abandon { campaign, lease });
         self.candidacy = Candidacy::Off;
     }
 
-    /// Abandons the current campaign for a new one; a leader steps down.
-    fn restart_campaign(&mut self) {
+    /// Abandons the current campaign for a new one (its lease is gone or
+    /// it cannot win); a leader steps down.
+    pub(super) fn restart_campaign(&mut self) {
         if matches!(self.role, Role::Leader(_)) {
             self.step_down(Role::Campaigning, None);
         } else {
