@@ -157,3 +157,20 @@ impl tonic::codegen::Service<Request<Body>> for Channel {
         Box::pin(self.sender.send_request(request))
     }
 }
+
+/// A channel to the leader is where a follower forwards calls.
+impl metropolis_core::service::forward::Upstream for Channel {
+    fn send(&self, request: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, String>> {
+        let mut sender = self.sender.clone();
+        Box::pin(async move {
+            futures::future::poll_fn(|cx| sender.poll_ready(cx))
+                .await
+                .map_err(|e| e.to_string())?;
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(response.map(Body::new))
+        })
+    }
+}

@@ -10,6 +10,7 @@ mod cas;
 mod curator;
 mod curator_http;
 pub mod debug;
+pub mod forward;
 mod router;
 mod unary_codec;
 mod watch_cache;

@@ -11,6 +11,7 @@ use tonic::body::Body;
 use tonic::codegen::Service;
 use tonic::server::NamedService;
 
+use super::forward::{Routing, forward, on_behalf_of};
 use crate::identity::{AuthzError, Identity, authorize};
 
 /// A gRPC service the router can call: any tonic-generated server.
@@ -58,9 +59,16 @@ pub(crate) fn method_name<B>(request: &Request<B>) -> String {
 /// [`Identity`] (taken from the request extensions; none means
 /// unauthenticated) against it: Unauthenticated or PermissionDenied on
 /// failure. Methods without the option are left to the service.
+///
+/// With a [`Routing`] (a follower), authorized calls go to the leader
+/// instead ([`forward`](super::forward::forward)). A call forwarded on
+/// behalf of a caller (the `x-metropolis-on-behalf-of` header) is accepted
+/// only from a connection marked [`CuratorPeer`](super::forward::CuratorPeer),
+/// authorized as that caller, and never forwarded again.
 #[derive(Clone, Default)]
 pub struct Router {
     services: Arc<BTreeMap<&'static str, Arc<dyn GrpcService>>>,
+    routing: Option<Arc<dyn Routing>>,
 }
 
 impl Router {
@@ -75,8 +83,23 @@ impl Router {
         self
     }
 
+    /// Forwards authorized calls to the leader `routing` names, when it
+    /// names one.
+    pub fn with_routing(mut self, routing: Arc<dyn Routing>) -> Self {
+        self.routing = Some(routing);
+        self
+    }
+
     /// Handles one call.
-    pub fn call(&self, request: Request<Body>) -> BoxFuture<'static, Response<Body>> {
+    pub fn call(&self, mut request: Request<Body>) -> BoxFuture<'static, Response<Body>> {
+        let forwarded = match on_behalf_of(&mut request) {
+            None => false,
+            Some(Ok(identity)) => {
+                request.extensions_mut().insert(identity);
+                true
+            }
+            Some(Err(status)) => return Box::pin(futures::future::ready(status.into_http())),
+        };
         let path = request.uri().path();
         let service_name = path
             .trim_start_matches('/')
@@ -100,6 +123,15 @@ impl Router {
                 };
                 return Box::pin(futures::future::ready(status.into_http()));
             }
+        }
+        if let Some(upstream) = self.routing.as_ref().and_then(|r| r.upstream()) {
+            if forwarded {
+                // The sender took us for the leader; we are not (any more).
+                let status =
+                    tonic::Status::unavailable("curator backend switched, request can be retried");
+                return Box::pin(futures::future::ready(status.into_http()));
+            }
+            return forward(upstream.as_ref(), request);
         }
         service.call(request)
     }
