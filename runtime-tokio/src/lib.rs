@@ -9,5 +9,7 @@ pub mod agent;
 pub mod connect;
 pub mod ctl;
 pub mod daemon;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod listen;
 pub mod rt;
