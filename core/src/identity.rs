@@ -378,6 +378,29 @@ pub fn identity_from_certificate(der: &[u8]) -> Result<Identity, CertIdentityErr
     })
 }
 
+/// The subject alternative name (a URI) marking the node certificate of a
+/// curator instance: only peers presenting one may forward calls on
+/// another caller's behalf.
+pub const CURATOR_URI: &str = "urn:metropolis:role:curator";
+
+/// Whether `der` (a certificate the TLS layer verified against the cluster
+/// CA, naming a node) carries [`CURATOR_URI`] among its subject
+/// alternative names.
+pub fn is_curator_certificate(der: &[u8]) -> bool {
+    use x509_parser::extensions::{GeneralName, ParsedExtension};
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return false;
+    };
+    cert.iter_extensions()
+        .any(|ext| match ext.parsed_extension() {
+            ParsedExtension::SubjectAlternativeName(san) => san
+                .general_names
+                .iter()
+                .any(|name| matches!(name, GeneralName::URI(uri) if *uri == CURATOR_URI)),
+            _ => false,
+        })
+}
+
 /// The subject attributes this module reads.
 #[derive(Debug, Clone, Copy)]
 enum Attr {

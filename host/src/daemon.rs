@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
 use metropolis_core::archive::ArchiveLimits;
-use metropolis_core::identity::NodeId;
+use metropolis_core::identity::{NodeId, is_curator_certificate};
 use metropolis_core::images::ImageStore;
 use metropolis_core::logtree::LogTreeConfig;
 use metropolis_core::ports::KubeconfigIssuer;
@@ -274,9 +274,21 @@ fn load_or_create_pki(layout: &Layout, extra_sans: &[String]) -> Result<NodePki,
         ca
     };
     let node = if layout.pki.join("node.pem").exists() {
-        Credentials::read_from_dir(&layout.pki, "node")?
+        let creds = Credentials::read_from_dir(&layout.pki, "node")?;
+        if is_curator_certificate(&creds.cert_der()?) {
+            creds
+        } else {
+            // Written before node certificates marked curator instances:
+            // the same key and name, with the mark.
+            let key = creds.ed25519_public_key()?;
+            let cert_pem = ca.issue_node_cert(&key, extra_sans, true)?;
+            let creds = Credentials::from_parts(cert_pem, creds.key_pem, creds.ca_pem);
+            creds.write_to_dir(&layout.pki, "node")?;
+            tracing::info!("reissued this node's certificate to mark it as a curator instance's");
+            creds
+        }
     } else {
-        let (creds, id) = ca.issue_node(extra_sans)?;
+        let (creds, id) = ca.issue_curator_node(extra_sans)?;
         creds.write_to_dir(&layout.pki, "node")?;
         tracing::info!(node = %id, "created this node's identity");
         creds

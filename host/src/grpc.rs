@@ -13,7 +13,9 @@ use std::task::{Context, Poll};
 use futures::future::BoxFuture;
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
-use metropolis_core::identity::Identity;
+use metropolis_core::service::forward::CuratorPeer;
+
+use crate::peer::Peer;
 use metropolis_core::service::Router;
 use tonic::body::Body;
 
@@ -35,12 +37,13 @@ impl Default for ServeOptions {
     }
 }
 
-/// Serves `router` on one connection whose peer is `identity`, until the
+/// Serves `router` on one connection whose peer is `peer` (an
+/// [`Identity`](metropolis_core::identity::Identity) converts into one), until the
 /// peer goes away or `shutdown` resolves (then the connection drains
 /// gracefully: in-flight calls finish, no new ones start).
 pub async fn serve_connection<IO, E>(
     io: IO,
-    identity: Identity,
+    peer: impl Into<Peer>,
     router: Router,
     executor: E,
     options: ServeOptions,
@@ -54,9 +57,14 @@ where
             Body,
         >,
 {
+    let Peer { identity, curator } = peer.into();
+    let curator = curator.map(CuratorPeer);
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let mut request = request.map(Body::new);
         request.extensions_mut().insert(identity.clone());
+        if let Some(curator) = &curator {
+            request.extensions_mut().insert(curator.clone());
+        }
         let response = router.call(request);
         Box::pin(async move { Ok::<_, Infallible>(response.await) }) as BoxFuture<'static, _>
     });

@@ -11,7 +11,9 @@
 use std::sync::Arc;
 
 use metropolis_core::agent_cert::agent_key_from_certificate;
-use metropolis_core::identity::{Identity, identity_from_certificate};
+use metropolis_core::identity::{
+    Identity, NodeId, identity_from_certificate, is_curator_certificate,
+};
 use rustls::RootCertStore;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
@@ -23,6 +25,13 @@ use rustls::server::danger::ClientCertVerifier;
 pub trait Classify: Send + Sync + 'static {
     /// The identity of a peer that presented `chain`.
     fn classify(&self, chain: Option<&[CertificateDer<'_>]>) -> Identity;
+
+    /// The peer as a whole: its identity and, when its certificate is a
+    /// curator instance's, that mark (which lets it forward calls on its
+    /// callers' behalf). By default no peer is a curator instance.
+    fn peer(&self, chain: Option<&[CertificateDer<'_>]>) -> Peer {
+        Peer::from(self.classify(chain))
+    }
 }
 
 /// Classifies agents on the AgentCallback port: a self-signed Ed25519
@@ -49,6 +58,36 @@ impl Classify for AgentClassifier {
 impl Classify for PeerClassifier {
     fn classify(&self, chain: Option<&[CertificateDer<'_>]>) -> Identity {
         PeerClassifier::classify(self, chain)
+    }
+
+    fn peer(&self, chain: Option<&[CertificateDer<'_>]>) -> Peer {
+        let identity = PeerClassifier::classify(self, chain);
+        let curator = match (&identity, chain.and_then(|c| c.first())) {
+            // Only a verified node certificate can mark a curator.
+            (Identity::Node(id), Some(leaf)) if is_curator_certificate(leaf) => Some(id.clone()),
+            _ => None,
+        };
+        Peer { identity, curator }
+    }
+}
+
+/// A connection's peer, as the listeners hand it to
+/// [`serve_connection`](crate::grpc::serve_connection).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Who it is.
+    pub identity: Identity,
+    /// Its node ID when it is a curator instance (its calls may carry an
+    /// on-behalf-of identity).
+    pub curator: Option<NodeId>,
+}
+
+impl From<Identity> for Peer {
+    fn from(identity: Identity) -> Peer {
+        Peer {
+            identity,
+            curator: None,
+        }
     }
 }
 

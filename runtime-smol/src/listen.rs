@@ -12,7 +12,7 @@ use futures_rustls::TlsAcceptor;
 use metropolis_core::identity::{Identity, NodeId};
 use metropolis_core::service::Router;
 use metropolis_host::grpc::{ServeOptions, serve_connection};
-use metropolis_host::peer::Classify;
+use metropolis_host::peer::{Classify, Peer};
 use metropolis_host::shutdown::Shutdown;
 use metropolis_host::shutdown::TaskTracker;
 use metropolis_host::socket::{prepare_socket_path, restrict_socket};
@@ -31,12 +31,17 @@ pub fn bind_unix(path: &Path) -> io::Result<UnixListener> {
 }
 
 /// Serves one accepted connection until it ends or drains after shutdown.
-async fn serve<IO>(io: IO, identity: Identity, router: Router, ex: SmolExecutor, shutdown: Shutdown)
-where
+async fn serve<IO>(
+    io: IO,
+    peer: impl Into<Peer>,
+    router: Router,
+    ex: SmolExecutor,
+    shutdown: Shutdown,
+) where
     IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let options = ServeOptions::default();
-    if let Err(e) = serve_connection(io, identity, router, ex, options, shutdown.wait()).await {
+    if let Err(e) = serve_connection(io, peer, router, ex, options, shutdown.wait()).await {
         tracing::debug!(error = %e, "connection ended with an error");
     }
 }
@@ -131,7 +136,7 @@ pub async fn serve_tls(
         || listener.accept(),
         &executor,
         &shutdown,
-        |tcp: smol::net::TcpStream, peer: SocketAddr| {
+        |tcp: smol::net::TcpStream, peer_addr: SocketAddr| {
             let _ = tcp.set_nodelay(true);
             let (acceptor, router, classifier, shutdown, ex) = (
                 acceptor.clone(),
@@ -149,17 +154,17 @@ pub async fn serve_tls(
                 let stream = match smol::future::or(handshake, timeout).await {
                     Some(Ok(s)) => s,
                     Some(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        tracing::debug!(%peer_addr, error = %e, "TLS handshake failed");
                         return;
                     }
                     None => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
+                        tracing::debug!(%peer_addr, "TLS handshake timed out");
                         return;
                     }
                 };
-                let identity = classifier.classify(stream.get_ref().1.peer_certificates());
-                tracing::debug!(%peer, %identity, "TLS connection");
-                serve(FuturesIo::new(stream), identity, router, ex, shutdown).await;
+                let peer = classifier.peer(stream.get_ref().1.peer_certificates());
+                tracing::debug!(%peer_addr, identity = %peer.identity, "TLS connection");
+                serve(FuturesIo::new(stream), peer, router, ex, shutdown).await;
             })
         },
     )

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use metropolis_core::identity::{Identity, NodeId};
 use metropolis_core::service::Router;
 use metropolis_host::grpc::{ServeOptions, serve_connection};
-use metropolis_host::peer::Classify;
+use metropolis_host::peer::{Classify, Peer};
 use metropolis_host::socket::{prepare_socket_path, restrict_socket};
 use tokio::net::{TcpListener, UnixListener};
 use tokio_rustls::TlsAcceptor;
@@ -92,15 +92,13 @@ pub async fn serve_unix(
 }
 
 /// Serves one accepted connection until it ends or drains after shutdown.
-async fn serve<IO>(io: IO, identity: Identity, router: Router, shutdown: Shutdown)
+async fn serve<IO>(io: IO, peer: impl Into<Peer>, router: Router, shutdown: Shutdown)
 where
     IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let done = shutdown.wait();
     let options = ServeOptions::default();
-    if let Err(e) =
-        serve_connection(io, identity, router, TokioExecutor::new(), options, done).await
-    {
+    if let Err(e) = serve_connection(io, peer, router, TokioExecutor::new(), options, done).await {
         tracing::debug!(error = %e, "connection ended with an error");
     }
 }
@@ -125,7 +123,7 @@ pub async fn serve_tls(
         "TLS listener",
         || listener.accept(),
         &shutdown,
-        |tcp: tokio::net::TcpStream, peer: SocketAddr| {
+        |tcp: tokio::net::TcpStream, peer_addr: SocketAddr| {
             let _ = tcp.set_nodelay(true);
             let (acceptor, router, classifier, shutdown) = (
                 acceptor.clone(),
@@ -139,17 +137,17 @@ pub async fn serve_tls(
                 let stream = match handshake.await {
                     Ok(Ok(s)) => s,
                     Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        tracing::debug!(%peer_addr, error = %e, "TLS handshake failed");
                         return;
                     }
                     Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
+                        tracing::debug!(%peer_addr, "TLS handshake timed out");
                         return;
                     }
                 };
-                let identity = classifier.classify(stream.get_ref().1.peer_certificates());
-                tracing::debug!(%peer, %identity, "TLS connection");
-                serve(TokioIo::new(stream), identity, router, shutdown).await;
+                let peer = classifier.peer(stream.get_ref().1.peer_certificates());
+                tracing::debug!(%peer_addr, identity = %peer.identity, "TLS connection");
+                serve(TokioIo::new(stream), peer, router, shutdown).await;
             })
         },
     )

@@ -65,8 +65,25 @@ pub fn daemon_bin() -> PathBuf {
 impl Daemon {
     /// Starts a daemon on `data_dir` and waits until it serves.
     pub fn start(data_dir: &Path, runtime: RuntimeKind) -> Daemon {
-        let port = free_port();
-        Self::start_at(data_dir, format!("127.0.0.1:{port}"), runtime)
+        Self::start_retrying(|| {
+            let port = free_port();
+            Self::spawn(data_dir, format!("127.0.0.1:{port}"), runtime)
+        })
+    }
+
+    /// Spawns with `spawn` and waits until it serves, spawning again (with
+    /// the fresh ports `spawn` picks) when a port picked by [`free_port`]
+    /// was taken by a concurrent test before the daemon bound it.
+    fn start_retrying(mut spawn: impl FnMut() -> Daemon) -> Daemon {
+        for _ in 0..4 {
+            let mut d = spawn();
+            match d.try_wait_ready() {
+                Ok(()) => return d,
+                Err(log) if log.contains("cannot listen") => continue,
+                Err(log) => panic!("metropolisd exited early:\n{log}"),
+            }
+        }
+        panic!("metropolisd could not bind free ports in 4 attempts")
     }
 
     /// Starts a daemon listening on `addr` and waits until it serves.
@@ -79,14 +96,15 @@ impl Daemon {
     /// Starts a daemon with its debug service on a free loopback port and
     /// `extra` flags, and waits until it serves.
     pub fn start_debug(data_dir: &Path, runtime: RuntimeKind, extra: &[&str]) -> Daemon {
-        let addr = format!("127.0.0.1:{}", free_port());
-        let debug_addr = format!("127.0.0.1:{}", free_port());
-        let mut args = vec!["--debug-listen".to_string(), debug_addr.clone()];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let mut d = Self::spawn_with(data_dir, addr, runtime, &args);
-        d.debug_addr = Some(debug_addr);
-        d.wait_ready();
-        d
+        Self::start_retrying(|| {
+            let addr = format!("127.0.0.1:{}", free_port());
+            let debug_addr = format!("127.0.0.1:{}", free_port());
+            let mut args = vec!["--debug-listen".to_string(), debug_addr.clone()];
+            args.extend(extra.iter().map(|s| s.to_string()));
+            let mut d = Self::spawn_with(data_dir, addr, runtime, &args);
+            d.debug_addr = Some(debug_addr);
+            d
+        })
     }
 
     /// Starts a daemon without waiting for it.
@@ -144,10 +162,18 @@ impl Daemon {
     }
 
     fn wait_ready(&mut self) {
+        if let Err(log) = self.try_wait_ready() {
+            panic!("metropolisd exited early:\n{log}");
+        }
+    }
+
+    /// Waits until the daemon serves; its log if it exited first.
+    fn try_wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("metropolisd exited early with {status}:\n{}", self.log());
+                self.child = None;
+                return Err(format!("exit status {status}\n{}", self.log()));
             }
             let sock_ok = std::os::unix::net::UnixStream::connect(&self.socket).is_ok();
             let tcp_ok = std::net::TcpStream::connect(&self.addr).is_ok()
@@ -157,7 +183,7 @@ impl Daemon {
                     .as_ref()
                     .is_none_or(|a| std::net::TcpStream::connect(a).is_ok());
             if sock_ok && tcp_ok {
-                return;
+                return Ok(());
             }
             assert!(
                 Instant::now() < deadline,

@@ -250,6 +250,25 @@ impl ClusterCa {
     /// 127.0.0.1, ::1, and each of `extra_sans`, an IP address or a DNS
     /// name.
     pub fn issue_node(&self, extra_sans: &[String]) -> Result<(Credentials, NodeId), PkiError> {
+        self.issue_node_as(extra_sans, false)
+    }
+
+    /// Issues credentials like [`ClusterCa::issue_node`] for a node that
+    /// runs a curator instance: its certificate also carries the URI
+    /// [`CURATOR_URI`](metropolis_core::identity::CURATOR_URI), which lets
+    /// it forward calls to the leader on its callers' behalf.
+    pub fn issue_curator_node(
+        &self,
+        extra_sans: &[String],
+    ) -> Result<(Credentials, NodeId), PkiError> {
+        self.issue_node_as(extra_sans, true)
+    }
+
+    fn issue_node_as(
+        &self,
+        extra_sans: &[String],
+        curator: bool,
+    ) -> Result<(Credentials, NodeId), PkiError> {
         let key = KeyPair::generate_for(&PKCS_ED25519)
             .map_err(PkiError::crypto("generate a node key"))?;
         let raw = <[u8; 32]>::try_from(key.public_key_raw()).map_err(|_| {
@@ -258,7 +277,7 @@ impl ClusterCa {
                 "the Ed25519 public key is not 32 bytes long",
             )
         })?;
-        let cert_pem = self.issue_node_for_key(&raw, extra_sans)?;
+        let cert_pem = self.issue_node_cert(&raw, extra_sans, curator)?;
         let id = NodeId::from_public_key(&raw);
         Ok((
             Credentials::from_parts(cert_pem, key.serialize_pem(), self.cert_pem()),
@@ -274,6 +293,17 @@ impl ClusterCa {
         public_key: &[u8; 32],
         extra_sans: &[String],
     ) -> Result<String, PkiError> {
+        self.issue_node_cert(public_key, extra_sans, false)
+    }
+
+    /// A node certificate for `public_key`, marked as a curator instance's
+    /// when `curator`.
+    pub fn issue_node_cert(
+        &self,
+        public_key: &[u8; 32],
+        extra_sans: &[String],
+        curator: bool,
+    ) -> Result<String, PkiError> {
         let id = NodeId::from_public_key(public_key);
         let mut sans = vec![
             SanType::DnsName(ia5(id.as_str())?),
@@ -286,6 +316,9 @@ impl ClusterCa {
             if !sans.contains(&san) {
                 sans.push(san);
             }
+        }
+        if curator {
+            sans.push(SanType::URI(ia5(metropolis_core::identity::CURATOR_URI)?));
         }
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, id.as_str());

@@ -1,0 +1,170 @@
+//! Forwarding to the leader on the caller's behalf, over real sockets and
+//! mutual TLS: a follower router (served on a UNIX socket, so its caller is
+//! a node) forwards to a real daemon acting as leader, with a curator
+//! instance's certificate; the leader serves the calls as the original
+//! caller, unary and streaming alike. A node certificate without the
+//! curator mark cannot forward.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use http::{Request, Response};
+use metropolis_core::identity::NodeId;
+use metropolis_core::service::forward::{Routing, Upstream};
+use metropolis_core::service::{GrpcService, Router};
+use metropolis_host::pki::{ClusterCa, Credentials, client_config};
+use metropolis_proto::prelude::{common, curator};
+use metropolis_runtime_tokio::{connect, listen};
+use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, curator as curator_client};
+use tonic::body::Body;
+
+/// Stands in for the follower's own Curator: never called, since every
+/// call is forwarded.
+#[derive(Clone)]
+struct NotHere;
+
+impl tonic::server::NamedService for NotHere {
+    const NAME: &'static str = "metropolis.node.core.curator.proto.api.Curator";
+}
+
+impl GrpcService for NotHere {
+    fn call(&self, _: Request<Body>) -> BoxFuture<'static, Response<Body>> {
+        panic!("a follower served a call it should have forwarded")
+    }
+}
+
+struct ToLeader(Arc<dyn Upstream>);
+
+impl Routing for ToLeader {
+    fn upstream(&self) -> Option<Arc<dyn Upstream>> {
+        Some(self.0.clone())
+    }
+}
+
+/// A follower for caller `me` on a UNIX socket under `dir`, forwarding to
+/// the daemon with `creds`; returns the socket path and the shutdown
+/// trigger.
+async fn follower(
+    d: &Daemon,
+    creds: &Credentials,
+    me: NodeId,
+    dir: &Path,
+) -> (
+    std::path::PathBuf,
+    metropolis_host::shutdown::ShutdownTrigger,
+) {
+    let config = client_config(Some(creds), &creds.ca_pem).unwrap();
+    let upstream: Arc<dyn Upstream> = Arc::new(connect::tls(&d.addr, config).await.unwrap());
+    let router = Router::new()
+        .with_service(NotHere)
+        .with_routing(Arc::new(ToLeader(upstream)));
+    let socket = dir.join("follower.sock");
+    let listener = listen::bind_unix(&socket).unwrap();
+    let (trigger, shutdown) = listen::shutdown_pair();
+    tokio::spawn(listen::serve_unix(
+        listener,
+        socket.clone(),
+        me,
+        router,
+        shutdown,
+    ));
+    (socket, trigger)
+}
+
+fn status(address: &str) -> common::NodeStatus {
+    common::NodeStatus {
+        external_address: address.into(),
+        ..Default::default()
+    }
+}
+
+async fn calls_reach_the_leader_as_the_caller(runtime: RuntimeKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("leader"), runtime);
+    let x = d.add_node(&dir.path().join("x")).await;
+    let ca = ClusterCa::read_from_dir(&d.data_dir.join("pki")).unwrap();
+    let (instance, _) = ca.issue_curator_node(&[]).unwrap();
+    let (socket, _stop) = follower(&d, &instance, x.clone(), dir.path()).await;
+    let mut via_follower = curator_client(connect::unix(&socket).await.unwrap());
+
+    // A watch through the follower streams the leader's state.
+    let kind = curator::watch_request::Kind::NodeInCluster(curator::watch_request::NodeInCluster {
+        node_id: x.to_string(),
+    });
+    let mut watch = via_follower
+        .watch(curator::WatchRequest { kind: Some(kind) })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.next().await.unwrap().unwrap();
+    assert_eq!(first.nodes.len(), 1, "{first:?}");
+
+    // An update through the follower is the caller's own (a node may
+    // update only itself: the leader saw node x, not the follower).
+    via_follower
+        .update_node_status(curator::UpdateNodeStatusRequest {
+            node_id: x.to_string(),
+            status: Some(status("192.0.2.77")),
+        })
+        .await
+        .unwrap();
+    let e = via_follower
+        .update_node_status(curator::UpdateNodeStatusRequest {
+            node_id: d.node_id().to_string(),
+            status: Some(status("192.0.2.78")),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+
+    // The streaming call through the follower sees the update.
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let event = watch.next().await.unwrap().unwrap();
+            if event.nodes.iter().any(|n| {
+                n.status
+                    .as_ref()
+                    .is_some_and(|s| s.external_address == "192.0.2.77")
+            }) {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(seen.is_ok(), "the update did not reach the watch");
+}
+
+async fn only_curator_instances_forward(runtime: RuntimeKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("leader"), runtime);
+    let x = d.add_node(&dir.path().join("x")).await;
+    let ca = ClusterCa::read_from_dir(&d.data_dir.join("pki")).unwrap();
+    // A node certificate without the curator mark.
+    let (plain, _) = ca.issue_node(&[]).unwrap();
+    let (socket, _stop) = follower(&d, &plain, x.clone(), dir.path()).await;
+    let mut via_follower = curator_client(connect::unix(&socket).await.unwrap());
+    let e = via_follower
+        .update_node_status(curator::UpdateNodeStatusRequest {
+            node_id: x.to_string(),
+            status: Some(status("192.0.2.1")),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("curator instances"), "{}", e.message());
+    // The daemon's own node certificate is a curator instance's.
+    let own = Credentials::read_from_dir(&d.data_dir.join("pki"), "node").unwrap();
+    assert!(metropolis_core::identity::is_curator_certificate(
+        &own.cert_der().unwrap()
+    ));
+}
+
+against_both_runtimes!(
+    calls_reach_the_leader_as_the_caller,
+    only_curator_instances_forward,
+);
