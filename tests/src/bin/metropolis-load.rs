@@ -66,8 +66,13 @@ struct Cli {
     #[arg(long, global = true)]
     keep: bool,
     /// An extra flag for the daemon (repeatable), e.g.
-    /// `--daemon-arg=--commit-delay=0`.
-    #[arg(long = "daemon-arg", global = true, value_name = "FLAG", allow_hyphen_values = true)]
+    /// `--daemon-arg=--agent-lost-after=60`.
+    #[arg(
+        long = "daemon-arg",
+        global = true,
+        value_name = "FLAG",
+        allow_hyphen_values = true
+    )]
     daemon_args: Vec<String>,
     /// Worker threads of the client's tokio runtime. Default: one per CPU.
     #[arg(long, global = true, value_name = "N")]

@@ -92,7 +92,13 @@ impl DaemonProcess {
     /// waits up to 30 s until both its socket and its TLS port accept
     /// connections.
     pub fn start(target: &Target, data_dir: &Path, log_level: &str) -> Result<DaemonProcess> {
-        Self::start_with(&target.bin, data_dir, target.runtime, log_level, &target.extra)
+        Self::start_with(
+            &target.bin,
+            data_dir,
+            target.runtime,
+            log_level,
+            &target.extra,
+        )
     }
 
     /// [`DaemonProcess::start`] with `extra` flags.

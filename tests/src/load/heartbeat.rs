@@ -159,8 +159,7 @@ pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Pat
     if args.agents == 0 || args.seconds == 0 {
         return Err("--agents and --seconds must be at least 1".into());
     }
-    let mut daemon =
-        DaemonProcess::start(target, &work.join("daemon"), "warn")?;
+    let mut daemon = DaemonProcess::start(target, &work.join("daemon"), "warn")?;
     println!(
         "heartbeat: daemon pid {} ({} runtime), AgentCallback on {}; {} agents",
         daemon.pid()?,
