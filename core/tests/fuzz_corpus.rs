@@ -1,0 +1,77 @@
+//! Replays every checked-in fuzz input on stable, without libFuzzer: each
+//! file of `fuzz/corpus/<target>/` and `fuzz/regressions/<target>/` goes
+//! through the same harness the cargo-fuzz target runs (the harnesses
+//! live in `fuzz/harness/` and are included here with `#[path]`). A panic
+//! in any of them fails the test, naming the target and the file.
+//!
+//! `generate_seeds` (ignored) writes the seed inputs of
+//! `fuzz/harness/seeds.rs` into `fuzz/corpus/<target>/`.
+
+#[path = "../../fuzz/harness/mod.rs"]
+mod harness;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+
+fn fuzz_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")
+}
+
+/// The files of `dir`, sorted by name; none if it does not exist.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn corpora_replay() {
+    let started = std::time::Instant::now();
+    let mut failures = Vec::new();
+    let mut total = 0;
+    for (target, run) in harness::TARGETS {
+        let corpus = files(&fuzz_dir().join("corpus").join(target));
+        assert!(
+            !corpus.is_empty(),
+            "fuzz/corpus/{target} is empty or missing"
+        );
+        let regressions = files(&fuzz_dir().join("regressions").join(target));
+        for path in corpus.iter().chain(&regressions) {
+            let data =
+                std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+            total += 1;
+            if catch_unwind(AssertUnwindSafe(|| run(&data))).is_err() {
+                failures.push(format!("{target}: {}", path.display()));
+            }
+        }
+    }
+    eprintln!(
+        "replayed {total} fuzz inputs of {} targets in {:?}",
+        harness::TARGETS.len(),
+        started.elapsed()
+    );
+    assert!(
+        failures.is_empty(),
+        "fuzz inputs failing (reproduce with fuzz/run.sh --replay TARGET FILE):\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+#[ignore = "writes the seed corpora into fuzz/corpus; run by hand"]
+fn generate_seeds() {
+    for (target, seeds) in harness::seeds::all() {
+        let dir = fuzz_dir().join("corpus").join(target);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for (name, data) in seeds {
+            let path = dir.join(format!("seed-{name}"));
+            std::fs::write(&path, data).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! The `rpc` target: see `harness/rpc.rs` for the input format and
+//! what is checked.
+
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| metropolis_fuzz::harness::rpc::run(data));
