@@ -1020,6 +1020,17 @@ async fn connecting_to_nothing_names_the_endpoint() {
 // ---------------------------------------------------------------------
 // From smol: the store on a runtime of its own.
 
+/// Threads of this process named `etcd-client` (dedicated runtimes).
+fn etcd_client_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter(|task| {
+            let comm = task.as_ref().unwrap().path().join("comm");
+            std::fs::read_to_string(comm).is_ok_and(|name| name.trim() == "etcd-client")
+        })
+        .count()
+}
+
 #[test]
 fn usable_from_smol_on_a_dedicated_runtime() {
     let etcd_server = Etcd::start();
@@ -1037,6 +1048,8 @@ fn usable_from_smol_on_a_dedicated_runtime() {
             }
             smol::Timer::after(Duration::from_millis(100)).await;
         };
+        let writer = EtcdStore::connect_dedicated(config.clone()).await.unwrap();
+        assert_eq!(etcd_client_threads(), 2, "one runtime thread per store");
         let store: std::sync::Arc<dyn KvStore> = std::sync::Arc::new(store);
         let mut watch = store.watch(KeyRange::Prefix(b("s/")), 0);
         let r = store.txn(ops(vec![put("s/1", "smol")])).await.unwrap();
@@ -1050,7 +1063,18 @@ fn usable_from_smol_on_a_dedicated_runtime() {
                 .value,
             b("smol")
         );
-        drop(watch);
+        // The watch keeps its store's runtime running after the store is
+        // dropped; the runtime stops once the watch is dropped too.
         drop(store);
+        let r = writer.run_txn(ops(vec![put("s/2", "x")])).await.unwrap();
+        let batch = watch.next().await.unwrap().unwrap();
+        assert_eq!(batch.events[0].kv.mod_revision, r.revision);
+        drop(watch);
+        drop(writer);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while etcd_client_threads() > 0 {
+            assert!(std::time::Instant::now() < deadline, "runtime threads left");
+            smol::Timer::after(Duration::from_millis(20)).await;
+        }
     });
 }

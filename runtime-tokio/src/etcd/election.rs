@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use futures::{FutureExt, StreamExt};
 use metropolis_core::leadership::{ElectionKey, FenceCheck};
 use metropolis_core::store::{
     CmpOp, Compare, CompareTarget, KeyRange, KeyValue, LeaseId, Op, OpResult, Revision, StoreError,
@@ -142,10 +142,7 @@ impl Election {
                 let _ = tx.send(Err(e)).await;
             }
         });
-        futures::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|item| (item, rx))
-        })
-        .boxed()
+        self.store.exec.stream(rx)
     }
 
     /// Resigns: deletes `key` if it still has its create revision.

@@ -10,11 +10,12 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use futures::FutureExt;
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
 use metropolis_core::store::StoreError;
 use tokio::runtime::{Handle, Runtime};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 /// A tokio runtime owned by the etcd port (the smol daemon's case): one
 /// worker thread, shut down without waiting when the last user is gone.
@@ -83,13 +84,26 @@ impl Exec {
     {
         let (tx, rx) = oneshot::channel();
         self.handle.spawn(until_closed(tx, task));
+        // The future keeps a dedicated runtime running until it is done.
+        let runtime = self.clone();
         async move {
+            let _runtime = runtime;
             rx.await.unwrap_or_else(|_| {
                 Err(StoreError::Unavailable(
                     "the etcd client's runtime stopped before answering".into(),
                 ))
             })
         }
+        .boxed()
+    }
+
+    /// The items a task sends to `rx`, as a stream any executor can read;
+    /// it keeps a dedicated runtime running while it lives. Dropping it
+    /// closes the channel (the task sees it and stops).
+    pub(super) fn stream<T: Send + 'static>(&self, rx: mpsc::Receiver<T>) -> BoxStream<'static, T> {
+        futures::stream::unfold((rx, self.clone()), |(mut rx, runtime)| async move {
+            rx.recv().await.map(|item| (item, (rx, runtime)))
+        })
         .boxed()
     }
 

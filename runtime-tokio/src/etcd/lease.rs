@@ -67,6 +67,8 @@ pub struct LeaseKeepAlive {
     id: LeaseId,
     stream: BoxStream<'static, Result<LeaseRenewal, StoreError>>,
     task: tokio::task::AbortHandle,
+    /// Keeps a dedicated runtime running while the lease is kept alive.
+    _runtime: super::exec::Exec,
 }
 
 impl LeaseKeepAlive {
@@ -193,7 +195,12 @@ pub(super) fn keep_alive(
         }
     })
     .boxed();
-    LeaseKeepAlive { id, stream, task }
+    LeaseKeepAlive {
+        id,
+        stream,
+        task,
+        _runtime: exec.clone(),
+    }
 }
 
 /// Pause between attempts to reopen a broken keep-alive stream.

@@ -4,7 +4,6 @@
 use bytes::Bytes;
 use etcd_client as ec;
 use etcd_client::proto::PbEvent;
-use futures::StreamExt;
 use futures::stream::BoxStream;
 use metropolis_core::ports::WatchBatch;
 use metropolis_core::store::{Event, EventKind, KeyRange, Revision, StoreError};
@@ -286,10 +285,7 @@ pub(super) fn spawn(
             let _ = tx.send(Err(e)).await;
         }
     });
-    futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    })
-    .boxed()
+    exec.stream(rx)
 }
 
 /// The keys and their metadata under `range` as of the events applied:
