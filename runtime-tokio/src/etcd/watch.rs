@@ -22,7 +22,7 @@ const WATCH_BUFFER: usize = 16;
 ///
 /// Checks on what etcd delivers (a violation ends the watch with
 /// `Unavailable` rather than hand over a history with a hole):
-/// - every event is of revision `start` or later, revisions never go
+/// - every event is of the revision asked for or later, revisions never go
 ///   down within a batch, and a batch starts above the previous batch's
 ///   last revision (so a revision is never split, and nothing is repeated);
 /// - fragments of one large response are joined before delivery.
@@ -38,9 +38,13 @@ pub(super) struct RawWatch {
 #[derive(Debug)]
 struct Cursor {
     range: KeyRange,
-    /// Events of revisions below this are dropped (see `RawWatch::open`).
+    /// Events of revisions below this are dropped: the revision before
+    /// the one asked for, where the watch was opened (see
+    /// `RawWatch::open`). 0 for a watch from "now".
     start: Revision,
-    /// The last revision delivered (or `start - 1`).
+    /// The last revision delivered (at first: `start - 1`, or for a watch
+    /// from "now" the revision etcd created it at). Every event must be
+    /// above it: one at or below it ends the watch, loudly.
     delivered: Revision,
 }
 
@@ -102,12 +106,15 @@ impl RawWatch {
                 .endpoints
                 .unavailable(&what, "etcd did not confirm the watch's creation"));
         }
-        let start = if start > 0 {
-            start
+        // From "now": etcd sends the changes after the revision it created
+        // the watch at, which its answer carries. Nothing is dropped then:
+        // an event at or below that revision would end the watch instead.
+        let (start, delivered) = if start > 0 {
+            (start, start - 1)
         } else {
-            header_revision(created.header.as_ref())
-                .map_err(|e| inner.endpoints.unavailable(&what, e))?
-                + 1
+            let created_at = header_revision(created.header.as_ref())
+                .map_err(|e| inner.endpoints.unavailable(&what, e))?;
+            (0, created_at)
         };
         Ok(RawWatch {
             inner,
@@ -115,7 +122,7 @@ impl RawWatch {
             cursor: Cursor {
                 range,
                 start,
-                delivered: start - 1,
+                delivered,
             },
             fragments: Vec::new(),
         })
@@ -354,6 +361,19 @@ mod tests {
         assert_eq!(c.accept(vec![], 9), Ok(None));
         let b = c.accept(vec![ev(0, "a/3", 7)], 0).unwrap().unwrap();
         assert_eq!(b.revision, 7, "never below the last event");
+    }
+
+    #[test]
+    fn a_watch_from_now_drops_nothing_and_refuses_the_past() {
+        let mut c = Cursor {
+            range: KeyRange::Prefix(Bytes::from_static(b"a/")),
+            start: 0,
+            delivered: 7,
+        };
+        let err = c.accept(vec![ev(0, "a/1", 7)], 8).unwrap_err();
+        assert!(err.contains("revision 7 after revision 7"), "{err}");
+        let b = c.accept(vec![ev(0, "a/1", 8)], 8).unwrap().unwrap();
+        assert_eq!(revs(&b), vec![8]);
     }
 
     #[test]
