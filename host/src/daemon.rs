@@ -64,7 +64,7 @@ pub const DEFAULT_DEBUG_LISTEN: &str = "127.0.0.1:7837";
 #[command(
     name = "metropolisd",
     version,
-    about = "Metropolis node daemon: serves the Curator over a local UNIX socket and mutual TLS",
+    about = "Metropolis node daemon: the Curator (local UNIX socket and mutual TLS), AgentCallback (TLS, port 7836) and, with --debug-listen, NodeDebugService",
     long_about = "Metropolis node daemon.\n\n\
         On first start with an empty data directory it creates the cluster CA (pki/ca.pem, \
         pki/ca-key.pem), this node's Ed25519 identity and certificate (pki/node.pem, \
