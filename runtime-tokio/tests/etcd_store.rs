@@ -330,6 +330,23 @@ async fn transactions_match_the_embedded_store() {
         );
     }
     assert_eq!(etcd.revision().await.unwrap(), revision);
+
+    // And so does the whole history, as watches from the first write
+    // replay it: every event, its revision and its previous value.
+    let mut histories = vec![];
+    for store in [&etcd as &dyn KvStore, &embedded as &dyn KvStore] {
+        let mut watch = store.watch(KeyRange::Prefix(Bytes::new()), 2);
+        let mut events = vec![];
+        while events
+            .last()
+            .is_none_or(|e: &metropolis_core::store::Event| e.kv.mod_revision < revision)
+        {
+            events.extend(next(&mut watch).await.unwrap().unwrap().events);
+        }
+        histories.push(events);
+    }
+    assert!(histories[0].len() > 200, "{}", histories[0].len());
+    assert_eq!(histories[0], histories[1]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
