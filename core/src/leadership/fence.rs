@@ -53,8 +53,10 @@ pub enum FenceCheck {
 }
 
 impl Fence {
-    /// The fence of a leader holding `key`.
-    pub(super) fn election(key: ElectionKey) -> Fence {
+    /// The fence of a leader holding `key` (the machine hands these out
+    /// through `write_fence`; election ports build them for their own
+    /// writes, e.g. resigning).
+    pub fn election(key: ElectionKey) -> Fence {
         Fence { key: Some(key) }
     }
 

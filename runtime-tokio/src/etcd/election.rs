@@ -11,7 +11,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use metropolis_core::leadership::{ElectionKey, FenceCheck};
+use metropolis_core::leadership::{ElectionKey, Fence, FenceCheck};
 use metropolis_core::store::{
     CmpOp, Compare, CompareTarget, KeyRange, KeyValue, LeaseId, Op, OpResult, Revision, StoreError,
     Txn, TxnResponse,
@@ -189,46 +189,24 @@ fn candidate_key(prefix: &Bytes, lease: LeaseId) -> Bytes {
     key.freeze()
 }
 
-/// The compare "`key` exists with its create revision".
+/// The compare "the key's create revision equals `key.create_revision`".
 fn fence_compare(key: &ElectionKey) -> Compare {
-    Compare {
-        key: key.key.clone(),
-        op: CmpOp::Equal,
-        target: CompareTarget::CreateRevision(key.create_revision),
-    }
+    Fence::election(key.clone())
+        .compare()
+        .expect("an election fence has a compare")
 }
 
-/// `txn`, fenced by the election key `key`: the compare "the key's create
-/// revision equals `key.create_revision`" is added, and a read of the key
-/// is appended to the failure branch so that [`fence_check`] can tell a
-/// failed fence from a failed compare of the transaction's own.
-///
-/// This is the shape of `metropolis_core::leadership::Fence::guard`, so
-/// `Fence::check` reads its responses too; this one takes the key the
-/// election helpers return, for callers that hold no `Fence`.
-pub fn fence(key: &ElectionKey, mut txn: Txn) -> Txn {
-    txn.compares.push(fence_compare(key));
-    txn.failure.push(Op::Range(KeyRange::Key(key.key.clone())));
-    txn
+/// `txn`, fenced by the election key `key`: core's
+/// [`Fence::guard`](metropolis_core::leadership::Fence::guard) for the key
+/// the election helpers return.
+pub fn fence(key: &ElectionKey, txn: Txn) -> Txn {
+    Fence::election(key.clone()).guard(txn)
 }
 
-/// Whether the fence of a transaction made by [`fence`] held. A failed
-/// transaction whose last result is not a read showing the key with its
-/// create revision counts as [`FenceCheck::Lost`].
+/// Whether the fence of a transaction made by [`fence`] held: core's
+/// [`Fence::check`](metropolis_core::leadership::Fence::check).
 pub fn fence_check(key: &ElectionKey, response: &TxnResponse) -> FenceCheck {
-    if response.succeeded {
-        return FenceCheck::Held;
-    }
-    match response.results.last() {
-        Some(OpResult::Range(kvs))
-            if kvs
-                .iter()
-                .any(|kv| kv.key == key.key && kv.create_revision == key.create_revision) =>
-        {
-            FenceCheck::Held
-        }
-        _ => FenceCheck::Lost,
-    }
+    Fence::election(key.clone()).check(response)
 }
 
 /// The candidates (keys under `prefix`) by key, and the revision read at.
