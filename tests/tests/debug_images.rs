@@ -180,14 +180,20 @@ async fn client_disconnect_leaves_nothing(runtime: RuntimeKind) {
     // Wait for the daemon to drop its staging directory (listing names
     // only: its files vanish while it is removed), then compare.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while std::fs::read_dir(&images)
-        .unwrap()
-        .any(|e| e.unwrap().file_name().to_string_lossy().starts_with(".staging-"))
-    {
+    while std::fs::read_dir(&images).unwrap().any(|e| {
+        e.unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with(".staging-")
+    }) {
         assert!(Instant::now() < deadline, "the staging directory stayed");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(snapshot(&images), before, "the aborted import left something");
+    assert_eq!(
+        snapshot(&images),
+        before,
+        "the aborted import left something"
+    );
 }
 
 async fn containerd_store(runtime: RuntimeKind) {
