@@ -105,6 +105,7 @@
 //!   nodes).
 
 mod convert;
+mod driver;
 mod election;
 mod exec;
 mod lease;
@@ -123,6 +124,7 @@ use metropolis_core::store::{
     KeyRange, KeyValue, LeaseId, LeaseInfo, Revision, StoreError, Txn, TxnResponse,
 };
 
+pub use driver::ElectionDriver;
 pub use election::{Election, FencedResponse, Leader, Observation, fence, fence_check};
 pub use lease::{GrantedLease, LeaseKeepAlive, LeaseRenewal};
 
