@@ -42,8 +42,8 @@ impl Failure {
 /// Dropping the returned future drops the import, which aborts it.
 ///
 /// The service maps `tonic::Streaming<ImagePart>` to the bytes of each
-/// part. Logs the start, the outcome, the bytes received and the time
-/// taken (the only clock read here, for the log line; it decides nothing).
+/// part. Logs the start, the outcome and the bytes received (the log
+/// lines' own timestamps give the time taken: core reads no clock).
 pub async fn load_image<S>(
     mut parts: S,
     store: &dyn ImageStore,
@@ -52,17 +52,14 @@ pub async fn load_image<S>(
 where
     S: Stream<Item = Result<Bytes, Status>> + Unpin,
 {
-    let started = std::time::Instant::now();
     tracing::info!("LoadImage: import started");
     let mut received = 0u64;
     let result = run(&mut parts, store, limits, &mut received).await;
-    let elapsed_ms = started.elapsed().as_millis() as u64;
     match result {
         Ok(names) => {
             tracing::info!(
                 names = ?names,
                 bytes = received,
-                elapsed_ms,
                 "LoadImage: imported {} image(s)",
                 names.len()
             );
@@ -78,7 +75,6 @@ where
             tracing::warn!(
                 code = ?status.code(),
                 bytes = received,
-                elapsed_ms,
                 "LoadImage: {what}, nothing imported: {}",
                 status.message()
             );
