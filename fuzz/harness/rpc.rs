@@ -23,7 +23,8 @@
 //! for well-formed requests the code equals the one derived independently
 //! from the request, the caller and the store (authorization, then the
 //! service's validation and state), give or take Unavailable and Aborted
-//! while a store fault is armed; successful responses decode as the
+//! while a store fault is armed (and Unavailable for a `Watch` once the
+//! store failed: the watch cache may notice only then); successful responses decode as the
 //! method's response type (and say what the store says: the status
 //! written, the installation request offered, the node added, the
 //! backlog of logs); a dropped `GetLogs` follower unsubscribes; a `Trace`
@@ -599,6 +600,10 @@ struct World {
     instances: bool,
     /// DNs logged to, with their ancestors.
     seen: BTreeSet<String>,
+    /// Whether the store failed or broke its watches at some point: the
+    /// watch cache may notice it during any later call, ending every
+    /// stream (also one just opened) with Unavailable.
+    store_faulted: bool,
     watches: Vec<OpenWatch>,
     commits: Arc<Mutex<usize>>,
 }
@@ -695,6 +700,7 @@ impl World {
             port,
             instances: flags & 1 != 0,
             seen,
+            store_faulted: false,
             watches: Vec::new(),
             commits,
         }
@@ -926,7 +932,7 @@ impl World {
         let msgs: Vec<&[u8]> = (0..count).map(|_| input.lp()).collect();
         let (frames, proper) = frame(&msgs, framing);
         let well_formed = proper && msgs.iter().all(|b| m.request_decodes(b));
-        let armed = self.kv.faults_armed();
+        let armed = self.kv.faults_armed() || (m == Method::Watch && self.store_faulted);
         let expected = self.expected(m, &who, &msgs, well_formed);
 
         let mut request = http::Request::builder()
@@ -1142,6 +1148,7 @@ impl World {
 
     fn fault(&mut self, input: &mut Input) {
         let b = input.u8();
+        self.store_faulted |= matches!(b % 4, 0 | 2);
         match b % 4 {
             0 => self.kv.fail_next(1 + u32::from(b / 4 % 3)),
             1 => self.kv.conflict_next(if b >= 128 {
