@@ -23,8 +23,9 @@
 //! for well-formed requests the code equals the one derived independently
 //! from the request, the caller and the store (authorization, then the
 //! service's validation and state), give or take Unavailable and Aborted
-//! while a store fault is armed (and Unavailable for a `Watch` once the
-//! store failed: the watch cache may notice only then); successful responses decode as the
+//! while a store fault is armed and the call gets as far as the store
+//! (and Unavailable for a `Watch` once the store failed: the watch cache
+//! may notice only then); successful responses decode as the
 //! method's response type (and say what the store says: the status
 //! written, the installation request offered, the node added, the
 //! backlog of logs); a dropped `GetLogs` follower unsubscribes; a `Trace`
@@ -735,28 +736,33 @@ impl World {
     }
 
     /// The codes a well-formed call must end with, derived from the
-    /// request, the caller and the state; `None` when anything valid may
-    /// come (a malformed request after authorization).
+    /// request, the caller and the state, and whether the call gets as far
+    /// as the store (so that an armed store fault may turn it into
+    /// Unavailable or Aborted); `None` when anything valid may come (a
+    /// malformed request after authorization).
     fn expected(
         &self,
         m: Method,
         who: &Option<Identity>,
         msgs: &[&[u8]],
         well_formed: bool,
-    ) -> Option<Vec<Code>> {
+    ) -> Option<(Vec<Code>, bool)> {
         use Code::*;
         use metropolis_proto::metropolis::node::core::curator::proto::private as p;
+        // Decided before the store is used, or by what the store holds.
+        let pre = |c: Code| Some((vec![c], false));
+        let store = |c: Code| Some((vec![c], true));
         if matches!(m, Method::Missing | Method::NoService) {
-            return Some(vec![Unimplemented]);
+            return pre(Unimplemented);
         }
         if m.svc() == Svc::Main {
             match who {
-                None | Some(Identity::Unauthenticated) => return Some(vec![Unauthenticated]),
-                Some(Identity::Agent(_)) => return Some(vec![PermissionDenied]),
+                None | Some(Identity::Unauthenticated) => return pre(Unauthenticated),
+                Some(Identity::Agent(_)) => return pre(PermissionDenied),
                 Some(Identity::Node(_))
                     if !matches!(m, Method::Watch | Method::UpdateNodeStatus) =>
                 {
-                    return Some(vec![PermissionDenied]);
+                    return pre(PermissionDenied);
                 }
                 _ => {}
             }
@@ -765,31 +771,31 @@ impl World {
             return None;
         }
         let msg = msgs.first().copied().unwrap_or_default();
-        let one = |c: Code| Some(vec![c]);
         match m {
             Method::Watch => {
                 use curator::watch_request::Kind;
                 match curator::WatchRequest::decode(msg).ok()?.kind {
-                    None => one(InvalidArgument),
+                    None => pre(InvalidArgument),
                     Some(Kind::NodeInCluster(n)) if !valid_node_id(&n.node_id) => {
-                        one(InvalidArgument)
+                        pre(InvalidArgument)
                     }
-                    Some(_) => one(Ok),
+                    // The stream's first read of the store may fail.
+                    Some(_) => store(Ok),
                 }
             }
             Method::UpdateNodeStatus => {
                 let req = curator::UpdateNodeStatusRequest::decode(msg).ok()?;
                 if !valid_node_id(&req.node_id) {
-                    return one(InvalidArgument);
+                    return pre(InvalidArgument);
                 }
                 match who {
                     Some(Identity::Node(me)) if me.as_str() == req.node_id => {}
-                    _ => return one(PermissionDenied),
+                    _ => return pre(PermissionDenied),
                 }
                 if !valid_status(&req.status) {
-                    return one(InvalidArgument);
+                    return pre(InvalidArgument);
                 }
-                one(if self.node_registered(&req.node_id) {
+                store(if self.node_registered(&req.node_id) {
                     Ok
                 } else {
                     NotFound
@@ -798,22 +804,21 @@ impl World {
             Method::AddNode => {
                 let req = p::AddNodeRequest::decode(msg).ok()?;
                 let Result::Ok(key) = <[u8; 32]>::try_from(req.public_key.as_ref()) else {
-                    return one(InvalidArgument);
+                    return pre(InvalidArgument);
                 };
-                one(
-                    if self.node_registered(NodeId::from_public_key(&key).as_str()) {
-                        AlreadyExists
-                    } else {
-                        Ok
-                    },
-                )
+                let id = NodeId::from_public_key(&key);
+                store(if self.node_registered(id.as_str()) {
+                    AlreadyExists
+                } else {
+                    Ok
+                })
             }
             Method::RemoveNode => {
                 let req = p::RemoveNodeRequest::decode(msg).ok()?;
                 if !valid_node_id(&req.node_id) {
-                    return one(InvalidArgument);
+                    return pre(InvalidArgument);
                 }
-                one(if self.node_registered(&req.node_id) {
+                store(if self.node_registered(&req.node_id) {
                     Ok
                 } else {
                     NotFound
@@ -822,21 +827,21 @@ impl World {
             Method::AddMachine => {
                 let req = p::AddMachineRequest::decode(msg).ok()?;
                 if !valid_uuid(&req.machine_id) || req.agent_public_key.len() != 32 {
-                    return one(InvalidArgument);
+                    return pre(InvalidArgument);
                 }
-                one(if self.machine(&req.machine_id).is_some() {
+                store(if self.machine(&req.machine_id).is_some() {
                     AlreadyExists
                 } else {
                     Ok
                 })
             }
-            Method::ListMachines => one(Ok),
+            Method::ListMachines => store(Ok),
             Method::GetMachine => {
                 let req = p::GetMachineRequest::decode(msg).ok()?;
                 if !valid_uuid(&req.machine_id) {
-                    return one(InvalidArgument);
+                    return pre(InvalidArgument);
                 }
-                one(if self.machine(&req.machine_id).is_some() {
+                store(if self.machine(&req.machine_id).is_some() {
                     Ok
                 } else {
                     NotFound
@@ -845,27 +850,28 @@ impl World {
             Method::SubmitInstallationRequest => {
                 let req = p::SubmitInstallationRequestRequest::decode(msg).ok()?;
                 if !valid_uuid(&req.machine_id) {
-                    return one(InvalidArgument);
+                    return pre(InvalidArgument);
                 }
                 if self.machine(&req.machine_id).is_none() {
-                    return one(NotFound);
+                    return store(NotFound);
                 }
+                // The request is checked against the record read first.
                 match agent::OsInstallationRequest::decode(req.request.as_ref()) {
-                    Result::Ok(r) if r.r#type.is_some() => one(Ok),
-                    _ => one(InvalidArgument),
+                    Result::Ok(r) if r.r#type.is_some() => store(Ok),
+                    _ => store(InvalidArgument),
                 }
             }
             Method::Heartbeat => {
                 let req = agent::HeartbeatRequest::decode(msg).ok()?;
                 let Some(Identity::Agent(key)) = who else {
-                    return one(Unauthenticated);
+                    return pre(Unauthenticated);
                 };
                 if !valid_uuid(&req.machine_id) {
-                    return one(InvalidArgument);
+                    return pre(InvalidArgument);
                 }
                 match self.machine(&req.machine_id) {
-                    Some(r) if r.agent_public_key == *key => one(Ok),
-                    _ => one(Unauthenticated),
+                    Some(r) if r.agent_public_key == *key => store(Ok),
+                    _ => store(Unauthenticated),
                 }
             }
             Method::GetDebugKubeconfig => {
@@ -873,21 +879,21 @@ impl World {
                 let valid = valid_kube_name(&req.id)
                     && req.groups.len() <= 64
                     && req.groups.iter().all(|g| valid_kube_name(g));
-                one(if valid { Ok } else { InvalidArgument })
+                pre(if valid { Ok } else { InvalidArgument })
             }
             Method::GetLogs => {
                 let req = debug::GetLogsRequest::decode(msg).ok()?;
                 match Query::from_request(&req) {
-                    Err(_) => one(InvalidArgument),
-                    Result::Ok(q) if !self.seen.contains(q.dn.as_str()) => one(NotFound),
-                    Result::Ok(_) => one(Ok),
+                    Err(_) => pre(InvalidArgument),
+                    Result::Ok(q) if !self.seen.contains(q.dn.as_str()) => pre(NotFound),
+                    Result::Ok(_) => pre(Ok),
                 }
             }
             Method::Trace => {
                 let req = debug::TraceRequest::decode(msg).ok()?;
                 match TraceSpec::from_request(&req) {
-                    Err(_) => one(InvalidArgument),
-                    Result::Ok(_) => Some(vec![Ok, InvalidArgument]),
+                    Err(_) => pre(InvalidArgument),
+                    Result::Ok(_) => Some((vec![Ok, InvalidArgument], false)),
                 }
             }
             Method::LoadImage => {
@@ -902,12 +908,12 @@ impl World {
                     while v.poll_output().is_some() {}
                 }
                 let result = result.and_then(|()| v.handle_eof().map(|_| ()));
-                one(match result {
+                pre(match result {
                     Result::Ok(()) => Ok,
                     Err(e) => e.code(),
                 })
             }
-            Method::Missing | Method::NoService => one(Unimplemented),
+            Method::Missing | Method::NoService => pre(Unimplemented),
         }
     }
 
@@ -1004,8 +1010,8 @@ impl World {
                 "{m:?}: {code_enum:?} for a well-formed request"
             );
         }
-        if let Some(mut allowed) = expected {
-            if armed {
+        if let Some((mut allowed, touches_store)) = expected {
+            if armed && touches_store {
                 allowed.extend([Code::Unavailable, Code::Aborted]);
             }
             assert!(
