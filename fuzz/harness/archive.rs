@@ -4,12 +4,13 @@
 //! Input: `[chunking][limits][s0][s1][s2][s3]` then the archive bytes.
 //! `chunking % 4`: 0 one chunk; 1 chunks of `s_i` bytes (0: an empty
 //! chunk); 2 of `16 * s_i + 1`; 3 of `512 * s_i + 1`, cycling through
-//! `s0..s3` (all zero: `0, 1`). `limits % 4`: 0 the defaults; 1 tight everything; 2 tight JSON
-//! caps; 3 few members.
+//! `s0..s3` (all zero: `0, 1`). `limits % 4`: 0 the defaults; 1 tight
+//! everything; 2 tight JSON caps; 3 few members.
 //!
 //! Checked: no panic; the outputs are well-formed (each regular member is
-//! `MemberStart`, `MemberData`*, `MemberEnd`, indexes increase, the end's
-//! digest and size are those of the data streamed); errors are sticky and
+//! `MemberStart`, `MemberData`*, `MemberEnd`, indexes increase, paths are
+//! normalised, relative, without `..` and unique, the end's digest and
+//! size are those of the data streamed); errors are sticky and
 //! map to InvalidArgument or ResourceExhausted; an accepted archive's plan
 //! is consistent (every blob's member index had a `MemberEnd` with that
 //! digest and size, blob digests unique, every image's manifest is a blob
@@ -47,6 +48,14 @@ impl OutputChecker {
                 assert!(
                     self.current.is_none(),
                     "member {index} starts inside another"
+                );
+                assert!(
+                    !path.is_empty() && path.split('/').all(|c| !matches!(c, "" | "." | "..")),
+                    "member {index}: path {path:?} is not normalised or escapes"
+                );
+                assert!(
+                    self.members.values().all(|(p, ..)| p != path),
+                    "member {index}: path {path:?} twice"
                 );
                 if let Some((&last, _)) = self.members.last_key_value() {
                     assert!(*index > last, "member index {index} after {last}");
