@@ -3,8 +3,9 @@
 # one fuzzing process each (no -jobs/-workers: the machine is shared).
 #
 #   fuzz/run.sh [--seconds N] [TARGET...]   fuzz each TARGET (default: all)
-#                                           for N seconds (default 60), growing
-#                                           fuzz/corpus/TARGET; logs in fuzz/logs/
+#                                           for N seconds (default 60) from
+#                                           fuzz/corpus/TARGET and fuzz/seeds/TARGET,
+#                                           growing the corpus; logs in fuzz/logs/
 #   fuzz/run.sh --cmin [TARGET...]          minimise the corpora (set-cover merge)
 #   fuzz/run.sh --replay TARGET FILE...     run TARGET on FILEs (a crash artifact,
 #                                           a corpus file) and show the failure
@@ -80,7 +81,8 @@ for t in $TARGETS; do
     echo "== $t for ${SECONDS_EACH}s (sanitizer $SAN), corpus/$t ($(ls "corpus/$t" | wc -l) inputs), log $log"
     status=0
     # shellcheck disable=SC2086 # FUZZ_ARGS is a list of flags
-    cargo fuzz run -s "$SAN" "$t" "corpus/$t" -- \
+    # New inputs go to the first directory; the seeds are only read.
+    cargo fuzz run -s "$SAN" "$t" "corpus/$t" "seeds/$t" -- \
         -max_total_time="$SECONDS_EACH" -timeout=10 \
         -max_len="$(max_len "$t")" -rss_limit_mb=2048 -print_final_stats=1 \
         ${FUZZ_ARGS:-} >"$log" 2>&1 || status=$?

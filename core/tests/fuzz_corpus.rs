@@ -1,11 +1,13 @@
 //! Replays every checked-in fuzz input on stable, without libFuzzer: each
-//! file of `fuzz/corpus/<target>/` and `fuzz/regressions/<target>/` goes
-//! through the same harness the cargo-fuzz target runs (the harnesses
-//! live in `fuzz/harness/` and are included here with `#[path]`). A panic
-//! in any of them fails the test, naming the target and the file.
+//! file of `fuzz/corpus/<target>/` (the minimised corpus),
+//! `fuzz/seeds/<target>/` (the hand-written seeds) and
+//! `fuzz/regressions/<target>/` (inputs that once failed) goes through the
+//! same harness the cargo-fuzz target runs (the harnesses live in
+//! `fuzz/harness/` and are included here with `#[path]`). A panic in any
+//! of them fails the test, naming the target and the file.
 //!
 //! `generate_seeds` (ignored) writes the seed inputs of
-//! `fuzz/harness/seeds.rs` into `fuzz/corpus/<target>/`.
+//! `fuzz/harness/seeds.rs` into `fuzz/seeds/<target>/`.
 
 #[path = "../../fuzz/harness/mod.rs"]
 mod harness;
@@ -41,8 +43,10 @@ fn corpora_replay() {
             !corpus.is_empty(),
             "fuzz/corpus/{target} is empty or missing"
         );
+        let seeds = files(&fuzz_dir().join("seeds").join(target));
+        assert!(!seeds.is_empty(), "fuzz/seeds/{target} is empty or missing");
         let regressions = files(&fuzz_dir().join("regressions").join(target));
-        for path in corpus.iter().chain(&regressions) {
+        for path in corpus.iter().chain(&seeds).chain(&regressions) {
             let data =
                 std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
             total += 1;
@@ -64,13 +68,13 @@ fn corpora_replay() {
 }
 
 #[test]
-#[ignore = "writes the seed corpora into fuzz/corpus; run by hand"]
+#[ignore = "writes the seed inputs into fuzz/seeds; run by hand"]
 fn generate_seeds() {
     for (target, seeds) in harness::seeds::all() {
-        let dir = fuzz_dir().join("corpus").join(target);
+        let dir = fuzz_dir().join("seeds").join(target);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         for (name, data) in seeds {
-            let path = dir.join(format!("seed-{name}"));
+            let path = dir.join(name);
             std::fs::write(&path, data).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         }
     }

@@ -4,8 +4,9 @@
 //! This directory is shared by two crates: the cargo-fuzz crate
 //! (`fuzz/src/lib.rs`, built with libFuzzer on `RUSTC_BOOTSTRAP=1`) and
 //! the stable replay test `core/tests/fuzz_corpus.rs`, which includes it
-//! with `#[path]` and runs every file of `fuzz/corpus/<target>/` and
-//! `fuzz/regressions/<target>/` through the same code. It may therefore
+//! with `#[path]` and runs every file of `fuzz/corpus/<target>/`,
+//! `fuzz/seeds/<target>/` and `fuzz/regressions/<target>/` through the
+//! same code. It may therefore
 //! use only what `metropolis-core` depends on (including its
 //! dev-dependencies): no `arbitrary`, no libFuzzer. Structured inputs are
 //! read with [`input::Input`], whose format [`seeds`] writes.

@@ -5,8 +5,11 @@
 //! cancels, log and agent scenarios.
 //!
 //! `cargo test -p metropolis-core --test fuzz_corpus -- --ignored
-//! generate_seeds` writes them to `fuzz/corpus/<target>/seed-<name>`;
-//! `cargo fuzz cmin` then keeps those that add coverage.
+//! generate_seeds` writes them to `fuzz/seeds/<target>/<name>`. They are
+//! kept apart from the minimised corpus (a merge would drop those that add
+//! no coverage of their own, though each is a scenario worth replaying):
+//! `fuzz/run.sh` hands them to libFuzzer as a second corpus directory,
+//! and the replay test runs them too.
 
 use metropolis_core::archive::Digest;
 use metropolis_proto::metropolis::node::core::curator::proto::private as p;
