@@ -16,6 +16,7 @@
 # default).
 set -eu
 
+ORIG="$(pwd)"
 cd "$(dirname "$0")"
 export RUSTC_BOOTSTRAP=1
 ALL="rpc watch_machine trace_session archive_validator log_queries agent_loop"
@@ -52,6 +53,14 @@ counters() {
 if [ "$MODE" = replay ]; then
     target="$1"
     shift
+    # File names are relative to where the script was started.
+    for f in "$@"; do
+        case "$f" in
+        /*) set -- "$@" "$f" ;;
+        *) set -- "$@" "$ORIG/$f" ;;
+        esac
+        shift
+    done
     echo "== replaying $* through $target"
     exec cargo fuzz run -s "$SAN" "$target" "$@" -- -runs=1
 fi
