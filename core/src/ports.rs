@@ -67,6 +67,15 @@ pub trait Spawner: Send + Sync + 'static {
     fn spawn(&self, task: Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>);
 }
 
+/// The monotonic clock of the runtime (or the simulator's virtual time),
+/// read by the service layer to feed the machines their [`Instant`]s.
+///
+/// [`Instant`]: crate::time::Instant
+pub trait MonotonicClock: Send + Sync + 'static {
+    /// Now, on the machines' timeline. Never goes back.
+    fn now(&self) -> crate::time::Instant;
+}
+
 /// A certificate issued by the cluster CA.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IssuedCertificate {

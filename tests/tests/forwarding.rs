@@ -15,7 +15,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use http::{Request, Response};
 use metropolis_core::identity::NodeId;
-use metropolis_core::service::forward::{Routing, Upstream};
+use metropolis_core::service::forward::{Destination, FixedRouting, Upstream};
 use metropolis_core::service::{GrpcService, Router};
 use metropolis_host::pki::{ClusterCa, Credentials, client_config};
 use metropolis_proto::prelude::{common, curator};
@@ -38,14 +38,6 @@ impl GrpcService for NotHere {
     }
 }
 
-struct ToLeader(Arc<dyn Upstream>);
-
-impl Routing for ToLeader {
-    fn upstream(&self) -> Option<Arc<dyn Upstream>> {
-        Some(self.0.clone())
-    }
-}
-
 /// A follower for caller `me` on a UNIX socket under `dir`, forwarding to
 /// the daemon with `creds`; returns the socket path and the shutdown
 /// trigger.
@@ -62,7 +54,7 @@ async fn follower(
     let upstream: Arc<dyn Upstream> = Arc::new(connect::tls(&d.addr, config).await.unwrap());
     let router = Router::new()
         .with_service(NotHere)
-        .with_routing(Arc::new(ToLeader(upstream)));
+        .with_routing(Arc::new(FixedRouting(Destination::Forward(upstream))));
     let socket = dir.join("follower.sock");
     let listener = listen::bind_unix(&socket).unwrap();
     let (trigger, shutdown) = listen::shutdown_pair();

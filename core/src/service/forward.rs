@@ -10,12 +10,14 @@
 //! the header is refused with PermissionDenied.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use http::{HeaderValue, Request, Response};
 use tonic::body::Body;
 
 use crate::identity::{Identity, NodeId};
+use crate::leadership::LeadershipError;
 
 /// The header carrying the identity a call is forwarded on behalf of.
 pub const ON_BEHALF_OF: &str = "x-metropolis-on-behalf-of";
@@ -70,10 +72,105 @@ pub trait Upstream: Send + Sync + 'static {
     fn send(&self, request: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, String>>;
 }
 
-/// Decides, per call, whether this instance serves it or forwards it.
+/// Makes [`Upstream`]s to a leader from its election value (node ID and
+/// curator address): the runtime's mutual-TLS client, connecting lazily.
+pub trait Connector: Send + Sync + 'static {
+    /// An upstream to the curator instance `node_id` at `address`
+    /// (`host:port`). Connection errors surface on its first send.
+    fn connect(&self, node_id: &str, address: &str) -> Arc<dyn Upstream>;
+}
+
+/// Where a routed call goes.
+#[derive(Clone)]
+pub enum Destination {
+    /// Serve it here: this instance leads.
+    Serve,
+    /// Forward it to the leader through this upstream.
+    Forward(Arc<dyn Upstream>),
+}
+
+impl std::fmt::Debug for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Destination::Serve => f.write_str("Serve"),
+            Destination::Forward(_) => f.write_str("Forward"),
+        }
+    }
+}
+
+/// A call's route, from [`Routing::route`]: where it goes, and when it
+/// must end early.
+pub struct Routed {
+    /// Where the call goes.
+    pub destination: Destination,
+    /// Resolves when the role the call was routed under ends: the call
+    /// must then end with this error (its unary future dropped, its
+    /// response stream closed with the status). Never resolving is fine.
+    pub cancelled: BoxFuture<'static, LeadershipError>,
+    /// Held until the call is over (its response body ended or was
+    /// dropped); dropping it tells the routing the call finished.
+    pub finished: Box<dyn Send + Sync>,
+}
+
+impl std::fmt::Debug for Routed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Routed")
+            .field("destination", &self.destination)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Decides, per call, whether this instance serves it or forwards it, and
+/// ends it when the role it was routed under ends.
 pub trait Routing: Send + Sync + 'static {
-    /// The leader to forward to, or `None` to serve locally.
-    fn upstream(&self) -> Option<Arc<dyn Upstream>>;
+    /// Routes one call whose caller waits at most `timeout` (its
+    /// `grpc-timeout`; `None`: no deadline). Resolves once a route is
+    /// known: at once while a leader is known, otherwise when one becomes
+    /// known or with [`LeadershipError::NoLeader`] when the wait ends.
+    fn route(
+        &self,
+        timeout: Option<Duration>,
+    ) -> BoxFuture<'static, Result<Routed, LeadershipError>>;
+}
+
+/// A routing that never changes: every call goes to the same
+/// destination and is never cancelled. For tests, and for an instance
+/// pinned to one leader.
+#[derive(Clone, Debug)]
+pub struct FixedRouting(pub Destination);
+
+impl Routing for FixedRouting {
+    fn route(&self, _: Option<Duration>) -> BoxFuture<'static, Result<Routed, LeadershipError>> {
+        let routed = Routed {
+            destination: self.0.clone(),
+            cancelled: Box::pin(futures::future::pending()),
+            finished: Box::new(()),
+        };
+        Box::pin(futures::future::ready(Ok(routed)))
+    }
+}
+
+/// Parses a `grpc-timeout` header value (`<digits><unit>`, unit one of
+/// `H M S m u n`, at most 8 digits); `None` when absent or malformed.
+pub fn grpc_timeout(value: Option<&HeaderValue>) -> Option<Duration> {
+    let text = value?.to_str().ok()?;
+    if text.len() < 2 || text.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = text.split_at(text.len() - 1);
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
 }
 
 /// Forwards an already authorized call to `upstream` on behalf of the
@@ -179,12 +276,8 @@ mod tests {
         }
     }
 
-    struct Follow(Option<Arc<dyn Upstream>>);
-
-    impl Routing for Follow {
-        fn upstream(&self) -> Option<Arc<dyn Upstream>> {
-            self.0.clone()
-        }
+    fn follow(upstream: Option<Arc<dyn Upstream>>) -> FixedRouting {
+        FixedRouting(upstream.map_or(Destination::Serve, Destination::Forward))
     }
 
     fn call(
@@ -215,7 +308,7 @@ mod tests {
         let upstream: Arc<dyn Upstream> = Arc::new(InMemory { leader, trusted });
         Router::new()
             .with_service(WhoAmI)
-            .with_routing(Arc::new(Follow(Some(upstream))))
+            .with_routing(Arc::new(follow(Some(upstream))))
     }
 
     #[test]
@@ -290,7 +383,7 @@ mod tests {
         }
         let router = Router::new()
             .with_service(WhoAmI)
-            .with_routing(Arc::new(Follow(Some(Arc::new(Down)))));
+            .with_routing(Arc::new(follow(Some(Arc::new(Down)))));
         let status = call(&router, "UpdateNodeStatus", Identity::Owner, None);
         assert_eq!(status.code(), tonic::Code::Unavailable);
         assert!(
@@ -300,7 +393,7 @@ mod tests {
         // No leader to forward to: served locally.
         let router = Router::new()
             .with_service(WhoAmI)
-            .with_routing(Arc::new(Follow(None)));
+            .with_routing(Arc::new(follow(None)));
         let status = call(&router, "UpdateNodeStatus", Identity::Owner, None);
         assert_eq!(status.code(), tonic::Code::AlreadyExists);
     }

@@ -11,8 +11,12 @@ use tonic::body::Body;
 use tonic::codegen::Service;
 use tonic::server::NamedService;
 
-use super::forward::{Routing, forward, on_behalf_of};
+use futures::future::Either;
+
+use super::forward::{Destination, Routing, forward, grpc_timeout, on_behalf_of};
+use super::routed_body::RoutedBody;
 use crate::identity::{AuthzError, Identity, authorize};
+use crate::leadership::LeadershipError;
 
 /// A gRPC service the router can call: any tonic-generated server.
 pub trait GrpcService: Send + Sync + 'static {
@@ -60,8 +64,12 @@ pub(crate) fn method_name<B>(request: &Request<B>) -> String {
 /// unauthenticated) against it: Unauthenticated or PermissionDenied on
 /// failure. Methods without the option are left to the service.
 ///
-/// With a [`Routing`] (a follower), authorized calls go to the leader
-/// instead ([`forward`](super::forward::forward)). A call forwarded on
+/// With a [`Routing`] (an elected instance), each authorized call is
+/// routed first: served here while leading, passed to the leader while
+/// following ([`forward`](super::forward::forward)), held while no leader
+/// is known; and ended with Unavailable when the role it was routed under
+/// ends (a unary call's future is dropped, a stream is closed with the
+/// status). A call forwarded on
 /// behalf of a caller (the `x-metropolis-on-behalf-of` header) is accepted
 /// only from a connection marked [`CuratorPeer`](super::forward::CuratorPeer),
 /// authorized as that caller, and never forwarded again.
@@ -124,15 +132,31 @@ impl Router {
                 return Box::pin(futures::future::ready(status.into_http()));
             }
         }
-        if let Some(upstream) = self.routing.as_ref().and_then(|r| r.upstream()) {
-            if forwarded {
+        let Some(routing) = self.routing.clone() else {
+            return service.call(request);
+        };
+        let timeout = grpc_timeout(request.headers().get("grpc-timeout"));
+        Box::pin(async move {
+            let routed = match routing.route(timeout).await {
+                Ok(routed) => routed,
+                Err(e) => return e.to_status().into_http(),
+            };
+            let response = match routed.destination {
+                Destination::Serve => service.call(request),
                 // The sender took us for the leader; we are not (any more).
-                let status =
-                    tonic::Status::unavailable("curator backend switched, request can be retried");
-                return Box::pin(futures::future::ready(status.into_http()));
+                Destination::Forward(_) if forwarded => {
+                    return LeadershipError::BackendSwitched.to_status().into_http();
+                }
+                Destination::Forward(upstream) => forward(upstream.as_ref(), request),
+            };
+            let mut cancelled = routed.cancelled;
+            match futures::future::select(response, &mut cancelled).await {
+                Either::Left((response, _)) => response
+                    .map(|body| Body::new(RoutedBody::new(body, cancelled, routed.finished))),
+                // The role ended before the call answered: its future is
+                // dropped here, so it writes nothing more.
+                Either::Right((error, _)) => error.to_status().into_http(),
             }
-            return forward(upstream.as_ref(), request);
-        }
-        service.call(request)
+        })
     }
 }

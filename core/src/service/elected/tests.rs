@@ -1,0 +1,380 @@
+//! [`SharedLeadership`] and [`FencedStore`] driven by hand: routes, waits,
+//! cancellations on role changes, and fenced writes against the store
+//! model.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use futures::FutureExt;
+use futures::executor::block_on;
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use metropolis_proto::prelude::storage::LeaderElectionValue;
+use prost::Message;
+use tonic::body::Body;
+
+use super::*;
+use crate::identity::Identity;
+use crate::leadership::{CampaignId, ElectionKey, LeadershipConfig, LeaseGrant};
+use crate::ports::KvStore;
+use crate::service::{GrpcService, Router};
+use crate::store::{CmpOp, Compare, CompareTarget, MemStore, Op, OpResult, Txn, TxnResponse};
+
+/// A clock moved by hand.
+#[derive(Default)]
+struct Clock(Mutex<Duration>);
+
+impl Clock {
+    fn advance(&self, by: Duration) {
+        *self.0.lock().unwrap() += by;
+    }
+}
+
+impl MonotonicClock for Clock {
+    fn now(&self) -> Instant {
+        Instant::from_offset(*self.0.lock().unwrap())
+    }
+}
+
+/// The store model as a [`KvStore`] (transactions only).
+#[derive(Default)]
+struct Model(Mutex<MemStore>);
+
+impl KvStore for Model {
+    fn txn(&self, txn: Txn) -> BoxFuture<'static, Result<TxnResponse, crate::store::StoreError>> {
+        let result = self.0.lock().unwrap().txn(&txn);
+        Box::pin(futures::future::ready(result))
+    }
+
+    fn watch(
+        &self,
+        _: crate::store::KeyRange,
+        _: crate::store::Revision,
+    ) -> futures::stream::BoxStream<
+        'static,
+        Result<crate::ports::WatchBatch, crate::store::StoreError>,
+    > {
+        Box::pin(futures::stream::empty())
+    }
+}
+
+impl Model {
+    fn put(&self, key: &str, value: &str) -> i64 {
+        let r = self.0.lock().unwrap().txn(&put(key, value)).unwrap();
+        r.revision
+    }
+
+    fn get(&self, key: &str) -> Option<Bytes> {
+        self.0
+            .lock()
+            .unwrap()
+            .get(key.as_bytes())
+            .map(|kv| kv.value.clone())
+    }
+
+    fn delete(&self, key: &str) {
+        let txn = Txn {
+            success: vec![Op::Delete(crate::store::KeyRange::Key(Bytes::from(
+                key.to_owned(),
+            )))],
+            ..Default::default()
+        };
+        self.0.lock().unwrap().txn(&txn).unwrap();
+    }
+}
+
+fn put(key: &str, value: &str) -> Txn {
+    Txn {
+        success: vec![Op::Put {
+            key: Bytes::from(key.to_owned()),
+            value: Bytes::from(value.to_owned()),
+            lease: 0,
+        }],
+        ..Default::default()
+    }
+}
+
+/// Counts connections; every upstream answers Unimplemented.
+#[derive(Default)]
+struct Connections(AtomicUsize);
+
+struct Nowhere;
+
+impl Upstream for Nowhere {
+    fn send(&self, _: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, String>> {
+        Box::pin(futures::future::ready(Ok(tonic::Status::unimplemented(
+            "the leader",
+        )
+        .into_http())))
+    }
+}
+
+impl Connector for Connections {
+    fn connect(&self, _: &str, _: &str) -> Arc<dyn Upstream> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Arc::new(Nowhere)
+    }
+}
+
+struct Setup {
+    shared: SharedLeadership,
+    clock: Arc<Clock>,
+    connections: Arc<Connections>,
+    model: Arc<Model>,
+    campaign: CampaignId,
+}
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn setup() -> Setup {
+    let clock = Arc::new(Clock::default());
+    let connections = Arc::new(Connections::default());
+    let config = LeadershipConfig {
+        lease_ttl: TTL,
+        max_wait: Duration::from_secs(5),
+        ..LeadershipConfig::new("node-a", "10.0.0.1:7835")
+    };
+    let machine = Leadership::new(config, clock.now()).unwrap();
+    let shared = SharedLeadership::new(machine, clock.clone(), connections.clone());
+    let campaign = std::iter::from_fn(|| shared.poll_action())
+        .find_map(|a| match a {
+            Action::Campaign { campaign, .. } => Some(campaign),
+            _ => None,
+        })
+        .unwrap();
+    Setup {
+        shared,
+        clock,
+        connections,
+        model: Arc::new(Model::default()),
+        campaign,
+    }
+}
+
+impl Setup {
+    /// Wins the election with a key written to the model now.
+    fn win(&self) -> ElectionKey {
+        let rev = self.model.put("election/a", "node-a");
+        let key = ElectionKey {
+            key: Bytes::from_static(b"election/a"),
+            create_revision: rev,
+        };
+        let campaign = self.campaign;
+        self.shared.input(|m, now| {
+            m.handle_lease_granted(
+                now,
+                LeaseGrant {
+                    campaign,
+                    lease: 7,
+                    ttl: TTL,
+                    sent_at: now,
+                },
+            );
+            m.handle_campaign_won(now, campaign, key.clone());
+        });
+        assert!(self.shared.role().is_leader());
+        key
+    }
+
+    fn observe(&self, node: &str, rev: i64) {
+        let value = LeaderElectionValue {
+            node_id: node.into(),
+            ttl: 10,
+            curator_address: format!("{node}:7835"),
+            schema_version: 1,
+        }
+        .encode_to_vec();
+        let key = ElectionKey {
+            key: Bytes::from(format!("election/{node}")),
+            create_revision: rev,
+        };
+        self.shared
+            .input(|m, now| m.handle_leader_observed(now, key, &value));
+    }
+
+    fn store(&self) -> FencedStore {
+        FencedStore::new(self.model.clone(), self.shared.clone())
+    }
+}
+
+#[test]
+fn a_leader_serves_and_its_writes_commit() {
+    let s = setup();
+    s.win();
+    let routed = block_on(s.shared.route(None)).unwrap();
+    assert!(matches!(routed.destination, Destination::Serve));
+    let r = block_on(s.store().txn(put("nodes/x", "1"))).unwrap();
+    assert!(r.succeeded);
+    assert_eq!(s.model.get("nodes/x").unwrap(), "1");
+    // A transaction's own failed compare answers as the store's would:
+    // the fence's read is not among the results.
+    let txn = Txn {
+        compares: vec![Compare {
+            key: Bytes::from_static(b"nodes/x"),
+            op: CmpOp::Equal,
+            target: CompareTarget::Version(9),
+        }],
+        failure: vec![Op::Range(crate::store::KeyRange::Key(Bytes::from_static(
+            b"nodes/x",
+        )))],
+        ..Default::default()
+    };
+    let r = block_on(s.store().txn(txn)).unwrap();
+    assert!(!r.succeeded);
+    assert_eq!(r.results.len(), 1);
+    assert!(matches!(&r.results[0], OpResult::Range(kvs) if kvs.len() == 1));
+    drop(routed);
+    assert_eq!(s.shared.input(|m, _| m.in_flight()), 0, "calls finish");
+}
+
+#[test]
+fn a_deposed_leaders_write_does_not_commit_and_it_steps_down() {
+    let s = setup();
+    s.win();
+    let routed = block_on(s.shared.route(None)).unwrap();
+    // Someone else's session deleted our key (our lease ran out in etcd).
+    s.model.delete("election/a");
+    let e = block_on(s.store().txn(put("nodes/x", "stale"))).unwrap_err();
+    assert!(e.to_string().contains("lost leadership"), "{e}");
+    assert_eq!(s.model.get("nodes/x"), None, "nothing committed");
+    assert_eq!(s.shared.role(), Role::Campaigning);
+    // The call in flight is ended.
+    let error = block_on(routed.cancelled);
+    assert_eq!(error, LeadershipError::BackendSwitched);
+    // A new campaign was started for the election port.
+    assert!(
+        std::iter::from_fn(|| s.shared.poll_action()).any(|a| matches!(a, Action::Campaign { .. }))
+    );
+}
+
+#[test]
+fn a_non_leader_never_writes() {
+    let s = setup();
+    let e = block_on(s.store().txn(put("nodes/x", "1"))).unwrap_err();
+    assert!(e.to_string().contains("backend switched"), "{e}");
+    s.observe("node-b", 1);
+    let e = block_on(s.store().txn(put("nodes/x", "1"))).unwrap_err();
+    assert!(e.to_string().contains("backend switched"), "{e}");
+    assert_eq!(s.model.get("nodes/x"), None);
+    assert_eq!(s.shared.input(|m, _| m.in_flight()), 0);
+}
+
+#[test]
+fn calls_wait_for_a_leader_and_follow_it() {
+    let s = setup();
+    let mut waiting = s.shared.route(None);
+    assert!((&mut waiting).now_or_never().is_none(), "no leader yet");
+    assert_eq!(s.shared.input(|m, _| m.waiting()), 1);
+    s.observe("node-b", 3);
+    let routed = block_on(waiting).unwrap();
+    assert!(matches!(routed.destination, Destination::Forward(_)));
+    // Later calls reuse the connection to the same leader.
+    let again = block_on(s.shared.route(None)).unwrap();
+    assert!(matches!(again.destination, Destination::Forward(_)));
+    assert_eq!(s.connections.0.load(Ordering::SeqCst), 1);
+    // A newer leader: calls to the old one are cancelled, new calls get a
+    // new connection.
+    s.observe("node-c", 4);
+    assert_eq!(block_on(routed.cancelled), LeadershipError::BackendSwitched);
+    assert_eq!(block_on(again.cancelled), LeadershipError::BackendSwitched);
+    let third = block_on(s.shared.route(None)).unwrap();
+    assert!(matches!(third.destination, Destination::Forward(_)));
+    assert_eq!(s.connections.0.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn a_wait_ends_at_the_deadline_and_a_given_up_wait_is_forgotten() {
+    let s = setup();
+    let mut waiting = s.shared.route(Some(Duration::from_secs(1)));
+    assert!((&mut waiting).now_or_never().is_none());
+    assert_eq!(
+        s.shared.poll_timeout(),
+        Some(Instant::from_offset(Duration::from_secs(1)))
+    );
+    s.clock.advance(Duration::from_secs(1));
+    s.shared.input(|m, now| m.handle_timeout(now));
+    assert_eq!(block_on(waiting).unwrap_err(), LeadershipError::NoLeader);
+    // A caller that goes away while waiting leaves nothing behind.
+    let mut gone = s.shared.route(None);
+    assert!((&mut gone).now_or_never().is_none());
+    drop(gone);
+    assert_eq!(s.shared.input(|m, _| m.waiting()), 0);
+}
+
+#[test]
+fn the_port_is_woken_by_inputs_and_observers_see_role_changes() {
+    let s = setup();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    s.shared
+        .on_role_change(move |epoch, role| log.lock().unwrap().push((epoch.get(), role.clone())));
+    block_on(s.shared.changed());
+    assert!(s.shared.changed().now_or_never().is_none());
+    let _waiting = s.shared.route(None);
+    assert!(
+        s.shared.changed().now_or_never().is_some(),
+        "a new wait moves the timer"
+    );
+    s.win();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].1.is_leader());
+}
+
+/// A service whose responses stream forever.
+#[derive(Clone)]
+struct Endless;
+
+impl tonic::server::NamedService for Endless {
+    const NAME: &'static str = "metropolis.node.core.curator.proto.api.Curator";
+}
+
+impl GrpcService for Endless {
+    fn call(&self, _: Request<Body>) -> BoxFuture<'static, Response<Body>> {
+        let stream = futures::stream::repeat_with(|| {
+            Ok::<_, tonic::Status>(http_body::Frame::data(Bytes::from_static(b"x")))
+        });
+        let body = Body::new(http_body_util::StreamBody::new(stream));
+        Box::pin(futures::future::ready(Response::new(body)))
+    }
+}
+
+#[test]
+fn a_served_stream_ends_unavailable_when_leadership_ends() {
+    let s = setup();
+    s.win();
+    let router = Router::new()
+        .with_service(Endless)
+        .with_routing(Arc::new(s.shared.clone()));
+    let mut request = Request::builder()
+        .uri(format!(
+            "http://metropolis/{}/Watch",
+            Endless::NAME_FOR_TESTS
+        ))
+        .body(Body::empty())
+        .unwrap();
+    request.extensions_mut().insert(Identity::Owner);
+    let response = block_on(router.call(request));
+    let mut body = response.into_body();
+    for _ in 0..3 {
+        let frame = block_on(body.frame()).unwrap().unwrap();
+        assert!(frame.is_data());
+    }
+    assert_eq!(s.shared.input(|m, _| m.in_flight()), 1);
+    // The lease runs out.
+    s.clock.advance(TTL);
+    s.shared.input(|m, now| m.handle_timeout(now));
+    let frame = block_on(body.frame()).unwrap().unwrap();
+    let status = tonic::Status::from_header_map(frame.trailers_ref().unwrap()).unwrap();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert!(status.message().contains("backend switched"), "{status:?}");
+    assert!(block_on(body.frame()).is_none());
+    assert_eq!(s.shared.input(|m, _| m.in_flight()), 0);
+}
+
+impl Endless {
+    const NAME_FOR_TESTS: &'static str = <Endless as tonic::server::NamedService>::NAME;
+}

@@ -1,0 +1,153 @@
+//! The response body of a routed call: the service's (or the leader's)
+//! body, ended early with an Unavailable status when the role the call was
+//! routed under ends, and holding the call's "finished" guard until it is
+//! over.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::HeaderMap;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use tonic::body::Body;
+
+use crate::leadership::LeadershipError;
+
+/// A response body that ends with `grpc-status` trailers carrying the
+/// cancellation's error once `cancelled` resolves, and drops `finished`
+/// when it ends (or is dropped).
+pub(crate) struct RoutedBody {
+    inner: Body,
+    cancelled: Option<BoxFuture<'static, LeadershipError>>,
+    finished: Option<Box<dyn Send + Sync>>,
+    ended: bool,
+}
+
+impl RoutedBody {
+    pub(crate) fn new(
+        inner: Body,
+        cancelled: BoxFuture<'static, LeadershipError>,
+        finished: Box<dyn Send + Sync>,
+    ) -> RoutedBody {
+        RoutedBody {
+            inner,
+            cancelled: Some(cancelled),
+            finished: Some(finished),
+            ended: false,
+        }
+    }
+
+    fn end(&mut self) {
+        self.ended = true;
+        self.cancelled = None;
+        self.finished = None;
+    }
+}
+
+/// Trailers ending a call with `error`'s status.
+fn trailers(error: LeadershipError) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    // Fails only on a message that cannot be a header value; the
+    // leadership messages are plain ASCII.
+    let _ = error.to_status().add_header(&mut headers);
+    headers
+}
+
+impl HttpBody for RoutedBody {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
+        let this = &mut *self;
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        if let Some(cancelled) = this.cancelled.as_mut()
+            && let Poll::Ready(error) = cancelled.as_mut().poll(cx)
+        {
+            this.end();
+            return Poll::Ready(Some(Ok(Frame::trailers(trailers(error)))));
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(None) => {
+                this.end();
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.end();
+                Poll::Ready(Some(Err(e)))
+            }
+            other => other,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use futures::FutureExt;
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    struct Flag(Arc<AtomicBool>);
+    impl Drop for Flag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_cancelled_stream_ends_with_the_status_and_releases_the_call() {
+        let done = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = futures::channel::oneshot::channel::<LeadershipError>();
+        let cancelled = rx
+            .map(|r| r.unwrap_or(LeadershipError::ShuttingDown))
+            .boxed();
+        // A body that never ends by itself.
+        let (_keep, inner) =
+            futures::channel::mpsc::channel::<Result<Frame<Bytes>, tonic::Status>>(1);
+        let inner = Body::new(http_body_util::StreamBody::new(inner));
+        let mut body = RoutedBody::new(inner, cancelled, Box::new(Flag(done.clone())));
+        assert!(
+            body.frame().now_or_never().is_none(),
+            "pending while the role lasts"
+        );
+        tx.send(LeadershipError::BackendSwitched).unwrap();
+        let frame = futures::executor::block_on(body.frame()).unwrap().unwrap();
+        let status = tonic::Status::from_header_map(frame.trailers_ref().unwrap()).unwrap();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(status.message().contains("backend switched"), "{status:?}");
+        assert!(done.load(Ordering::SeqCst), "the call is finished");
+        assert!(futures::executor::block_on(body.frame()).is_none());
+    }
+
+    #[test]
+    fn a_body_that_ends_releases_the_call() {
+        let done = Arc::new(AtomicBool::new(false));
+        let mut body = RoutedBody::new(
+            Body::new(http_body_util::Full::new(Bytes::from_static(b"x"))),
+            futures::future::pending().boxed(),
+            Box::new(Flag(done.clone())),
+        );
+        let frame = futures::executor::block_on(body.frame()).unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), Bytes::from_static(b"x"));
+        assert!(futures::executor::block_on(body.frame()).is_none());
+        assert!(done.load(Ordering::SeqCst));
+    }
+}
