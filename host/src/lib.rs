@@ -4,6 +4,7 @@
 //! (fsync) runs on a dedicated thread.
 
 pub mod agent;
+pub mod clock;
 pub mod connect;
 pub mod daemon;
 pub mod grpc;
@@ -15,3 +16,4 @@ pub mod shutdown;
 pub mod socket;
 pub mod store;
 pub mod tracefs;
+pub mod upstream;

@@ -1,24 +1,29 @@
 //! The election driver: runs a [`Leadership`] machine against an etcd
 //! [`Election`], on the tokio runtime.
 //!
-//! One task owns the machine. It carries out the machine's actions
+//! One task drives the machine. It carries out the machine's actions
 //! (`Campaign`: grant a lease, keep it alive, campaign with it; `Abandon`:
 //! stop all that and revoke the lease), feeds back what etcd reports
 //! (grants and renewals, lost leases, wins, the observed leader) with the
 //! time as the machine sees it, wakes it at its timers, and publishes every
-//! role change on a [`tokio::sync::watch`] channel. Routing requests and
-//! fencing writes through the machine is the next step (issue 6); this
-//! driver already gives every instance its role and the leader's address.
+//! role change on a [`tokio::sync::watch`] channel. The machine is a
+//! [`SharedLeadership`]: the daemon's calls are routed, and its writes
+//! fenced, by the same machine the driver feeds.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
+use std::sync::Arc;
+
 use metropolis_core::leadership::{
-    Action, CampaignId, ConfigError, Event, Leadership, LeadershipConfig, LeaseGrant, Role,
+    Action, CampaignId, ConfigError, Leadership, LeadershipConfig, LeaseGrant, Role,
 };
-use metropolis_core::time::Instant;
+use metropolis_core::ports::MonotonicClock;
+use metropolis_core::service::elected::SharedLeadership;
+use metropolis_core::service::forward::{Connector, Upstream};
+use metropolis_host::clock::ProcessClock;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
@@ -35,49 +40,89 @@ enum Report {
     Won(CampaignId, metropolis_core::leadership::ElectionKey),
 }
 
-/// The machine's clock: offsets from the driver's start.
-#[derive(Clone, Copy)]
-struct Clock(std::time::Instant);
+/// A running election driver; see the [module docs](self).
+pub struct ElectionDriver {
+    leadership: SharedLeadership,
+    roles: watch::Receiver<Role>,
+    stop: Option<oneshot::Sender<()>>,
+    done: Option<oneshot::Receiver<()>>,
+    task: tokio::task::AbortHandle,
+}
 
-impl Clock {
-    fn now(self) -> Instant {
-        self.at(std::time::Instant::now())
-    }
+/// Forwards nowhere: for drivers that only elect (tests, tools).
+struct NoForwarding;
 
-    fn at(self, t: std::time::Instant) -> Instant {
-        Instant::from_offset(t.saturating_duration_since(self.0))
-    }
-
-    fn instant(self, t: Instant) -> std::time::Instant {
-        self.0 + t.offset()
+impl Connector for NoForwarding {
+    fn connect(&self, _: &str, address: &str) -> Arc<dyn Upstream> {
+        Arc::new(Unreachable(address.to_owned()))
     }
 }
 
-/// A running election driver; see the [module docs](self).
-pub struct ElectionDriver {
-    roles: watch::Receiver<Role>,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+struct Unreachable(String);
+
+impl Upstream for Unreachable {
+    fn send(
+        &self,
+        _: http::Request<tonic::body::Body>,
+    ) -> futures::future::BoxFuture<'static, Result<http::Response<tonic::body::Body>, String>>
+    {
+        let why = format!("{}: this instance does not forward calls", self.0);
+        Box::pin(futures::future::ready(Err(why)))
+    }
 }
 
 impl ElectionDriver {
-    /// Starts campaigning under `prefix` of `store` as `config` says, on
-    /// the current tokio runtime.
+    /// Starts campaigning under `prefix` of `store` as `config` says, for
+    /// an instance that only needs its role (it forwards nothing).
     pub fn spawn(
         store: EtcdStore,
         prefix: impl Into<Bytes>,
         config: LeadershipConfig,
     ) -> Result<ElectionDriver, ConfigError> {
-        let clock = Clock(std::time::Instant::now());
+        let clock = ProcessClock::new();
         let machine = Leadership::new(config, clock.now())?;
-        let (roles_tx, roles) = watch::channel(machine.role().clone());
+        let shared = SharedLeadership::new(machine, Arc::new(clock), Arc::new(NoForwarding));
+        Ok(ElectionDriver::drive(store, prefix, shared, clock))
+    }
+
+    /// Drives `leadership` (whose machine is fresh from
+    /// [`Leadership::new`] and reads time from `clock`) against the
+    /// election under `prefix` of `store`, on the store's runtime (the
+    /// caller's, or the dedicated one of
+    /// [`EtcdStore::connect_dedicated`]).
+    pub fn drive(
+        store: EtcdStore,
+        prefix: impl Into<Bytes>,
+        leadership: SharedLeadership,
+        clock: ProcessClock,
+    ) -> ElectionDriver {
+        let (roles_tx, roles) = watch::channel(leadership.role());
+        leadership.on_role_change(move |_, role| {
+            roles_tx.send_replace(role.clone());
+        });
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(run(store, prefix.into(), machine, clock, roles_tx, stopped));
-        Ok(ElectionDriver {
+        let (done_tx, done) = oneshot::channel();
+        let exec = store.exec.clone();
+        let task = exec.spawn(run(
+            store,
+            prefix.into(),
+            leadership.clone(),
+            clock,
+            stopped,
+            done_tx,
+        ));
+        ElectionDriver {
+            leadership,
             roles,
             stop: Some(stop),
+            done: Some(done),
             task,
-        })
+        }
+    }
+
+    /// The shared machine this driver runs.
+    pub fn leadership(&self) -> &SharedLeadership {
+        &self.leadership
     }
 
     /// The current role.
@@ -91,12 +136,15 @@ impl ElectionDriver {
     }
 
     /// Stops campaigning: a leader steps down and its lease is revoked, so
-    /// a successor need not wait for the TTL. Resolves once done.
+    /// a successor need not wait for the TTL; calls in flight end with
+    /// "curator shutting down". Resolves once done (on any executor).
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let _ = (&mut self.task).await;
+        if let Some(done) = self.done.take() {
+            let _ = done.await;
+        }
     }
 
     /// Stops everything at once without revoking anything, as a crash
@@ -122,10 +170,21 @@ impl Drop for Campaign {
 async fn run(
     store: EtcdStore,
     prefix: Bytes,
-    mut machine: Leadership,
-    clock: Clock,
-    roles: watch::Sender<Role>,
+    shared: SharedLeadership,
+    clock: ProcessClock,
     mut stopped: oneshot::Receiver<()>,
+    done: oneshot::Sender<()>,
+) {
+    drive_machine(store, prefix, &shared, clock, &mut stopped).await;
+    let _ = done.send(());
+}
+
+async fn drive_machine(
+    store: EtcdStore,
+    prefix: Bytes,
+    shared: &SharedLeadership,
+    clock: ProcessClock,
+    stopped: &mut oneshot::Receiver<()>,
 ) {
     let election = store.election(prefix);
     let (reports_tx, mut reports) = mpsc::unbounded_channel::<Report>();
@@ -134,7 +193,7 @@ async fn run(
     let mut observe = election.observe();
     let mut stopping = false;
     loop {
-        while let Some(action) = machine.poll_action() {
+        while let Some(action) = shared.poll_action() {
             match action {
                 Action::Campaign {
                     campaign,
@@ -167,16 +226,10 @@ async fn run(
                 }
             }
         }
-        while let Some(event) = machine.poll_event() {
-            if let Event::RoleChanged { role, .. } = event {
-                tracing::info!(?role, "curator role changed");
-                roles.send_replace(role);
-            }
-        }
         if stopping {
             return;
         }
-        let timer = machine.poll_timeout().map(|t| clock.instant(t));
+        let timer = shared.poll_timeout().map(|t| clock.instant(t));
         let sleep = async {
             match timer {
                 Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -185,18 +238,24 @@ async fn run(
         };
         tokio::select! {
             report = reports.recv() => match report {
-                Some(Report::Granted(grant)) => machine.handle_lease_granted(clock.now(), grant),
-                Some(Report::Lost(campaign)) => machine.handle_lease_lost(clock.now(), campaign),
+                Some(Report::Granted(grant)) => {
+                    shared.input(|m, now| m.handle_lease_granted(now, grant))
+                }
+                Some(Report::Lost(campaign)) => {
+                    shared.input(|m, now| m.handle_lease_lost(now, campaign))
+                }
                 Some(Report::Won(campaign, key)) => {
-                    machine.handle_campaign_won(clock.now(), campaign, key)
+                    shared.input(|m, now| m.handle_campaign_won(now, campaign, key))
                 }
                 None => unreachable!("the driver holds a sender"),
             },
             observation = observe.next() => match observation {
                 Some(Ok(Observation::Leader(leader))) => {
-                    machine.handle_leader_observed(clock.now(), leader.key, &leader.value)
+                    shared.input(|m, now| m.handle_leader_observed(now, leader.key, &leader.value))
                 }
-                Some(Ok(Observation::Gone(key))) => machine.handle_leader_deleted(clock.now(), &key),
+                Some(Ok(Observation::Gone(key))) => {
+                    shared.input(|m, now| m.handle_leader_deleted(now, &key))
+                }
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "observing the curator leader failed; retrying");
                     tokio::time::sleep(RETRY).await;
@@ -207,9 +266,11 @@ async fn run(
                     observe = election.observe();
                 }
             },
-            _ = sleep => machine.handle_timeout(clock.now()),
-            _ = &mut stopped => {
-                machine.handle_shutdown(clock.now());
+            _ = sleep => shared.input(|m, now| m.handle_timeout(now)),
+            // Any input (a call starting to wait) may move the timer.
+            _ = shared.changed() => {}
+            _ = &mut *stopped => {
+                shared.input(|m, now| m.handle_shutdown(now));
                 stopping = true;
             }
         }
@@ -221,7 +282,7 @@ async fn run(
 async fn campaign_task(
     store: EtcdStore,
     election: super::Election,
-    clock: Clock,
+    clock: ProcessClock,
     campaign: CampaignId,
     ttl: Duration,
     value: Bytes,
