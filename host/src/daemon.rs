@@ -19,18 +19,22 @@ use metropolis_core::logtree::LogTreeConfig;
 use metropolis_core::ports::KubeconfigIssuer;
 use metropolis_core::ports::{CertIssuer, KvStore, Spawner, WallClock};
 use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub};
+use metropolis_core::service::elected::FencedStore;
+use metropolis_core::service::forward::Routing;
 use metropolis_core::service::{
     CuratorService, ProvisioningService, Router, WatchCache, WatchCacheOptions,
 };
 use metropolis_core::trace::Tracefs;
 use metropolis_proto::prelude::common;
 
+use crate::cluster::{ClusterFlags, Dialer, Elected, StartElection};
 use crate::images::{ContainerdConfig, ContainerdStore, OciLayoutOptions, OciLayoutStore};
 use crate::peer::PeerClassifier;
 use crate::pki::{
     ClientAuth, ClusterCa, Credentials, DebugKubeconfigs, KubernetesCa, server_config,
 };
 use crate::store::{EmbeddedStore, StoreOptions};
+use crate::upstream::Dial;
 
 /// The async runtime the daemon runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -176,6 +180,9 @@ pub struct Config {
     /// beyond it).
     #[arg(long, value_name = "BYTES", default_value_t = 8 * 1024 * 1024 * 1024)]
     pub image_max_bytes: u64,
+    /// Running as one of several curator instances over etcd.
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
     /// The log tree the debug service serves; set by the daemon's entry
     /// point (see [`init_logging`]). None: a tree of its own that only
     /// receives what the embedder appends.
@@ -255,12 +262,53 @@ impl CertIssuer for Issuer {
     }
 }
 
-/// This node's PKI, created on first start.
-struct NodePki {
+/// This node's PKI (cluster CA, this node's identity and credentials),
+/// created on first start.
+pub struct NodePki {
     ca: ClusterCa,
     node: Credentials,
     node_id: NodeId,
     node_key: [u8; 32],
+}
+
+impl NodePki {
+    /// Creates the data directory and the PKI in it if missing, and loads
+    /// them: a runtime calls this before
+    /// [`NodeServices::prepare_elected`] to learn this node's ID and
+    /// credentials (for its election value and its connections to the
+    /// leader).
+    pub fn load_or_create(config: &Config) -> Result<NodePki, DaemonError> {
+        create_data_dir(config)?;
+        load_or_create_pki(&Layout::new(&config.data_dir), &config.extra_sans)
+    }
+
+    /// This node's ID.
+    pub fn node_id(&self) -> &NodeId {
+        &self.node_id
+    }
+
+    /// A TLS client configuration presenting this node's certificate and
+    /// trusting the cluster CA: how this instance connects to the leader.
+    pub fn client_config(&self) -> Result<Arc<rustls::ClientConfig>, DaemonError> {
+        Ok(crate::pki::client_config(
+            Some(&self.node),
+            &self.node.ca_pem,
+        )?)
+    }
+}
+
+fn create_data_dir(config: &Config) -> Result<(), DaemonError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&config.data_dir)
+        .map_err(|e| {
+            format!(
+                "{}: cannot create the data directory: {e}",
+                config.data_dir.display()
+            )
+            .into()
+        })
 }
 
 fn load_or_create_pki(layout: &Layout, extra_sans: &[String]) -> Result<NodePki, DaemonError> {
@@ -358,7 +406,16 @@ pub struct NodeServices {
     /// How long connections may drain on shutdown.
     pub shutdown_grace: std::time::Duration,
     cache: WatchCache,
-    store: Arc<EmbeddedStore>,
+    /// The embedded store, closed with the services; `None` when elected.
+    store: Option<Arc<EmbeddedStore>>,
+    /// Stops the election of an elected instance.
+    election: std::sync::Mutex<Option<futures::future::BoxFuture<'static, ()>>>,
+}
+
+/// Where a node's state lives.
+enum Backend {
+    Embedded(Arc<EmbeddedStore>),
+    Elected(Elected),
 }
 
 impl NodeServices {
@@ -369,22 +426,97 @@ impl NodeServices {
         config: &Config,
         spawner: Arc<dyn Spawner>,
     ) -> Result<NodeServices, DaemonError> {
+        if config.cluster.enabled() {
+            return Err("--etcd: this entry point serves the embedded store only; \
+                        an elected instance needs NodeServices::prepare_elected \
+                        (metropolisd built with the `etcd` feature does that)"
+                .into());
+        }
+        create_data_dir(config)?;
         let layout = Layout::new(&config.data_dir);
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&config.data_dir)
-            .map_err(|e| {
-                format!(
-                    "{}: cannot create the data directory: {e}",
-                    config.data_dir.display()
-                )
-            })?;
         let store = Arc::new(EmbeddedStore::open(&layout.store, StoreOptions::default())?);
         let pki = load_or_create_pki(&layout, &config.extra_sans)?;
+        Self::build(config, spawner, pki, Backend::Embedded(store)).await
+    }
 
-        let kv: Arc<dyn KvStore> = store.clone();
-        let cache = WatchCache::new(kv.clone(), spawner, WatchCacheOptions::default());
+    /// Builds the services the configuration asks for: over the embedded
+    /// store ([`prepare`](Self::prepare)) without `--etcd`; with it, starts
+    /// the election with `start` (the etcd port; `None` when this build
+    /// has none: an error naming the missing feature) and builds an
+    /// elected instance ([`prepare_elected`](Self::prepare_elected)) that
+    /// reaches the leader through `dialer`. [`resign`](Self::resign) stops
+    /// the election.
+    pub async fn prepare_node(
+        config: &Config,
+        spawner: Arc<dyn Spawner>,
+        dialer: Arc<dyn Dialer>,
+        start: Option<StartElection>,
+    ) -> Result<NodeServices, DaemonError> {
+        if !config.cluster.enabled() {
+            return Self::prepare(config, spawner).await;
+        }
+        let Some(start) = start else {
+            return Err("--etcd: this metropolisd was built without etcd support; \
+                        rebuild it with `--features etcd` (its build needs protoc)"
+                .into());
+        };
+        let pki = NodePki::load_or_create(config)?;
+        let client = pki.client_config()?;
+        let dial: Dial = Arc::new(move |address| dialer.dial(address, client.clone()));
+        let handle = start(config, &pki, dial).await?;
+        let mut node = Self::prepare_elected(config, spawner, pki, handle.elected).await?;
+        node.election = std::sync::Mutex::new(Some(handle.stop));
+        Ok(node)
+    }
+
+    /// Stops this instance's election, if it is elected: a leader resigns
+    /// (its successor takes over at once) and calls in flight end with
+    /// "curator shutting down". Call first on shutdown.
+    pub async fn resign(&self) {
+        let stop = self
+            .election
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(stop) = stop {
+            stop.await;
+        }
+    }
+
+    /// Builds the services of one curator instance of several: state in
+    /// `elected.store` (etcd), every call routed by `elected.leadership`
+    /// (served while leading, forwarded to the leader while following,
+    /// held while no leader is known), every write fenced by it. `pki`
+    /// comes from [`NodePki::load_or_create`]. The runtime drives the
+    /// election and stops it on shutdown.
+    pub async fn prepare_elected(
+        config: &Config,
+        spawner: Arc<dyn Spawner>,
+        pki: NodePki,
+        elected: Elected,
+    ) -> Result<NodeServices, DaemonError> {
+        Self::build(config, spawner, pki, Backend::Elected(elected)).await
+    }
+
+    async fn build(
+        config: &Config,
+        spawner: Arc<dyn Spawner>,
+        pki: NodePki,
+        backend: Backend,
+    ) -> Result<NodeServices, DaemonError> {
+        let layout = Layout::new(&config.data_dir);
+        // Reads (the watch cache, this node's registration) go to the
+        // store as is; the services' writes carry the leader's fence.
+        let (raw, kv, embedded, routing): (Arc<dyn KvStore>, Arc<dyn KvStore>, _, _) = match backend
+        {
+            Backend::Embedded(store) => (store.clone(), store.clone(), Some(store), None),
+            Backend::Elected(Elected { store, leadership }) => {
+                let fenced = Arc::new(FencedStore::new(store.clone(), leadership.clone()));
+                let routing: Arc<dyn Routing> = Arc::new(leadership);
+                (store, fenced, None, Some(routing))
+            }
+        };
+        let cache = WatchCache::new(raw.clone(), spawner, WatchCacheOptions::default());
         let kv_for_provisioning = kv.clone();
         let curator =
             CuratorService::new(kv, cache.clone(), Some(Arc::new(Issuer(pki.ca.clone()))));
@@ -393,22 +525,33 @@ impl NodeServices {
             kubernetes_controller: Some(Default::default()),
             ..Default::default()
         };
-        if curator
+        // Create-only (it never overwrites a record), so it needs no
+        // leadership: every instance registers itself once.
+        let registrar = CuratorService::new(raw, cache.clone(), None);
+        if registrar
             .register_node(&pki.node_id, &pki.node_key, roles, common::NodeState::Up)
             .await?
         {
-            tracing::info!(node = %pki.node_id, "registered this node as the first node of the cluster");
+            tracing::info!(node = %pki.node_id, "registered this node in the cluster");
         }
         let provisioning = ProvisioningService::new(
             kv_for_provisioning,
             Arc::new(SystemClock),
             std::time::Duration::from_secs(config.agent_lost_after),
         );
-        let router = Router::new()
+        let mut router = Router::new()
             .with_service(curator.curator_server())
             .with_service(curator.management_server())
             .with_service(provisioning.machine_management_server());
-        let agent_router = Router::new().with_service(provisioning.agent_callback_server());
+        let mut agent_router = Router::new().with_service(provisioning.agent_callback_server());
+        if let Some(routing) = routing {
+            // A follower forwards agents' heartbeats to the leader's curator
+            // port, where only a forwarded call can carry an agent identity.
+            router = router
+                .with_service(provisioning.agent_callback_server())
+                .with_routing(routing.clone());
+            agent_router = agent_router.with_routing(routing);
+        }
         let logs = config
             .logs
             .clone()
@@ -456,7 +599,8 @@ impl NodeServices {
             debug,
             shutdown_grace: std::time::Duration::from_secs(config.shutdown_grace),
             cache,
-            store,
+            store: embedded,
+            election: std::sync::Mutex::new(None),
         })
     }
 
@@ -506,7 +650,8 @@ impl NodeServices {
             ..
         } = self;
         drop((cache, router));
-        if let Ok(store) = Arc::try_unwrap(store)
+        if let Some(store) = store
+            && let Ok(store) = Arc::try_unwrap(store)
             && let Err(e) = store.close()
         {
             tracing::error!(error = %e, "closing the store failed");

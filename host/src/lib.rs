@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod clock;
+pub mod cluster;
 pub mod connect;
 pub mod daemon;
 pub mod grpc;

@@ -73,3 +73,19 @@ pub async fn plain(addr: &str, executor: SmolExecutor) -> Result<Channel, Connec
             source,
         })
 }
+
+/// Dials curator addresses over mutual TLS on smol, the connections
+/// driven by an executor: how a follower reaches the leader.
+#[derive(Clone)]
+pub struct SmolDialer(pub SmolExecutor);
+
+impl metropolis_host::cluster::Dialer for SmolDialer {
+    fn dial(
+        &self,
+        address: String,
+        config: Arc<rustls::ClientConfig>,
+    ) -> futures::future::BoxFuture<'static, Result<Channel, ConnectError>> {
+        let executor = self.0.clone();
+        Box::pin(async move { tls(&address, config, executor).await })
+    }
+}

@@ -6,7 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use metropolis_host::cluster::StartElection;
 use metropolis_host::daemon::{Config, DaemonError, NodeServices, RuntimeKind};
+
+use crate::connect::SmolDialer;
 use metropolis_host::peer::AgentClassifier;
 use metropolis_host::shutdown::{Shutdown, shutdown_pair};
 
@@ -126,9 +129,23 @@ impl Serving {
     }
 }
 
-/// Runs the daemon on `executor` until SIGINT/SIGTERM.
+/// Runs the daemon on `executor` until SIGINT/SIGTERM, over the embedded
+/// store (`--etcd` needs [`run_with`]).
 pub async fn run(config: Config, executor: SmolExecutor) -> Result<(), DaemonError> {
-    let node = NodeServices::prepare(&config, Arc::new(executor.clone())).await?;
+    run_with(config, executor, None).await
+}
+
+/// Runs the daemon on `executor` until SIGINT/SIGTERM; with `--etcd`, as
+/// an elected instance whose election `election` begins (the etcd port lives
+/// in `metropolis-runtime-tokio`, on a dedicated tokio thread).
+pub async fn run_with(
+    config: Config,
+    executor: SmolExecutor,
+    election: Option<StartElection>,
+) -> Result<(), DaemonError> {
+    let dialer = Arc::new(SmolDialer(executor.clone()));
+    let node =
+        NodeServices::prepare_node(&config, Arc::new(executor.clone()), dialer, election).await?;
     let (trigger, shutdown) = shutdown_pair();
     let mut signals =
         async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
@@ -136,6 +153,7 @@ pub async fn run(config: Config, executor: SmolExecutor) -> Result<(), DaemonErr
     node.log_serving(RuntimeKind::Smol, serving.tls_addr, serving.agent_addr);
     signals.next().await;
     tracing::info!("shutting down");
+    node.resign().await;
     node.end_streams();
     trigger.trigger();
     serving.drain(node.shutdown_grace).await;
@@ -147,6 +165,14 @@ pub async fn run(config: Config, executor: SmolExecutor) -> Result<(), DaemonErr
 /// Runs the daemon to completion on smol: a multi-threaded executor (one
 /// thread per core) driving [`run`].
 pub fn block_on_run(config: Config) -> Result<(), DaemonError> {
+    block_on_run_with(config, None)
+}
+
+/// [`block_on_run`] with an election starter (see [`run_with`]).
+pub fn block_on_run_with(
+    config: Config,
+    election: Option<StartElection>,
+) -> Result<(), DaemonError> {
     let executor = Arc::new(smol::Executor::new());
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -160,7 +186,11 @@ pub fn block_on_run(config: Config) -> Result<(), DaemonError> {
             .spawn(move || smol::block_on(ex.run(stopped.recv())))?;
         workers.push(worker);
     }
-    let result = smol::block_on(executor.run(run(config, SmolExecutor::on(executor.clone()))));
+    let result = smol::block_on(executor.run(run_with(
+        config,
+        SmolExecutor::on(executor.clone()),
+        election,
+    )));
     drop(stop);
     for w in workers {
         let _ = w.join();

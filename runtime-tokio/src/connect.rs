@@ -66,3 +66,18 @@ pub async fn plain(addr: &str) -> Result<Channel, ConnectError> {
             source,
         })
 }
+
+/// Dials curator addresses over mutual TLS on the current tokio runtime:
+/// how a follower reaches the leader.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TokioDialer;
+
+impl metropolis_host::cluster::Dialer for TokioDialer {
+    fn dial(
+        &self,
+        address: String,
+        config: Arc<rustls::ClientConfig>,
+    ) -> futures::future::BoxFuture<'static, Result<Channel, ConnectError>> {
+        Box::pin(async move { tls(&address, config).await })
+    }
+}

@@ -5,7 +5,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use metropolis_host::cluster::StartElection;
 use metropolis_host::daemon::{Config, DaemonError, NodeServices, RuntimeKind, init_logging};
+
+use crate::connect::TokioDialer;
 use metropolis_host::peer::AgentClassifier;
 
 use crate::listen::{self, Shutdown, shutdown_pair};
@@ -103,15 +106,36 @@ impl Serving {
     }
 }
 
-/// Runs the daemon on the current tokio runtime until SIGINT/SIGTERM.
+/// The election starter of this build: etcd with the `etcd` feature,
+/// none without.
+pub fn election() -> Option<StartElection> {
+    #[cfg(feature = "etcd")]
+    {
+        Some(crate::etcd::etcd_election())
+    }
+    #[cfg(not(feature = "etcd"))]
+    {
+        None
+    }
+}
+
+/// Runs the daemon on the current tokio runtime until SIGINT/SIGTERM:
+/// over the embedded store, or with `--etcd` as an elected instance.
 pub async fn run(config: Config) -> Result<(), DaemonError> {
-    let node = NodeServices::prepare(&config, Arc::new(TokioSpawner::current())).await?;
+    let node = NodeServices::prepare_node(
+        &config,
+        Arc::new(TokioSpawner::current()),
+        Arc::new(TokioDialer),
+        election(),
+    )
+    .await?;
     let (trigger, shutdown) = shutdown_pair();
     let signals = signals()?;
     let serving = start(&node, shutdown).await?;
     node.log_serving(RuntimeKind::Tokio, serving.tls_addr, serving.agent_addr);
     signals.await;
     tracing::info!("shutting down");
+    node.resign().await;
     node.end_streams();
     trigger.trigger();
     serving.drain(node.shutdown_grace).await;
@@ -148,7 +172,7 @@ pub fn main() -> std::process::ExitCode {
             Ok(rt) => rt.block_on(run(config)),
             Err(e) => Err(format!("cannot start the tokio runtime: {e}").into()),
         },
-        RuntimeKind::Smol => metropolis_runtime_smol::daemon::block_on_run(config),
+        RuntimeKind::Smol => metropolis_runtime_smol::daemon::block_on_run_with(config, election()),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

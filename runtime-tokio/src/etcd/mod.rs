@@ -109,6 +109,7 @@ mod driver;
 mod election;
 mod exec;
 mod lease;
+mod start;
 mod watch;
 
 use std::future::Future;
@@ -127,6 +128,7 @@ use metropolis_core::store::{
 pub use driver::ElectionDriver;
 pub use election::{Election, FencedResponse, Leader, Observation, fence, fence_check};
 pub use lease::{GrantedLease, LeaseKeepAlive, LeaseRenewal};
+pub use start::etcd_election;
 
 use convert::Endpoints;
 use exec::Exec;

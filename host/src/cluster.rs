@@ -1,0 +1,192 @@
+//! Running as one curator instance of several over etcd: the daemon's
+//! flags for it, and what a runtime hands to
+//! [`NodeServices::prepare_elected`](crate::daemon::NodeServices::prepare_elected).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use metropolis_core::identity::NodeId;
+use metropolis_core::leadership::LeadershipConfig;
+use metropolis_core::ports::KvStore;
+use metropolis_core::service::elected::SharedLeadership;
+
+use futures::future::BoxFuture;
+
+use crate::connect::ConnectError;
+use crate::daemon::{Config, DaemonError, NodePki};
+use crate::grpc::Channel;
+use crate::upstream::Dial;
+
+/// The etcd key prefix under which curator instances campaign.
+pub const DEFAULT_ELECTION_PREFIX: &str = "/metropolis/curator/leader/";
+
+/// `metropolisd` flags of an elected instance.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ClusterFlags {
+    /// etcd endpoints (comma-separated or repeated), e.g.
+    /// http://10.0.0.1:2379: keep the cluster's state in etcd and run as one
+    /// of several curator instances, one of which is elected leader and
+    /// serves while the others forward every call to it. Without it the
+    /// embedded store under --data-dir is used and this instance serves
+    /// alone. Needs a daemon built with the `etcd` feature.
+    #[arg(long, value_name = "URL[,URL...]", value_delimiter = ',')]
+    pub etcd: Vec<String>,
+    /// The curator address (HOST:PORT of --listen) other instances reach
+    /// this one at; it is published in the election value while this
+    /// instance leads. Default with --etcd: the --listen address, unless it
+    /// is a wildcard (0.0.0.0 or ::), which needs this flag.
+    #[arg(long, value_name = "HOST:PORT", requires = "etcd")]
+    pub advertise: Option<String>,
+    /// TTL of the leader's etcd lease: a leader that stops renewing it
+    /// (crashed, paused, cut off) is replaced about this long after, and
+    /// its writes are refused from then on.
+    #[arg(long, default_value = "10", value_name = "SECONDS")]
+    pub lease_ttl: u64,
+    /// How long a call waits for a leader to be elected (its own deadline
+    /// may end the wait sooner) before failing Unavailable ("no curator
+    /// leader").
+    #[arg(long, default_value = "10", value_name = "SECONDS")]
+    pub leader_wait: u64,
+    /// The etcd key prefix under which curator instances campaign (the
+    /// same for every instance of one cluster).
+    #[arg(long, default_value = DEFAULT_ELECTION_PREFIX, value_name = "PREFIX")]
+    pub election_prefix: String,
+}
+
+impl ClusterFlags {
+    /// Whether `--etcd` was given.
+    pub fn enabled(&self) -> bool {
+        !self.etcd.is_empty()
+    }
+
+    /// The leadership configuration of node `node_id` listening on
+    /// `listen`; the error names the flag to fix.
+    pub fn leadership_config(
+        &self,
+        node_id: &NodeId,
+        listen: SocketAddr,
+    ) -> Result<LeadershipConfig, DaemonError> {
+        let advertise = match &self.advertise {
+            None if listen.port() == 0 => {
+                return Err(format!(
+                    "--advertise HOST:PORT is needed with --etcd when --listen has port 0 \
+                     ({listen}): other curator instances forward calls to it"
+                )
+                .into());
+            }
+            Some(a) => {
+                let valid = a
+                    .rsplit_once(':')
+                    .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+                if !valid {
+                    return Err(format!("--advertise {a:?}: expected HOST:PORT").into());
+                }
+                a.clone()
+            }
+            None if listen.ip().is_unspecified() => {
+                return Err(format!(
+                    "--advertise HOST:PORT is needed with --etcd when --listen is a wildcard \
+                     address ({listen}): other curator instances forward calls to it"
+                )
+                .into());
+            }
+            None => listen.to_string(),
+        };
+        let config = LeadershipConfig {
+            lease_ttl: Duration::from_secs(self.lease_ttl),
+            max_wait: Duration::from_secs(self.leader_wait),
+            ..LeadershipConfig::new(node_id.to_string(), advertise)
+        };
+        config
+            .validate()
+            .map_err(|e| format!("--lease-ttl/--leader-wait: {e}"))?;
+        Ok(config)
+    }
+}
+
+/// The store and leadership of an elected instance, built by the runtime
+/// (etcd client, election driver) for
+/// [`NodeServices::prepare_elected`](crate::daemon::NodeServices::prepare_elected).
+#[derive(Clone)]
+pub struct Elected {
+    /// The shared store (etcd), unfenced: the services write through a
+    /// [`FencedStore`](metropolis_core::service::elected::FencedStore)
+    /// over it.
+    pub store: Arc<dyn KvStore>,
+    /// The leadership machine the runtime's election driver feeds.
+    pub leadership: SharedLeadership,
+}
+
+/// A running election, as the runtime that started it hands it over.
+pub struct ElectionHandle {
+    /// The store and leadership the services use.
+    pub elected: Elected,
+    /// Stops campaigning (a leader resigns, so a successor need not wait
+    /// for the lease to expire); resolves once done, on any executor.
+    pub stop: BoxFuture<'static, ()>,
+}
+
+/// Opens mutual-TLS connections to curator addresses on a runtime.
+pub trait Dialer: Send + Sync + 'static {
+    /// Connects to `address` (`host:port`) with `config`.
+    fn dial(
+        &self,
+        address: String,
+        config: Arc<rustls::ClientConfig>,
+    ) -> BoxFuture<'static, Result<Channel, ConnectError>>;
+}
+
+/// Starts the election of an elected instance (the etcd port: connect,
+/// campaign, observe), given the daemon's configuration, this node's
+/// PKI and how to reach the leader. Called once, on the daemon's
+/// runtime.
+pub type StartElection = Box<
+    dyn FnOnce(&Config, &NodePki, Dial) -> BoxFuture<'static, Result<ElectionHandle, DaemonError>>
+        + Send,
+>;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn flags(advertise: Option<&str>) -> ClusterFlags {
+        ClusterFlags {
+            etcd: vec!["http://127.0.0.1:2379".into()],
+            advertise: advertise.map(str::to_owned),
+            lease_ttl: 10,
+            leader_wait: 10,
+            election_prefix: DEFAULT_ELECTION_PREFIX.into(),
+        }
+    }
+
+    #[test]
+    fn the_advertised_address_defaults_to_a_specific_listen_address() {
+        let id = NodeId::from_public_key(&[1; 32]);
+        let c = flags(None)
+            .leadership_config(&id, "10.0.0.1:7835".parse().unwrap())
+            .unwrap();
+        assert_eq!(c.curator_address, "10.0.0.1:7835");
+        let e = flags(None)
+            .leadership_config(&id, "0.0.0.0:7835".parse().unwrap())
+            .unwrap_err();
+        assert!(e.to_string().contains("--advertise"), "{e}");
+        let c = flags(Some("node1.example:7835"))
+            .leadership_config(&id, "0.0.0.0:7835".parse().unwrap())
+            .unwrap();
+        assert_eq!(c.curator_address, "node1.example:7835");
+        for bad in ["node1", ":7835", "node1:http"] {
+            let e = flags(Some(bad))
+                .leadership_config(&id, "0.0.0.0:7835".parse().unwrap())
+                .unwrap_err();
+            assert!(e.to_string().contains("--advertise"), "{bad}: {e}");
+        }
+        let mut zero = flags(Some("a:1"));
+        zero.lease_ttl = 0;
+        let e = zero
+            .leadership_config(&id, "0.0.0.0:7835".parse().unwrap())
+            .unwrap_err();
+        assert!(e.to_string().contains("lease"), "{e}");
+    }
+}
