@@ -950,8 +950,9 @@ async fn etcd_down_is_unavailable_naming_the_endpoint_and_recovers() {
     assert_eq!(next(&mut watch).await.unwrap().unwrap().events.len(), 1);
 
     etcd_server.kill();
-    // The open watch ends, saying where to resume.
-    let err = next(&mut watch).await.unwrap().unwrap_err();
+    // The open watch tries to resume for a while, then ends, saying where
+    // to resume.
+    let err = within(10, next(&mut watch)).await.unwrap().unwrap_err();
     assert_unavailable_naming(&err, &url);
     assert!(
         err.to_string()
@@ -1010,6 +1011,40 @@ async fn etcd_down_is_unavailable_naming_the_endpoint_and_recovers() {
     assert_eq!(
         events,
         vec![(EventKind::Put, b("d/k"), r2.revision, Some(b("1")))]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_resumes_across_a_restart_without_missing_a_change() {
+    let mut etcd_server = Etcd::start();
+    let store = connect(&etcd_server).await;
+    let r = store.run_txn(ops(vec![put("r/a", "1")])).await.unwrap();
+    let mut watch = KvStore::watch(&store, KeyRange::Prefix(b("r/")), r.revision);
+    assert_eq!(next(&mut watch).await.unwrap().unwrap().events.len(), 1);
+    etcd_server.restart();
+    // Written once etcd is back, through a second client: the open watch
+    // delivers these, in order, with no error in between.
+    let writer = connect(&etcd_server).await;
+    let mut last = 0;
+    for value in ["2", "3"] {
+        last = writer
+            .run_txn(ops(vec![put("r/a", value)]))
+            .await
+            .unwrap()
+            .revision;
+    }
+    let deleted = writer
+        .run_txn(ops(vec![Op::Delete(KeyRange::Key(b("r/a")))]))
+        .await
+        .unwrap();
+    let (events, _) = collect_until(&mut watch, deleted.revision).await;
+    assert_eq!(
+        events,
+        vec![
+            (EventKind::Put, b("r/a"), last - 1, Some(b("1"))),
+            (EventKind::Put, b("r/a"), last, Some(b("2"))),
+            (EventKind::Delete, b("r/a"), deleted.revision, Some(b("3"))),
+        ]
     );
 }
 

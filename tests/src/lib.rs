@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod etcd;
 pub mod plain_server;
 pub mod registry;
 
@@ -22,6 +23,30 @@ use metropolis_proto::prelude::curator::curator_client::CuratorClient;
 use metropolis_proto::prelude::debug::node_debug_service_client::NodeDebugServiceClient;
 use metropolis_runtime_tokio::connect;
 
+/// Where daemons started by a test keep their state.
+#[derive(Clone)]
+pub enum Backend {
+    /// The embedded store under the data directory.
+    Embedded,
+    /// This etcd (its URLs, comma-separated): each daemon runs elected,
+    /// with a 2 s lease.
+    Etcd(String),
+}
+
+tokio::task_local! {
+    /// The backend of the daemons the current test starts (set by
+    /// [`against_both_runtimes_and_etcd!`]); embedded when unset.
+    pub static BACKEND: Backend;
+}
+
+/// The daemon flags of the current test's backend.
+fn backend_args() -> Vec<String> {
+    match BACKEND.try_with(Backend::clone) {
+        Ok(Backend::Etcd(urls)) => vec!["--etcd".into(), urls, "--lease-ttl".into(), "2".into()],
+        _ => Vec::new(),
+    }
+}
+
 /// A `metropolisd` process.
 pub struct Daemon {
     child: Option<Child>,
@@ -35,6 +60,8 @@ pub struct Daemon {
     pub agent_addr: String,
     /// Its debug listener, `127.0.0.1:port`, when started with one.
     pub debug_addr: Option<String>,
+    /// Whether it runs elected (over etcd).
+    pub elected: bool,
     log: PathBuf,
 }
 
@@ -128,6 +155,8 @@ impl Daemon {
             .append(true)
             .open(&log)
             .unwrap();
+        let backend = backend_args();
+        let elected = !backend.is_empty() || extra.iter().any(|a| a == "--etcd");
         let child = Command::new(daemon_bin())
             .arg("--data-dir")
             .arg(data_dir)
@@ -139,6 +168,7 @@ impl Daemon {
             .arg(runtime.to_string())
             .arg("--log")
             .arg("info")
+            .args(backend)
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -152,6 +182,7 @@ impl Daemon {
             addr,
             agent_addr,
             debug_addr: None,
+            elected,
             log,
         }
     }
@@ -182,7 +213,9 @@ impl Daemon {
                     .debug_addr
                     .as_ref()
                     .is_none_or(|a| std::net::TcpStream::connect(a).is_ok());
-            if sock_ok && tcp_ok {
+            // An elected daemon must have joined the election, too.
+            let joined = !self.elected || self.log().contains("campaigning for curator leadership");
+            if sock_ok && tcp_ok && joined {
                 return Ok(());
             }
             assert!(
@@ -320,6 +353,44 @@ macro_rules! against_both_runtimes {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name($crate::RuntimeKind::Smol).await
+                }
+            )*
+        }
+    };
+}
+
+/// [`against_both_runtimes!`], and the same tests again with each daemon
+/// elected over a fresh one-member etcd (`tokio_etcd::name`,
+/// `smol_etcd::name`).
+#[macro_export]
+macro_rules! against_both_runtimes_and_etcd {
+    ($($name:ident),* $(,)?) => {
+        $crate::against_both_runtimes!($($name),*);
+        mod tokio_etcd {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let etcd = $crate::etcd::Etcd::start();
+                    $crate::BACKEND
+                        .scope(
+                            $crate::Backend::Etcd(etcd.urls()),
+                            super::$name($crate::RuntimeKind::Tokio),
+                        )
+                        .await
+                }
+            )*
+        }
+        mod smol_etcd {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let etcd = $crate::etcd::Etcd::start();
+                    $crate::BACKEND
+                        .scope(
+                            $crate::Backend::Etcd(etcd.urls()),
+                            super::$name($crate::RuntimeKind::Smol),
+                        )
+                        .await
                 }
             )*
         }

@@ -6,7 +6,7 @@
 use futures::StreamExt;
 use metropolis_host::pki::{ClusterCa, client_config};
 use metropolis_proto::prelude::{common, curator};
-use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, curator};
+use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes_and_etcd, curator};
 use tonic::Code;
 
 fn status(addr: &str) -> Option<common::NodeStatus> {
@@ -199,7 +199,7 @@ async fn unauthenticated(rt: RuntimeKind) {
     assert_eq!(ev.nodes.len(), 1);
 }
 
-against_both_runtimes!(
+against_both_runtimes_and_etcd!(
     invalid_argument,
     permission_denied_and_not_found,
     unauthenticated

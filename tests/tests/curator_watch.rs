@@ -12,7 +12,7 @@ use metropolis_core::identity::NodeId;
 use metropolis_host::grpc::Channel;
 use metropolis_proto::prelude::{common, curator};
 use metropolis_proto::version::spec::{Version, version::GitInformation};
-use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, curator};
+use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes_and_etcd, curator};
 use prost::Message;
 
 const LIMIT: usize = 2 * 1024 * 1024;
@@ -251,7 +251,7 @@ async fn next_change(s: &mut tonic::Streaming<curator::WatchEvent>) -> String {
     seen.remove(0)
 }
 
-against_both_runtimes!(
+against_both_runtimes_and_etcd!(
     big_backlog_is_chunked_and_followed_without_gap,
     tombstones_and_node_in_cluster
 );

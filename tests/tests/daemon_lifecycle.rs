@@ -12,7 +12,7 @@ use bytes::{Buf, BufMut};
 use futures::StreamExt;
 use metropolis_host::grpc::Channel;
 use metropolis_proto::prelude::{common, curator};
-use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, curator};
+use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes_and_etcd, curator};
 use prost::Message;
 use tonic::Code;
 
@@ -278,9 +278,16 @@ async fn sigterm_ends_watches_unavailable_and_exits_cleanly(rt: RuntimeKind) {
     assert!(!d.socket.exists());
 }
 
-against_both_runtimes!(
+against_both_runtimes_and_etcd!(
     acknowledged_updates_survive_sigkill,
-    corrupt_store_refuses_to_start,
     malformed_and_oversized_requests_get_errors,
     sigterm_ends_watches_unavailable_and_exits_cleanly
 );
+
+/// The embedded store's own failure mode: not run over etcd.
+mod embedded_only {
+    use super::corrupt_store_refuses_to_start;
+    use metropolis_tests::against_both_runtimes;
+
+    against_both_runtimes!(corrupt_store_refuses_to_start);
+}

@@ -152,6 +152,11 @@ pub struct EtcdConfig {
     pub keep_alive_timeout: Duration,
     /// Largest response accepted, in bytes (default 256 MiB).
     pub max_response_bytes: usize,
+    /// How long a watch whose connection broke (a member restarted, the
+    /// network blinked) keeps trying to resume from where it was before it
+    /// ends with `Unavailable` (default 10 s). Resuming delivers exactly
+    /// the changes it missed, or `Compacted` if they are gone.
+    pub watch_resume: Duration,
 }
 
 impl EtcdConfig {
@@ -163,6 +168,7 @@ impl EtcdConfig {
             keep_alive_interval: Duration::from_secs(10),
             keep_alive_timeout: Duration::from_secs(5),
             max_response_bytes: 256 << 20,
+            watch_resume: Duration::from_secs(10),
         }
     }
 }

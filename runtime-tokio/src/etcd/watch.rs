@@ -1,6 +1,8 @@
 //! Watches of a key or prefix from a revision, with etcd's compaction and
 //! connection loss mapped to the port's errors, and revision order checked.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use etcd_client as ec;
 use etcd_client::proto::PbEvent;
@@ -17,6 +19,10 @@ use super::convert::{describe, describe_range, header_revision, kv};
 /// etcd's sender), so a slow reader costs bounded memory here.
 const WATCH_BUFFER: usize = 16;
 
+/// First and longest pause between attempts to resume a broken watch.
+const RESUME_BACKOFF_MIN: Duration = Duration::from_millis(100);
+const RESUME_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
 /// One etcd watch, read on the tokio runtime: the state behind
 /// [`EtcdStore::watch`](super::EtcdStore::watch) and the election helpers.
 ///
@@ -32,6 +38,8 @@ pub(super) struct RawWatch {
     cursor: Cursor,
     /// Events of a fragmented response, waiting for its last fragment.
     fragments: Vec<PbEvent>,
+    /// Whether it ended because the stream broke (it may be resumed).
+    lost: bool,
 }
 
 /// Where a watch is, and the checks on what etcd delivers.
@@ -125,7 +133,20 @@ impl RawWatch {
                 delivered,
             },
             fragments: Vec::new(),
+            lost: false,
         })
+    }
+
+    /// Whether the last error of [`next`](Self::next) was the stream
+    /// breaking (resumable from [`resume_from`](Self::resume_from)) rather
+    /// than a refusal or a broken contract.
+    pub(super) fn was_lost(&self) -> bool {
+        self.lost
+    }
+
+    /// The revision a resumed watch starts at.
+    pub(super) fn resume_from(&self) -> Revision {
+        self.cursor.delivered + 1
     }
 
     /// The next batch of events. After an error the watch is over.
@@ -167,7 +188,9 @@ impl RawWatch {
     }
 
     /// `Unavailable` for a watch cut off by the connection or etcd.
-    fn lost(&self, cause: impl std::fmt::Display) -> StoreError {
+    fn lost(&mut self, cause: impl std::fmt::Display) -> StoreError {
+        self.lost = true;
+        self.fragments.clear();
         let what = self.what();
         self.inner.endpoints.unavailable(
             &what,
@@ -266,7 +289,11 @@ fn canceled(inner: &Inner, what: &str, resp: &etcd_client::proto::PbWatchRespons
 }
 
 /// A stream of a watch run by a task on the client's runtime: batches in
-/// order, then at most one error, then the end.
+/// order, then at most one error, then the end. A watch whose stream
+/// broke is opened again from the revision after the last one delivered,
+/// with backoff, for up to [`EtcdConfig::watch_resume`](super::EtcdConfig::watch_resume)
+/// (so a member restart costs no error); compaction meanwhile ends it with
+/// `Compacted`.
 pub(super) fn spawn(
     inner: std::sync::Arc<Inner>,
     exec: &super::exec::Exec,
@@ -276,11 +303,44 @@ pub(super) fn spawn(
     let (tx, rx) = mpsc::channel(WATCH_BUFFER);
     exec.spawn(async move {
         let run = async {
-            let mut watch = RawWatch::open(inner, range, start).await?;
+            let resume_for = inner.config.watch_resume;
+            let mut start = start;
+            // When the current outage began; `None` while connected.
+            let mut outage: Option<tokio::time::Instant> = None;
+            let mut backoff = RESUME_BACKOFF_MIN;
             loop {
-                let batch = watch.next().await?;
-                if tx.send(Ok(batch)).await.is_err() {
-                    return Ok(());
+                let mut watch = match RawWatch::open(inner.clone(), range.clone(), start).await {
+                    Ok(watch) => watch,
+                    Err(e @ StoreError::Unavailable(_)) if outage.is_some() => {
+                        let since = outage.map_or(Duration::ZERO, |t| t.elapsed());
+                        if since >= resume_for {
+                            return Err(e);
+                        }
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(RESUME_BACKOFF_MAX);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                if outage.take().is_some() {
+                    tracing::info!(from = start, "etcd watch resumed");
+                }
+                backoff = RESUME_BACKOFF_MIN;
+                loop {
+                    match watch.next().await {
+                        Ok(batch) => {
+                            if tx.send(Ok(batch)).await.is_err() {
+                                return Ok(());
+                            }
+                        }
+                        Err(e) if watch.was_lost() && !resume_for.is_zero() => {
+                            tracing::warn!(error = %e, "etcd watch broke; resuming");
+                            start = watch.resume_from();
+                            outage = Some(tokio::time::Instant::now());
+                            break;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
             }
         };
@@ -295,8 +355,6 @@ pub(super) fn spawn(
     exec.stream(rx)
 }
 
-/// The keys and their metadata under `range` as of the events applied:
-/// what the election helpers keep to follow candidates.
 pub(super) fn apply(
     state: &mut std::collections::BTreeMap<Bytes, metropolis_core::store::KeyValue>,
     events: Vec<Event>,
