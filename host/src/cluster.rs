@@ -40,14 +40,20 @@ pub struct ClusterFlags {
     pub advertise: Option<String>,
     /// TTL of the leader's etcd lease: a leader that stops renewing it
     /// (crashed, paused, cut off) is replaced about this long after, and
-    /// its writes are refused from then on.
-    #[arg(long, default_value = "10", value_name = "SECONDS")]
+    /// its writes are refused from then on. Shorter means faster failover
+    /// but more renewals, and a leader lost to a shorter stall.
+    #[arg(long, default_value = "60", value_name = "SECONDS")]
     pub lease_ttl: u64,
     /// How long a call waits for a leader to be elected (its own deadline
     /// may end the wait sooner) before failing Unavailable ("no curator
     /// leader").
     #[arg(long, default_value = "10", value_name = "SECONDS")]
     pub leader_wait: u64,
+    /// Longest wait for an answer from etcd to any request (connecting
+    /// included); a call whose store request gets none fails Unavailable,
+    /// naming the etcd endpoints.
+    #[arg(long, default_value = "5", value_name = "SECONDS")]
+    pub etcd_request_timeout: u64,
     /// The etcd key prefix under which curator instances campaign (the
     /// same for every instance of one cluster).
     #[arg(long, default_value = DEFAULT_ELECTION_PREFIX, value_name = "PREFIX")]
@@ -157,6 +163,7 @@ mod tests {
             advertise: advertise.map(str::to_owned),
             lease_ttl: 10,
             leader_wait: 10,
+            etcd_request_timeout: 5,
             election_prefix: DEFAULT_ELECTION_PREFIX.into(),
         }
     }

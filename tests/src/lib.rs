@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod cluster;
 pub mod etcd;
 pub mod plain_server;
 pub mod registry;
@@ -242,6 +243,17 @@ impl Daemon {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Sends `signal` (e.g. `STOP`, `CONT`) to the process.
+    pub fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("daemon running");
+        let ok = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(ok.success(), "kill -{signal} failed");
     }
 
     /// Kills the process with SIGKILL.

@@ -11,7 +11,7 @@ use metropolis_proto::metropolis::node::core::curator::proto::private::{
 };
 use metropolis_proto::prelude::agent::agent_callback_client::AgentCallbackClient;
 use metropolis_proto::prelude::{agent, debug as api, hwreport};
-use metropolis_tests::{AgentKey, Daemon, RuntimeKind, against_both_runtimes};
+use metropolis_tests::{AgentKey, Daemon, RuntimeKind, against_both_runtimes_and_etcd};
 use prost::Message;
 use tonic::Code;
 
@@ -331,4 +331,4 @@ async fn refusals(rt: RuntimeKind) {
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
 }
 
-against_both_runtimes!(full_flow, refusals);
+against_both_runtimes_and_etcd!(full_flow, refusals);

@@ -16,11 +16,14 @@ use crate::leadership::LeadershipError;
 
 /// A response body that ends with `grpc-status` trailers carrying the
 /// cancellation's error once `cancelled` resolves, and drops `finished`
-/// when it ends (or is dropped).
+/// when it ends (or is dropped). For a forwarded call, a failure of the
+/// leader's body (the leader died, its connection broke) ends it the same
+/// way, as "backend switched", instead of resetting the caller's stream.
 pub(crate) struct RoutedBody {
     inner: Body,
     cancelled: Option<BoxFuture<'static, LeadershipError>>,
     finished: Option<Box<dyn Send + Sync>>,
+    forwarded: bool,
     ended: bool,
 }
 
@@ -29,11 +32,13 @@ impl RoutedBody {
         inner: Body,
         cancelled: BoxFuture<'static, LeadershipError>,
         finished: Box<dyn Send + Sync>,
+        forwarded: bool,
     ) -> RoutedBody {
         RoutedBody {
             inner,
             cancelled: Some(cancelled),
             finished: Some(finished),
+            forwarded,
             ended: false,
         }
     }
@@ -76,6 +81,16 @@ impl HttpBody for RoutedBody {
             Poll::Ready(None) => {
                 this.end();
                 Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) if this.forwarded => {
+                this.end();
+                let status = tonic::Status::unavailable(format!(
+                    "{} (the leader's stream broke: {e})",
+                    LeadershipError::BackendSwitched
+                ));
+                let mut headers = HeaderMap::new();
+                let _ = status.add_header(&mut headers);
+                Poll::Ready(Some(Ok(Frame::trailers(headers))))
             }
             Poll::Ready(Some(Err(e))) => {
                 this.end();
@@ -123,7 +138,7 @@ mod tests {
         let (_keep, inner) =
             futures::channel::mpsc::channel::<Result<Frame<Bytes>, tonic::Status>>(1);
         let inner = Body::new(http_body_util::StreamBody::new(inner));
-        let mut body = RoutedBody::new(inner, cancelled, Box::new(Flag(done.clone())));
+        let mut body = RoutedBody::new(inner, cancelled, Box::new(Flag(done.clone())), false);
         assert!(
             body.frame().now_or_never().is_none(),
             "pending while the role lasts"
@@ -138,12 +153,39 @@ mod tests {
     }
 
     #[test]
+    fn a_broken_leader_stream_ends_a_forwarded_call_unavailable() {
+        let broken = futures::stream::iter([
+            Ok(Frame::data(Bytes::from_static(b"x"))),
+            Err(tonic::Status::unknown("connection reset")),
+        ]);
+        let inner = Body::new(http_body_util::StreamBody::new(broken));
+        let mut body = RoutedBody::new(
+            inner,
+            futures::future::pending().boxed(),
+            Box::new(()),
+            true,
+        );
+        assert!(
+            futures::executor::block_on(body.frame())
+                .unwrap()
+                .unwrap()
+                .is_data()
+        );
+        let frame = futures::executor::block_on(body.frame()).unwrap().unwrap();
+        let status = tonic::Status::from_header_map(frame.trailers_ref().unwrap()).unwrap();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(status.message().contains("connection reset"), "{status:?}");
+        assert!(futures::executor::block_on(body.frame()).is_none());
+    }
+
+    #[test]
     fn a_body_that_ends_releases_the_call() {
         let done = Arc::new(AtomicBool::new(false));
         let mut body = RoutedBody::new(
             Body::new(http_body_util::Full::new(Bytes::from_static(b"x"))),
             futures::future::pending().boxed(),
             Box::new(Flag(done.clone())),
+            false,
         );
         let frame = futures::executor::block_on(body.frame()).unwrap().unwrap();
         assert_eq!(frame.into_data().unwrap(), Bytes::from_static(b"x"));

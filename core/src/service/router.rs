@@ -141,6 +141,7 @@ impl Router {
                 Ok(routed) => routed,
                 Err(e) => return e.to_status().into_http(),
             };
+            let forwarding = matches!(routed.destination, Destination::Forward(_));
             let response = match routed.destination {
                 Destination::Serve => service.call(request),
                 // The sender took us for the leader; we are not (any more).
@@ -151,8 +152,14 @@ impl Router {
             };
             let mut cancelled = routed.cancelled;
             match futures::future::select(response, &mut cancelled).await {
-                Either::Left((response, _)) => response
-                    .map(|body| Body::new(RoutedBody::new(body, cancelled, routed.finished))),
+                Either::Left((response, _)) => response.map(|body| {
+                    Body::new(RoutedBody::new(
+                        body,
+                        cancelled,
+                        routed.finished,
+                        forwarding,
+                    ))
+                }),
                 // The role ended before the call answered: its future is
                 // dropped here, so it writes nothing more.
                 Either::Right((error, _)) => error.to_status().into_http(),

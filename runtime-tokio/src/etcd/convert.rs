@@ -45,6 +45,19 @@ impl Endpoints {
     }
 }
 
+/// Whether `err` says the request never reached etcd: the connection to
+/// the member was refused or could not be made (it is down), so making
+/// the call again cannot apply it twice.
+pub(super) fn never_sent(err: &ec::Error) -> bool {
+    matches!(err, ec::Error::GRpcStatus(status) if status.code() == tonic::Code::Unavailable)
+        && describe(err).contains("tcp connect error")
+}
+
+/// Whether `err` is etcd (or the connection to it) answering Unavailable.
+pub(super) fn unavailable(err: &ec::Error) -> bool {
+    matches!(err, ec::Error::GRpcStatus(status) if status.code() == tonic::Code::Unavailable)
+}
+
 /// An etcd-client error as one line: the gRPC code and message, or the
 /// error, then its sources (leaving out any that a later, more detailed
 /// one repeats: tonic's sources often do).

@@ -200,11 +200,51 @@ impl Inner {
         }
     }
 
+    /// [`timed`](Self::timed), with a call that never reached etcd (the
+    /// connection to the member the client picked was refused: a member is
+    /// down) made again, so that it lands on another member, while the
+    /// request timeout allows. A write that may have reached etcd is never
+    /// repeated; a `read` is also repeated after any Unavailable answer
+    /// (e.g. "leader changed" while etcd elects a new leader).
+    async fn timed_retrying<T, F, Fut>(
+        &self,
+        what: &str,
+        lease: Option<LeaseId>,
+        read: bool,
+        mut call: F,
+    ) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ec::Error>>,
+    {
+        let timeout = self.config.request_timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match tokio::time::timeout_at(deadline, call()).await {
+                Err(_) => return Err(self.endpoints.timed_out(what, timeout)),
+                Ok(Err(e))
+                    if (convert::never_sent(&e) || (read && convert::unavailable(&e)))
+                        && tokio::time::Instant::now() + pause < deadline =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                Ok(Err(e)) => return Err(self.endpoints.error(what, lease, &e)),
+                Ok(Ok(v)) => return Ok(v),
+            }
+        }
+    }
+
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, StoreError> {
         let what = "transaction";
-        let mut kv = self.kv.clone();
+        let request = convert::txn(&txn);
         let resp = self
-            .timed(what, convert::txn_lease(&txn), kv.txn(convert::txn(&txn)))
+            .timed_retrying(what, convert::txn_lease(&txn), txn_is_read(&txn), || {
+                let mut kv = self.kv.clone();
+                let request = request.clone();
+                async move { kv.txn(request).await }
+            })
             .await?;
         convert::txn_response(&txn, resp).map_err(|e| self.endpoints.unavailable(what, e))
     }
@@ -213,8 +253,14 @@ impl Inner {
     async fn range(&self, range: KeyRange) -> Result<(Vec<KeyValue>, Revision), StoreError> {
         let what = format!("read {}", convert::describe_range(&range));
         let (key, options) = convert::get_options(&range);
-        let mut kv = self.kv.clone();
-        let resp = self.timed(&what, None, kv.get(key, options)).await?.0;
+        let resp = self
+            .timed_retrying(&what, None, true, || {
+                let mut kv = self.kv.clone();
+                let (key, options) = (key.clone(), options.clone());
+                async move { kv.get(key, options).await }
+            })
+            .await?
+            .0;
         if resp.more {
             return Err(self.endpoints.unavailable(&what, "the range was cut short"));
         }
@@ -222,6 +268,14 @@ impl Inner {
             .map_err(|e| self.endpoints.unavailable(&what, e))?;
         Ok((resp.kvs.into_iter().map(convert::kv).collect(), revision))
     }
+}
+
+/// Whether `txn` only reads (every branch only ranges): safe to repeat.
+fn txn_is_read(txn: &Txn) -> bool {
+    txn.success
+        .iter()
+        .chain(&txn.failure)
+        .all(|op| matches!(op, metropolis_core::store::Op::Range(_)))
 }
 
 /// A [`KvStore`] over etcd, with leases and elections (see the [module

@@ -290,9 +290,10 @@ fn canceled(inner: &Inner, what: &str, resp: &etcd_client::proto::PbWatchRespons
 
 /// A stream of a watch run by a task on the client's runtime: batches in
 /// order, then at most one error, then the end. A watch whose stream
-/// broke is opened again from the revision after the last one delivered,
-/// with backoff, for up to [`EtcdConfig::watch_resume`](super::EtcdConfig::watch_resume)
-/// (so a member restart costs no error); compaction meanwhile ends it with
+/// broke, or that could not be opened, is opened again from the revision
+/// after the last one delivered, with backoff, for up to
+/// [`EtcdConfig::watch_resume`](super::EtcdConfig::watch_resume) (so a
+/// member restart costs no error); compaction meanwhile ends it with
 /// `Compacted`.
 pub(super) fn spawn(
     inner: std::sync::Arc<Inner>,
@@ -311,9 +312,11 @@ pub(super) fn spawn(
             loop {
                 let mut watch = match RawWatch::open(inner.clone(), range.clone(), start).await {
                     Ok(watch) => watch,
-                    Err(e @ StoreError::Unavailable(_)) if outage.is_some() => {
-                        let since = outage.map_or(Duration::ZERO, |t| t.elapsed());
-                        if since >= resume_for {
+                    Err(e @ StoreError::Unavailable(_)) => {
+                        // Opening failed (first or resuming): an outage
+                        // too, retried within the same window.
+                        let since = outage.get_or_insert_with(tokio::time::Instant::now);
+                        if since.elapsed() >= resume_for {
                             return Err(e);
                         }
                         tokio::time::sleep(backoff).await;
@@ -323,7 +326,7 @@ pub(super) fn spawn(
                     Err(e) => return Err(e),
                 };
                 if outage.take().is_some() {
-                    tracing::info!(from = start, "etcd watch resumed");
+                    tracing::info!(from = start, "etcd watch (re)opened after an outage");
                 }
                 backoff = RESUME_BACKOFF_MIN;
                 loop {
