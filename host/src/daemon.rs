@@ -518,8 +518,13 @@ impl NodeServices {
         };
         let cache = WatchCache::new(raw.clone(), spawner, WatchCacheOptions::default());
         let kv_for_provisioning = kv.clone();
-        let curator =
-            CuratorService::new(kv, cache.clone(), Some(Arc::new(Issuer(pki.ca.clone()))));
+        // Watches opened after a write see it (read your writes), even
+        // though the cache follows the store asynchronously.
+        let curator = CuratorService::new(
+            cache.track_writes(kv),
+            cache.clone(),
+            Some(Arc::new(Issuer(pki.ca.clone()))),
+        );
         let roles = common::NodeRoles {
             consensus_member: Some(Default::default()),
             kubernetes_controller: Some(Default::default()),

@@ -12,7 +12,7 @@ use tonic::Status;
 
 use crate::curator::{NODES_PREFIX, cached_node, id_from_key};
 use crate::ports::{KvStore, Spawner};
-use crate::store::{EventKind, KeyRange, Op, OpResult, StoreError, Txn};
+use crate::store::{EventKind, KeyRange, Op, OpResult, Revision, StoreError, Txn};
 use crate::watch::{MAX_EVENT_BYTES, NodeCache, NodeChange, NodeWatch, NodesWatch};
 
 /// Tunables of the watch cache.
@@ -39,6 +39,10 @@ struct Slot {
     machine: Machine,
     waker: Option<Waker>,
     end: Option<Status>,
+    /// The stream says nothing until the cache has caught up with this
+    /// revision: the last node write acknowledged through this process
+    /// when the stream opened (so a client sees its own writes).
+    after: Revision,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -59,6 +63,9 @@ struct Shared {
     generation: u64,
     streams: BTreeMap<u64, Slot>,
     next_stream: u64,
+    /// The revision of the last write to nodes acknowledged through
+    /// [`WatchCache::track_writes`].
+    written: Revision,
 }
 
 impl Shared {
@@ -133,6 +140,7 @@ impl WatchCache {
             generation: 0,
             streams: BTreeMap::new(),
             next_stream: 0,
+            written: 0,
         };
         WatchCache {
             shared: Arc::new(Mutex::new(shared)),
@@ -175,12 +183,14 @@ impl WatchCache {
         let id = shared.next_stream;
         shared.next_stream += 1;
         let machine = make(&shared.cache);
+        let after = shared.written;
         shared.streams.insert(
             id,
             Slot {
                 machine,
                 waker: None,
                 end: None,
+                after,
             },
         );
         if shared.state == State::Idle {
@@ -212,6 +222,105 @@ fn to_change(event: &crate::store::Event) -> Option<NodeChange> {
                 revision: event.kv.mod_revision,
             })
         }
+    }
+}
+
+impl WatchCache {
+    /// `store`, with every acknowledged transaction that changed a node
+    /// noted: a `Watch` opened afterwards says nothing until the cache has
+    /// caught up with it, so that a client reading after its own write
+    /// (through this process, e.g. the leader) sees it. Give the services
+    /// this store for their writes.
+    pub fn track_writes(&self, store: Arc<dyn KvStore>) -> Arc<dyn KvStore> {
+        Arc::new(TrackedStore {
+            inner: store,
+            shared: self.shared.clone(),
+        })
+    }
+}
+
+/// See [`WatchCache::track_writes`].
+struct TrackedStore {
+    inner: Arc<dyn KvStore>,
+    shared: Arc<Mutex<Shared>>,
+}
+
+/// Which operations of a branch may change a node: whether one puts a
+/// node key, and the positions of its deletes (whose results say whether
+/// they removed a node: a delete of nothing makes no event the cache could
+/// wait for).
+#[derive(Default)]
+struct NodeWrites {
+    puts: bool,
+    deletes: Vec<usize>,
+}
+
+impl NodeWrites {
+    fn of(ops: &[Op]) -> NodeWrites {
+        let mut w = NodeWrites::default();
+        for (i, op) in ops.iter().enumerate() {
+            match op {
+                Op::Put { key, .. } => w.puts |= key.starts_with(NODES_PREFIX),
+                Op::Delete(_) => w.deletes.push(i),
+                Op::Range(_) => {}
+            }
+        }
+        w
+    }
+
+    fn changed(&self, results: &[OpResult]) -> bool {
+        self.puts
+            || self.deletes.iter().any(|&i| {
+                matches!(results.get(i), Some(OpResult::Delete(deleted))
+                    if deleted.iter().any(|kv| kv.key.starts_with(NODES_PREFIX)))
+            })
+    }
+}
+
+impl KvStore for TrackedStore {
+    fn txn(
+        &self,
+        txn: Txn,
+    ) -> futures::future::BoxFuture<'static, Result<crate::store::TxnResponse, StoreError>> {
+        let success = NodeWrites::of(&txn.success);
+        let failure = NodeWrites::of(&txn.failure);
+        let reads_only = !success.puts
+            && success.deletes.is_empty()
+            && !failure.puts
+            && failure.deletes.is_empty();
+        let sent = self.inner.txn(txn);
+        if reads_only {
+            return sent;
+        }
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let response = sent.await?;
+            let branch = if response.succeeded {
+                &success
+            } else {
+                &failure
+            };
+            if branch.changed(&response.results) {
+                let mut s = lock(&shared);
+                s.written = s.written.max(response.revision);
+            }
+            Ok(response)
+        })
+    }
+
+    fn read_for_update(
+        &self,
+        range: KeyRange,
+    ) -> futures::future::BoxFuture<'static, Result<Vec<crate::store::KeyValue>, StoreError>> {
+        self.inner.read_for_update(range)
+    }
+
+    fn watch(
+        &self,
+        range: KeyRange,
+        start_revision: Revision,
+    ) -> futures::stream::BoxStream<'static, Result<crate::ports::WatchBatch, StoreError>> {
+        self.inner.watch(range, start_revision)
     }
 }
 
@@ -269,6 +378,16 @@ async fn drive(shared: Arc<Mutex<Shared>>, store: Arc<dyn KvStore>, generation: 
                         }
                     }
                     s.cache.handle_progress(batch.revision);
+                    // Streams held back until the cache reached a revision.
+                    let revision = s.cache.revision();
+                    for slot in s.streams.values_mut() {
+                        if slot.after > 0
+                            && slot.after <= revision
+                            && let Some(w) = slot.waker.take()
+                        {
+                            w.wake();
+                        }
+                    }
                 }
                 Some(Err(StoreError::Compacted { compact_revision })) => {
                     tracing::warn!(
@@ -317,7 +436,7 @@ impl Stream for WatchStream {
             s.streams.remove(&self.id);
             return Poll::Ready(Some(Err(status)));
         }
-        if s.state == State::Ready {
+        if s.state == State::Ready && s.cache.revision() >= slot.after {
             let event = match &mut slot.machine {
                 Machine::Nodes(m) => m.poll_event(&s.cache),
                 Machine::Node(m) => m.poll_event(),
@@ -336,3 +455,7 @@ impl Drop for WatchStream {
         lock(&self.shared).streams.remove(&self.id);
     }
 }
+
+#[cfg(test)]
+#[path = "watch_cache_tests.rs"]
+mod tests;

@@ -1,0 +1,120 @@
+//! The watch cache holding back a stream until it has caught up with the
+//! writes acknowledged before the stream opened.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::{Arc, Mutex};
+
+use futures::channel::mpsc;
+use futures::executor::block_on;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
+use metropolis_proto::prelude::common;
+
+use super::*;
+use crate::identity::NodeId;
+use crate::ports::WatchBatch;
+use crate::service::CuratorService;
+use crate::store::{MemStore, TxnResponse};
+
+/// The store model whose watch delivers only what the test forwards: a
+/// watch that lags as much as the test wants.
+struct Lagging {
+    store: Mutex<MemStore>,
+    watchers: Mutex<Vec<mpsc::UnboundedSender<Result<WatchBatch, StoreError>>>>,
+}
+
+impl KvStore for Lagging {
+    fn txn(&self, txn: Txn) -> BoxFuture<'static, Result<TxnResponse, StoreError>> {
+        let result = self.store.lock().unwrap().txn(&txn);
+        Box::pin(futures::future::ready(result))
+    }
+
+    fn watch(
+        &self,
+        _: KeyRange,
+        _: Revision,
+    ) -> BoxStream<'static, Result<WatchBatch, StoreError>> {
+        let (tx, rx) = mpsc::unbounded();
+        self.watchers.lock().unwrap().push(tx);
+        rx.boxed()
+    }
+}
+
+impl Lagging {
+    /// Delivers the events of `revision` to the open watches.
+    fn deliver(&self, revision: Revision) {
+        let batch = {
+            let mut store = self.store.lock().unwrap();
+            let id = store
+                .watch(
+                    KeyRange::Prefix(bytes::Bytes::from_static(NODES_PREFIX)),
+                    revision,
+                )
+                .unwrap();
+            let batch = store.poll_watch_up_to(id, revision);
+            store.cancel_watch(id);
+            batch.unwrap().unwrap()
+        };
+        for w in self.watchers.lock().unwrap().iter() {
+            let _ = w.unbounded_send(Ok(batch.clone()));
+        }
+    }
+}
+
+/// Runs background tasks on threads of their own.
+struct Threads;
+
+impl Spawner for Threads {
+    fn spawn(&self, task: Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>) {
+        std::thread::spawn(move || block_on(task));
+    }
+}
+
+fn next_event(stream: &mut WatchStream) -> EncodedWatchEvent {
+    block_on(stream.next()).unwrap().unwrap()
+}
+
+#[test]
+fn a_stream_waits_for_the_writes_acknowledged_before_it_opened() {
+    let store = Arc::new(Lagging {
+        store: Mutex::new(MemStore::new()),
+        watchers: Mutex::new(Vec::new()),
+    });
+    let cache = WatchCache::new(
+        store.clone(),
+        Arc::new(Threads),
+        WatchCacheOptions::default(),
+    );
+    // A first stream starts the cache: an empty backlog.
+    let mut first = cache.watch_nodes();
+    let empty = next_event(&mut first);
+    assert!(empty.is_last_backlogged() && empty.nodes.is_empty());
+    // A node written through the tracked store, not yet seen by the cache.
+    let curator = CuratorService::new(cache.track_writes(store.clone()), cache.clone(), None);
+    let id = NodeId::from_public_key(&[3; 32]);
+    let written = block_on(curator.register_node(
+        &id,
+        &[3; 32],
+        common::NodeRoles::default(),
+        common::NodeState::Up,
+    ))
+    .unwrap();
+    assert!(written);
+    let mut second = cache.watch_nodes();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(
+        second.next().now_or_never().is_none(),
+        "the backlog must wait for the acknowledged write"
+    );
+    // The cache catches up: the backlog holds the node.
+    let revision = store.store.lock().unwrap().revision();
+    store.deliver(revision);
+    let backlog = next_event(&mut second);
+    assert_eq!(backlog.nodes.len(), 1, "{backlog:?}");
+    assert!(backlog.is_last_backlogged());
+    // The first stream, opened before the write, got it as a change.
+    let change = next_event(&mut first);
+    assert_eq!(change.nodes.len(), 1, "{change:?}");
+}
