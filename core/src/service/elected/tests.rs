@@ -378,3 +378,153 @@ fn a_served_stream_ends_unavailable_when_leadership_ends() {
 impl Endless {
     const NAME_FOR_TESTS: &'static str = <Endless as tonic::server::NamedService>::NAME;
 }
+
+mod random {
+    //! Random interleavings of calls and election inputs against the
+    //! shared machine: every call gets exactly one route, a routed call is
+    //! cancelled exactly when its role ends while it runs, and nothing is
+    //! left behind once every call is gone.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// A call arrives, with a timeout in ms (None: none).
+        Call(Option<u64>),
+        /// The i-th oldest live call goes away.
+        Drop(usize),
+        /// Time passes (ms), then the timer input.
+        Advance(u64),
+        /// This instance wins with a fresh key.
+        Win,
+        /// Another instance is observed leading (newer key).
+        ObserveOther,
+        /// The current lease is lost.
+        LoseLease,
+        /// A write through the fenced store.
+        Write,
+        /// The election key is deleted behind our back.
+        DeleteKey,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => prop::option::of(0u64..3000).prop_map(Step::Call),
+            3 => (0usize..8).prop_map(Step::Drop),
+            2 => (0u64..4000).prop_map(Step::Advance),
+            1 => Just(Step::Win),
+            1 => Just(Step::ObserveOther),
+            1 => Just(Step::LoseLease),
+            2 => Just(Step::Write),
+            1 => Just(Step::DeleteKey),
+        ]
+    }
+
+    /// A call as the test holds it.
+    enum Live {
+        Waiting(BoxFuture<'static, Result<Routed, LeadershipError>>),
+        Routed {
+            routed: Routed,
+            /// The epoch it was routed in.
+            epoch: u64,
+        },
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        #[test]
+        fn calls_end_once_and_leave_nothing_behind(steps in prop::collection::vec(step(), 1..60)) {
+            let s = setup();
+            let mut live: Vec<Live> = Vec::new();
+            let mut campaign = s.campaign;
+            let mut revision = 100;
+            for step in steps {
+                match step {
+                    Step::Call(ms) => {
+                        live.push(Live::Waiting(s.shared.route(ms.map(Duration::from_millis))));
+                    }
+                    Step::Drop(i) => {
+                        if !live.is_empty() {
+                            let i = i % live.len();
+                            live.remove(i);
+                        }
+                    }
+                    Step::Advance(ms) => {
+                        s.clock.advance(Duration::from_millis(ms));
+                        s.shared.input(|m, now| m.handle_timeout(now));
+                    }
+                    Step::Win => {
+                        // Only the current campaign's win counts.
+                        let rev = s.model.put("election/a", "node-a");
+                        let key = ElectionKey { key: Bytes::from_static(b"election/a"), create_revision: rev };
+                        s.shared.input(|m, now| {
+                            m.handle_lease_granted(now, LeaseGrant { campaign, lease: 7, ttl: TTL, sent_at: now });
+                            m.handle_campaign_won(now, campaign, key);
+                        });
+                    }
+                    Step::ObserveOther => {
+                        revision += 1000;
+                        s.observe("node-b", revision);
+                    }
+                    Step::LoseLease => {
+                        s.shared.input(|m, now| m.handle_lease_lost(now, campaign));
+                    }
+                    Step::Write => {
+                        let leading = s.shared.role().is_leader();
+                        let result = block_on(s.store().txn(put("nodes/x", "v")));
+                        // A write commits only while leading.
+                        if result.is_ok() {
+                            prop_assert!(leading, "a write committed while not leading");
+                        }
+                    }
+                    Step::DeleteKey => s.model.delete("election/a"),
+                }
+                // Follow the machine's campaigns.
+                while let Some(action) = s.shared.poll_action() {
+                    if let Action::Campaign { campaign: c, .. } = action {
+                        campaign = c;
+                    }
+                }
+                // Settle: waiting calls that got a route become routed.
+                let epoch = s.shared.epoch().get();
+                let mut next = Vec::new();
+                for call in live.drain(..) {
+                    match call {
+                        Live::Waiting(mut f) => match (&mut f).now_or_never() {
+                            None => next.push(Live::Waiting(f)),
+                            Some(Ok(routed)) => next.push(Live::Routed { routed, epoch }),
+                            // Rejected: its one outcome.
+                            Some(Err(e)) => prop_assert!(matches!(
+                                e,
+                                LeadershipError::NoLeader | LeadershipError::ShuttingDown
+                            )),
+                        },
+                        Live::Routed { mut routed, epoch: e } => {
+                            match (&mut routed.cancelled).now_or_never() {
+                                // Cancelled exactly when its role ended.
+                                Some(_) => prop_assert!(e != epoch, "cancelled within its role"),
+                                None => {
+                                    prop_assert!(e == epoch, "not cancelled after its role ended");
+                                    next.push(Live::Routed { routed, epoch: e });
+                                }
+                            }
+                        }
+                    }
+                }
+                live = next;
+                let (waiting, in_flight) = s.shared.input(|m, _| (m.waiting(), m.in_flight()));
+                let held_waiting = live.iter().filter(|c| matches!(c, Live::Waiting(_))).count();
+                let held_routed = live.len() - held_waiting;
+                prop_assert_eq!(waiting, held_waiting);
+                prop_assert_eq!(in_flight, held_routed);
+            }
+            drop(live);
+            let (waiting, in_flight) = s.shared.input(|m, _| (m.waiting(), m.in_flight()));
+            prop_assert_eq!((waiting, in_flight), (0, 0));
+            prop_assert!(lock(&s.shared.inner.state).calls.is_empty(), "call bookkeeping leaked");
+        }
+    }
+}
