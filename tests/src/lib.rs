@@ -20,6 +20,7 @@ use metropolis_host::pki::{Credentials, client_config};
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
     AddNodeRequest, node_management_client::NodeManagementClient,
 };
+use metropolis_proto::prelude::curator;
 use metropolis_proto::prelude::curator::curator_client::CuratorClient;
 use metropolis_proto::prelude::debug::node_debug_service_client::NodeDebugServiceClient;
 use metropolis_runtime_tokio::connect;
@@ -382,13 +383,7 @@ macro_rules! against_both_runtimes_and_etcd {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    let etcd = $crate::etcd::Etcd::start();
-                    $crate::BACKEND
-                        .scope(
-                            $crate::Backend::Etcd(etcd.urls()),
-                            super::$name($crate::RuntimeKind::Tokio),
-                        )
-                        .await
+                    $crate::on_etcd($crate::RuntimeKind::Tokio, super::$name).await
                 }
             )*
         }
@@ -396,17 +391,33 @@ macro_rules! against_both_runtimes_and_etcd {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    let etcd = $crate::etcd::Etcd::start();
-                    $crate::BACKEND
-                        .scope(
-                            $crate::Backend::Etcd(etcd.urls()),
-                            super::$name($crate::RuntimeKind::Smol),
-                        )
-                        .await
+                    $crate::on_etcd($crate::RuntimeKind::Smol, super::$name).await
                 }
             )*
         }
     };
+}
+
+/// Runs `test` against `runtime` with every daemon it starts elected over
+/// a fresh one-member etcd (see [`against_both_runtimes_and_etcd!`]).
+pub async fn on_etcd<F: std::future::Future<Output = ()>>(
+    runtime: RuntimeKind,
+    test: impl FnOnce(RuntimeKind) -> F,
+) {
+    let etcd = etcd::Etcd::start();
+    BACKEND
+        .scope(Backend::Etcd(etcd.urls()), test(runtime))
+        .await
+}
+
+/// Opens a `Watch(NodesInCluster)` stream over `channel`.
+pub async fn watch_nodes(channel: Channel) -> tonic::Streaming<curator::WatchEvent> {
+    let kind = curator::watch_request::Kind::NodesInCluster(Default::default());
+    curator(channel)
+        .watch(curator::WatchRequest { kind: Some(kind) })
+        .await
+        .unwrap()
+        .into_inner()
 }
 
 /// A provisioning agent's credentials: its Ed25519 key, the self-signed

@@ -25,7 +25,7 @@ use metropolis_proto::prelude::{common, curator, storage};
 use metropolis_runtime_tokio::etcd::EtcdStore;
 use metropolis_tests::cluster::{Curators, LEASE_TTL_S};
 use metropolis_tests::etcd::Etcd;
-use metropolis_tests::{AgentKey, Daemon, RuntimeKind, curator};
+use metropolis_tests::{AgentKey, Daemon, RuntimeKind, curator, watch_nodes};
 use prost::Message;
 use tonic::Code;
 
@@ -63,15 +63,6 @@ async fn update_own(
 
 async fn update(d: &Daemon, address: &str, seq: i64) -> Result<(), tonic::Status> {
     update_own(d.unix().await, &d.node_id(), address, seq).await
-}
-
-async fn watch_nodes(channel: Channel) -> tonic::Streaming<curator::WatchEvent> {
-    let kind = curator::watch_request::Kind::NodesInCluster(Default::default());
-    curator(channel)
-        .watch(curator::WatchRequest { kind: Some(kind) })
-        .await
-        .unwrap()
-        .into_inner()
 }
 
 /// What a watcher rebuilds: node ID to (address, seq).

@@ -12,7 +12,7 @@ use metropolis_core::identity::NodeId;
 use metropolis_host::grpc::Channel;
 use metropolis_proto::prelude::{common, curator};
 use metropolis_proto::version::spec::{Version, version::GitInformation};
-use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes_and_etcd, curator};
+use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes_and_etcd, curator, watch_nodes};
 use prost::Message;
 
 const LIMIT: usize = 2 * 1024 * 1024;
@@ -43,15 +43,6 @@ fn seq(node: &curator::Node) -> i64 {
         .and_then(|s| s.timestamp.as_ref())
         .map(|t| t.seconds)
         .unwrap_or(-1)
-}
-
-async fn watch_nodes(channel: Channel) -> tonic::Streaming<curator::WatchEvent> {
-    let kind = curator::watch_request::Kind::NodesInCluster(Default::default());
-    curator(channel)
-        .watch(curator::WatchRequest { kind: Some(kind) })
-        .await
-        .unwrap()
-        .into_inner()
 }
 
 async fn big_backlog_is_chunked_and_followed_without_gap(rt: RuntimeKind) {
