@@ -37,6 +37,18 @@ pub struct LeaseInfo {
     pub keys: Vec<Bytes>,
 }
 
+/// Watch history dropped by [`MemStore::compact_detached`]: the events of
+/// the compacted revisions, freed when this value is dropped.
+#[derive(Debug, Default)]
+pub struct CompactedHistory(Vec<(Revision, Vec<Event>)>);
+
+impl CompactedHistory {
+    /// Number of revisions whose events this holds.
+    pub fn revisions(&self) -> usize {
+        self.0.len()
+    }
+}
+
 /// One lease: its TTL, its deadline, and the keys attached to it.
 #[derive(Clone, Debug)]
 pub(super) struct Lease {
@@ -198,7 +210,11 @@ impl MemStore {
 
     /// The keys of `range` in the current state, in key order.
     pub fn range(&self, range: &KeyRange) -> Vec<KeyValue> {
-        range_iter(&self.kvs, range).cloned().collect()
+        match range {
+            // The common read-for-update of one record: no boxed iterator.
+            KeyRange::Key(k) => self.kvs.get(k).cloned().into_iter().collect(),
+            KeyRange::Prefix(_) => range_iter(&self.kvs, range).cloned().collect(),
+        }
     }
 
     /// One key in the current state.
@@ -276,14 +292,25 @@ impl MemStore {
         lease: LeaseId,
         events: &mut Vec<Event>,
     ) -> Option<KeyValue> {
-        let prev = self.kvs.get(key).cloned();
-        let kv = KeyValue {
+        let new = |prev: Option<&KeyValue>| KeyValue {
             key: key.clone(),
             value: value.clone(),
-            create_revision: prev.as_ref().map_or(rev, |p| p.create_revision),
+            create_revision: prev.map_or(rev, |p| p.create_revision),
             mod_revision: rev,
-            version: prev.as_ref().map_or(1, |p| p.version + 1),
+            version: prev.map_or(1, |p| p.version + 1),
             lease,
+        };
+        // One lookup: the key's slot is overwritten in place if it exists.
+        let (kv, prev) = match self.kvs.get_mut(key) {
+            Some(slot) => {
+                let kv = new(Some(slot));
+                (kv.clone(), Some(std::mem::replace(slot, kv)))
+            }
+            None => {
+                let kv = new(None);
+                self.kvs.insert(key.clone(), kv.clone());
+                (kv, None)
+            }
         };
         if let Some(p) = &prev
             && p.lease != 0
@@ -296,7 +323,6 @@ impl MemStore {
         {
             l.keys.insert(key.clone());
         }
-        self.kvs.insert(key.clone(), kv.clone());
         events.push(Event {
             kind: EventKind::Put,
             kv,
@@ -546,6 +572,13 @@ impl MemStore {
     /// current revision and [`StoreError::Compacted`] at or below the
     /// current compact revision.
     pub fn compact(&mut self, revision: Revision) -> Result<(), StoreError> {
+        self.compact_detached(revision).map(drop)
+    }
+
+    /// [`compact`](Self::compact), returning the dropped history instead
+    /// of freeing it: an owner that compacts under a lock frees it after
+    /// releasing the lock.
+    pub fn compact_detached(&mut self, revision: Revision) -> Result<CompactedHistory, StoreError> {
         if revision > self.revision {
             return Err(StoreError::FutureRevision {
                 requested: revision,
@@ -557,15 +590,11 @@ impl MemStore {
                 compact_revision: self.compact_revision,
             });
         }
-        while self
-            .history
-            .front()
-            .is_some_and(|(rev, _)| *rev <= revision)
-        {
-            self.history.pop_front();
-        }
+        // The history is in revision order.
+        let end = self.history.partition_point(|(rev, _)| *rev <= revision);
+        let removed = self.history.drain(..end).collect();
         self.compact_revision = revision;
-        Ok(())
+        Ok(CompactedHistory(removed))
     }
 
     /// Checks internal invariants (tests only): lease key sets and

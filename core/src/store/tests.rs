@@ -279,6 +279,32 @@ fn poll_watch_up_to_delivers_whole_revisions() {
 }
 
 #[test]
+fn compact_detached_hands_back_the_dropped_history() {
+    let mut s = MemStore::new();
+    for i in 0..4 {
+        s.txn(&ops(vec![put("a", &i.to_string())])).unwrap(); // 2..=5
+    }
+    // Revision 1 wrote nothing: revisions 2 and 3 have history.
+    assert_eq!(s.compact_detached(3).unwrap().revisions(), 2);
+    assert_eq!(s.compact_revision(), 3);
+    assert_eq!(
+        s.compact_detached(3).map(|h| h.revisions()),
+        Err(StoreError::Compacted {
+            compact_revision: 3
+        })
+    );
+    let w = s.watch(KeyRange::Prefix(b("")), 4).unwrap();
+    assert_eq!(
+        events(&mut s, w),
+        vec![
+            (EventKind::Put, "a".into(), 4),
+            (EventKind::Put, "a".into(), 5)
+        ]
+    );
+    assert_eq!(s.compact_detached(5).unwrap().revisions(), 2);
+}
+
+#[test]
 fn compaction() {
     let mut s = MemStore::new();
     assert_eq!(
