@@ -14,13 +14,14 @@
 //!
 //! # Writing
 //!
-//! A change is applied to the in-memory model under a mutex, encoded, and
-//! queued for a single dedicated writer thread (no async runtime: the store
-//! is shared by tokio and smol programs alike). The writer takes everything
-//! queued, appends it to the WAL with one `write` and one `fdatasync`, then
-//! completes every waiting caller (group commit: N concurrent transactions
-//! cost one sync). A caller's future resolves only once its record is on
-//! disk. A read-only transaction resolves at once when nothing is in flight,
+//! A transaction is encoded and framed (checksummed) by its caller, straight
+//! from the borrowed request, then applied to the in-memory model under a
+//! mutex and queued for a single dedicated writer thread (no async runtime:
+//! the store is shared by tokio and smol programs alike). The writer takes
+//! everything queued, appends it to the WAL with one `write` and one
+//! `fdatasync`, then completes every waiting caller (group commit: N
+//! concurrent transactions cost one sync), after releasing the mutex. A
+//! caller's future resolves only once its record is on disk. A read-only transaction resolves at once when nothing is in flight,
 //! else once what it may have read is durable. Watch streams deliver only
 //! durable revisions. If a write or sync fails, the store is failed: that
 //! change and every later one resolve to [`StoreError::Unavailable`] naming
@@ -85,7 +86,7 @@ mod wal;
 mod watch;
 mod writer;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -100,8 +101,8 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use metropolis_core::ports::{KvStore, WatchBatch};
 use metropolis_core::store::{
-    KeyRange, KeyValue, LeaseId, LeaseInfo, MemStore, Op, Record, Revision, StoreError, Txn,
-    TxnResponse, WatchId, encode_record,
+    CompactedHistory, KeyRange, KeyValue, LeaseId, LeaseInfo, MemStore, Op, Record, Revision,
+    StoreError, Txn, TxnResponse, WatchId, encode_record, encode_txn_record, txn_record_len,
 };
 use metropolis_core::time::Instant;
 
@@ -146,7 +147,9 @@ impl Clock {
 #[derive(Debug)]
 struct Queued {
     seq: u64,
-    payload: Vec<u8>,
+    /// The record's WAL frame (header and encoded record), built by the
+    /// caller so that the writer only concatenates.
+    frame: Vec<u8>,
     /// The model's revision after this record.
     revision: Revision,
 }
@@ -169,8 +172,9 @@ struct State {
     durable_revision: Revision,
     /// Callers waiting for a record to be durable, in sequence order.
     waiters: VecDeque<(u64, oneshot::Sender<Result<(), StoreError>>)>,
-    /// Watch streams waiting for events.
-    wakers: BTreeMap<WatchId, Waker>,
+    /// Watch streams waiting for events (a hash map: draining it keeps its
+    /// allocation).
+    wakers: HashMap<WatchId, Waker>,
     /// Set when a write failed: the store accepts nothing more.
     failure: Option<String>,
     /// Set by close: the writer drains the queue and stops.
@@ -196,15 +200,17 @@ impl State {
 
     /// Queues a record applied to the model; returns its sequence number.
     fn queue_record(&mut self, record: &Record) -> u64 {
-        self.queue_payload(encode_record(record))
+        self.queue_frame(wal::frame(&encode_record(record)))
     }
 
-    fn queue_payload(&mut self, payload: Vec<u8>) -> u64 {
+    /// Queues the WAL frame of a record applied to the model; returns its
+    /// sequence number.
+    fn queue_frame(&mut self, frame: Vec<u8>) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.queue.push(Queued {
             seq,
-            payload,
+            frame,
             revision: self.mem.revision(),
         });
         seq
@@ -228,28 +234,39 @@ impl State {
     /// Compacts watch history beyond the configured number of revisions
     /// (never past the durable revision, so watches can catch up), in
     /// steps of a sixteenth of it to keep compaction records rare.
-    fn maybe_compact(&mut self) {
+    /// Returns the history dropped, for the caller to free once the lock is
+    /// released (hundreds of revisions' events: freeing them under the
+    /// lock held every caller up).
+    #[must_use = "the history is freed where it is dropped: after releasing the lock"]
+    fn maybe_compact(&mut self) -> Option<CompactedHistory> {
         let keep = self.history_revisions.max(0);
         let target = (self.mem.revision() - keep).min(self.durable_revision);
-        if target - self.mem.compact_revision() > keep / 16 && self.mem.compact(target).is_ok() {
-            self.queue_record(&Record::Compact(target));
-            self.wake_watchers();
+        if target - self.mem.compact_revision() <= keep / 16 {
+            return None;
         }
+        let compacted = self.mem.compact_detached(target).ok()?;
+        self.queue_record(&Record::Compact(target));
+        self.wake_watchers();
+        Some(compacted)
     }
 
-    /// Records that everything up to `seq` (revision `revision`) is durable.
-    fn mark_durable(&mut self, seq: u64, revision: Revision) {
+    /// Records that everything up to `seq` (revision `revision`) is
+    /// durable. The callers and watch streams to tell go into `done`, to be
+    /// completed once the lock is released: a wake-up can be a system call,
+    /// and callers queueing transactions wait for the lock meanwhile.
+    fn mark_durable(&mut self, seq: u64, revision: Revision, done: &mut Completions) {
         self.durable_seq = seq;
         while self.waiters.front().is_some_and(|(s, _)| *s <= seq) {
             if let Some((_, tx)) = self.waiters.pop_front() {
-                let _ = tx.send(Ok(()));
+                done.acks.push(tx);
             }
         }
         if revision > self.durable_revision {
             self.durable_revision = revision;
-            self.wake_watchers();
+            done.wakers
+                .extend(self.wakers.drain().map(|(_, waker)| waker));
         }
-        self.maybe_compact();
+        done.compacted = self.maybe_compact();
     }
 
     /// Fails the store: every pending and later request gets `Unavailable`.
@@ -267,9 +284,32 @@ impl State {
     }
 
     fn wake_watchers(&mut self) {
-        for (_, waker) in std::mem::take(&mut self.wakers) {
+        for (_, waker) in self.wakers.drain() {
             waker.wake();
         }
+    }
+}
+
+/// Callers and watch streams to complete once the state's lock is
+/// released (see [`State::mark_durable`]). Reused by the writer.
+#[derive(Debug, Default)]
+struct Completions {
+    acks: Vec<oneshot::Sender<Result<(), StoreError>>>,
+    wakers: Vec<Waker>,
+    compacted: Option<CompactedHistory>,
+}
+
+impl Completions {
+    /// Acknowledges the callers, in sequence order, wakes the watch
+    /// streams, then frees the compacted history.
+    fn complete(&mut self) {
+        for tx in self.acks.drain(..) {
+            let _ = tx.send(Ok(()));
+        }
+        for waker in self.wakers.drain(..) {
+            waker.wake();
+        }
+        self.compacted = None;
     }
 }
 
@@ -378,7 +418,7 @@ impl EmbeddedStore {
             next_seq: recovered.last_seq + 1,
             durable_seq: recovered.last_seq,
             waiters: VecDeque::new(),
-            wakers: BTreeMap::new(),
+            wakers: HashMap::new(),
             failure: None,
             closed: false,
             history_revisions: options.history_revisions,
@@ -420,40 +460,52 @@ impl EmbeddedStore {
             .iter()
             .chain(&txn.failure)
             .any(|op| !matches!(op, Op::Range(_)));
-        // Encoded before applying, so that a transaction too large to log
-        // is refused without changing anything.
-        let payload = writes.then(|| encode_record(&Record::Txn(txn.clone())));
-        if let Some(payload) = &payload
-            && payload.len() > wal::MAX_RECORD_LEN
-        {
-            let why = format!(
-                "transaction too large: {} bytes encoded, the limit is {}",
-                payload.len(),
-                wal::MAX_RECORD_LEN
-            );
-            return futures::future::ready(Err(StoreError::Unavailable(why))).boxed();
-        }
+        // Sized before applying, so that a transaction too large to log is
+        // refused without changing anything; encoded and framed here, from
+        // the borrowed transaction, outside the lock.
+        let frame = if writes {
+            let len = txn_record_len(&txn);
+            if len > wal::MAX_RECORD_LEN {
+                let why = format!(
+                    "transaction too large: {len} bytes encoded, the limit is {}",
+                    wal::MAX_RECORD_LEN
+                );
+                return futures::future::ready(Err(StoreError::Unavailable(why))).boxed();
+            }
+            let mut frame = wal::start_frame(len);
+            encode_txn_record(&txn, &mut frame);
+            wal::seal_frame(&mut frame);
+            Some(frame)
+        } else {
+            None
+        };
         let mut state = self.shared.lock();
         if let Err(e) = state.check_open() {
             return futures::future::ready(Err(e)).boxed();
         }
         let before = state.mem.revision();
+        let mut wake_writer = false;
+        let mut compacted = None;
         let response = match state.mem.txn(&txn) {
             Ok(r) => r,
             Err(e) => return futures::future::ready(Err(e)).boxed(),
         };
-        let rx = match payload {
-            Some(payload) if state.mem.revision() != before => {
-                let seq = state.queue_payload(payload);
-                state.maybe_compact();
-                if state.writer_idle {
-                    self.shared.writer_wake.notify_one();
-                }
+        let rx = match frame {
+            Some(frame) if state.mem.revision() != before => {
+                let seq = state.queue_frame(frame);
+                compacted = state.maybe_compact();
+                // One wake-up, after the lock is released (the writer
+                // re-checks the queue under the lock before it waits).
+                wake_writer = std::mem::replace(&mut state.writer_idle, false);
                 state.wait_for(seq)
             }
             _ => state.barrier(),
         };
         drop(state);
+        if wake_writer {
+            self.shared.writer_wake.notify_one();
+        }
+        drop(compacted);
         async move {
             durable(rx).await?;
             Ok(response)
@@ -524,7 +576,7 @@ impl EmbeddedStore {
         let result = state.check_open().and_then(|()| {
             let revision = state.mem.lease_revoke(id)?;
             let seq = state.queue_record(&Record::LeaseRevoke(id));
-            state.maybe_compact();
+            drop(state.maybe_compact());
             Ok((revision, state.wait_for(seq)))
         });
         self.shared.writer_wake.notify_one();

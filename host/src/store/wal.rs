@@ -29,20 +29,38 @@ pub(crate) const FORMAT_VERSION: u32 = 1;
 /// Length of the header.
 pub(crate) const HEADER_LEN: u64 = 24;
 /// Length of a frame header.
-const FRAME_HEADER_LEN: usize = 8;
+pub(crate) const FRAME_HEADER_LEN: usize = 8;
 /// The largest record payload written or accepted (64 MiB). A larger length
 /// field is damage, not a torn write.
 pub(crate) const MAX_RECORD_LEN: usize = 64 << 20;
 
-/// Appends one frame holding `payload` to `out`.
-pub(crate) fn frame(payload: &[u8], out: &mut Vec<u8>) {
+/// An empty frame with room for a payload of `payload_len` bytes: its
+/// header is reserved, for [`seal_frame`] to fill once the payload has been
+/// appended.
+pub(crate) fn start_frame(payload_len: usize) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(FRAME_HEADER_LEN + payload_len);
+    frame.extend_from_slice(&[0; FRAME_HEADER_LEN]);
+    frame
+}
+
+/// Fills the header of a frame from [`start_frame`] whose payload has been
+/// appended: length and checksum.
+pub(crate) fn seal_frame(frame: &mut [u8]) {
+    let (header, payload) = frame.split_at_mut(FRAME_HEADER_LEN);
     debug_assert!(
         payload.len() <= MAX_RECORD_LEN,
         "records are limited in size"
     );
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32c(payload).to_le_bytes());
-    out.extend_from_slice(payload);
+    header[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    header[4..].copy_from_slice(&crc32c(payload).to_le_bytes());
+}
+
+/// One frame holding `payload`.
+pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut frame = start_frame(payload.len());
+    frame.extend_from_slice(payload);
+    seal_frame(&mut frame);
+    frame
 }
 
 /// Opens `path` for writing, creating it with mode 0600.

@@ -9,7 +9,7 @@ use metropolis_core::time::Instant;
 
 use super::error::{Corruption, OpenError, io_err};
 use super::wal::{self, Wal};
-use super::{Shared, State, StoreOptions, snapshot};
+use super::{Completions, Queued, Shared, State, StoreOptions, snapshot};
 
 /// The state rebuilt from the directory.
 pub(super) struct Recovered {
@@ -95,6 +95,10 @@ pub(super) fn recover(dir: &Path, now: Instant) -> Result<Recovered, OpenError> 
     })
 }
 
+/// Capacity kept by the writer's reused buffers between batches: a rare
+/// large batch does not pin its memory.
+const KEEP_BUFFER_BYTES: usize = 1 << 20;
+
 /// The writer thread's own state.
 pub(super) struct Writer {
     dir: PathBuf,
@@ -102,6 +106,13 @@ pub(super) struct Writer {
     options: StoreOptions,
     /// WAL size at which the next snapshot is due.
     snapshot_at: u64,
+    /// The frames of a batch, concatenated for one `write` (reused).
+    frames: Vec<u8>,
+    /// An empty queue swapped with the state's at each batch, so that
+    /// neither reallocates under load.
+    spare: Vec<Queued>,
+    /// Callers and watch streams to complete after a batch (reused).
+    done: Completions,
 }
 
 impl Writer {
@@ -112,6 +123,9 @@ impl Writer {
             wal,
             options,
             snapshot_at,
+            frames: Vec::new(),
+            spare: Vec::new(),
+            done: Completions::default(),
         }
     }
 
@@ -129,7 +143,7 @@ impl Writer {
                     }
                     if !revoked.is_empty() {
                         tracing::debug!("leases expired: {revoked:?}");
-                        state.maybe_compact();
+                        drop(state.maybe_compact());
                     }
                 }
                 if !state.queue.is_empty() {
@@ -167,21 +181,34 @@ impl Writer {
     /// Writes everything queued with one sync, completes its waiters, and
     /// rotates the WAL if it has grown past the threshold.
     fn write_batch(&mut self, shared: &Shared, mut state: MutexGuard<'_, State>) {
-        let batch = std::mem::take(&mut state.queue);
-        let Some(last) = batch.last() else { return };
+        let mut batch = std::mem::replace(&mut state.queue, std::mem::take(&mut self.spare));
+        let Some(last) = batch.last() else {
+            self.spare = batch;
+            return;
+        };
         let (last_seq, last_revision) = (last.seq, last.revision);
-        let bytes: usize = batch.iter().map(|q| q.payload.len() + 8).sum();
+        let bytes: usize = batch.iter().map(|q| q.frame.len()).sum();
         // The model now holds exactly the records up to `last_seq`: a
         // snapshot taken here pairs with that sequence number.
         let snapshot: Option<Snapshot> =
             (self.wal.size() + bytes as u64 >= self.snapshot_at).then(|| state.mem.snapshot());
         drop(state);
 
-        let mut frames = Vec::with_capacity(bytes);
-        for q in &batch {
-            wal::frame(&q.payload, &mut frames);
-        }
-        let result = self.wal.append(&frames);
+        let result = match batch.as_slice() {
+            [one] => self.wal.append(&one.frame),
+            _ => {
+                self.frames.clear();
+                self.frames.reserve(bytes);
+                for q in &batch {
+                    self.frames.extend_from_slice(&q.frame);
+                }
+                let result = self.wal.append(&self.frames);
+                if self.frames.capacity() > KEEP_BUFFER_BYTES {
+                    self.frames = Vec::new();
+                }
+                result
+            }
+        };
         let mut state = shared.lock();
         if let Err(e) = result {
             state.fail(format!(
@@ -190,8 +217,14 @@ impl Writer {
             ));
             return;
         }
-        state.mark_durable(last_seq, last_revision);
+        state.mark_durable(last_seq, last_revision, &mut self.done);
         drop(state);
+        self.done.complete();
+        // Freed after the acknowledgements went out.
+        batch.clear();
+        if batch.capacity() * std::mem::size_of::<Queued>() <= KEEP_BUFFER_BYTES {
+            self.spare = batch;
+        }
 
         if let Some(snapshot) = snapshot {
             self.rotate(shared, last_seq, &snapshot);
