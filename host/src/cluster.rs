@@ -135,9 +135,12 @@ pub struct ElectionHandle {
 
 /// Opens mutual-TLS connections to curator addresses on a runtime.
 pub trait Dialer: Send + Sync + 'static {
-    /// Connects to `address` (`host:port`) with `config`.
+    /// Connects to the leader `node_id` at `address` (`host:port`) with
+    /// `config`, refusing a server whose certificate is not that curator
+    /// instance's ([`check_leader`](crate::connect::check_leader)).
     fn dial(
         &self,
+        node_id: String,
         address: String,
         config: Arc<rustls::ClientConfig>,
     ) -> BoxFuture<'static, Result<Channel, ConnectError>>;

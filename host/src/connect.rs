@@ -21,6 +21,14 @@ pub enum ConnectError {
         /// The error.
         source: hyper::Error,
     },
+    /// The server is not who it had to be (a leader whose certificate is
+    /// not the elected curator instance's).
+    Peer {
+        /// What was being connected to.
+        target: String,
+        /// What is wrong with its certificate.
+        reason: String,
+    },
 }
 
 impl std::fmt::Display for ConnectError {
@@ -32,6 +40,7 @@ impl std::fmt::Display for ConnectError {
             ConnectError::Http2 { target, source } => {
                 write!(f, "HTTP/2 handshake with {target} failed: {source}")
             }
+            ConnectError::Peer { target, reason } => write!(f, "{target}: {reason}"),
         }
     }
 }
@@ -41,6 +50,7 @@ impl std::error::Error for ConnectError {
         match self {
             ConnectError::Io { source, .. } => Some(source),
             ConnectError::Http2 { source, .. } => Some(source),
+            ConnectError::Peer { .. } => None,
         }
     }
 }
@@ -61,9 +71,63 @@ pub fn server_name(addr: &str) -> Result<ServerName<'static>, ConnectError> {
     })
 }
 
+/// Checks that a server reached at `target` as the leader presented the
+/// certificate of curator instance `node_id` (`chain`, end entity first,
+/// already verified against the cluster CA by the TLS client): a node
+/// certificate of that ID carrying the curator mark. Calls are forwarded
+/// on their callers' behalf, so they must not reach any other holder of a
+/// cluster certificate the election value might name.
+pub fn check_leader(
+    target: &str,
+    chain: Option<&[rustls::pki_types::CertificateDer<'_>]>,
+    node_id: &str,
+) -> Result<(), ConnectError> {
+    let refuse = |reason: String| {
+        Err(ConnectError::Peer {
+            target: target.to_string(),
+            reason,
+        })
+    };
+    let Some(leaf) = chain.and_then(|c| c.first()) else {
+        return refuse("presented no certificate".into());
+    };
+    match metropolis_core::identity::identity_from_certificate(leaf) {
+        Ok(metropolis_core::identity::Identity::Node(id)) if id.as_str() == node_id => {}
+        Ok(other) => {
+            return refuse(format!(
+                "its certificate is {other}'s, not the elected leader {node_id}'s"
+            ));
+        }
+        Err(e) => return refuse(format!("unreadable certificate: {e}")),
+    }
+    if !metropolis_core::identity::is_curator_certificate(leaf) {
+        return refuse(format!(
+            "the certificate of {node_id} does not mark a curator instance"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_elected_curator_instance_passes() {
+        let ca = crate::pki::ClusterCa::generate().unwrap();
+        let (curator, curator_id) = ca.issue_curator_node(&[]).unwrap();
+        let (node, node_id) = ca.issue_node(&[]).unwrap();
+        let chain = |c: &crate::pki::Credentials| vec![c.cert_der().unwrap()];
+        assert!(check_leader("l:1", Some(&chain(&curator)), curator_id.as_str()).is_ok());
+        // Another instance than the one elected.
+        let e = check_leader("l:1", Some(&chain(&curator)), node_id.as_str()).unwrap_err();
+        assert!(e.to_string().contains("not the elected leader"), "{e}");
+        // The right ID but no curator mark.
+        let e = check_leader("l:1", Some(&chain(&node)), node_id.as_str()).unwrap_err();
+        assert!(e.to_string().contains("does not mark a curator"), "{e}");
+        assert!(check_leader("l:1", None, curator_id.as_str()).is_err());
+    }
 
     #[test]
     fn names_from_addresses() {

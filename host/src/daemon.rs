@@ -462,7 +462,8 @@ impl NodeServices {
         };
         let pki = NodePki::load_or_create(config)?;
         let client = pki.client_config()?;
-        let dial: Dial = Arc::new(move |address| dialer.dial(address, client.clone()));
+        let dial: Dial =
+            Arc::new(move |node_id, address| dialer.dial(node_id, address, client.clone()));
         let handle = start(config, &pki, dial).await?;
         let mut node = Self::prepare_elected(config, spawner, pki, handle.elected).await?;
         node.election = std::sync::Mutex::new(Some(handle.stop));

@@ -11,10 +11,11 @@ use tonic::body::Body;
 use crate::connect::ConnectError;
 use crate::grpc::Channel;
 
-/// Opens a connection to a curator address (`host:port`): the runtime's
-/// mutual-TLS client with this node's credentials.
+/// Opens a connection to the leader (node ID, address `host:port`): the
+/// runtime's mutual-TLS client with this node's credentials, checking the
+/// leader's certificate.
 pub type Dial =
-    Arc<dyn Fn(String) -> BoxFuture<'static, Result<Channel, ConnectError>> + Send + Sync>;
+    Arc<dyn Fn(String, String) -> BoxFuture<'static, Result<Channel, ConnectError>> + Send + Sync>;
 
 /// The [`Connector`] of a daemon: upstreams that dial with `dial`.
 #[derive(Clone)]
@@ -37,6 +38,7 @@ impl Connector for LeaderConnector {
             "forwarding calls to the curator leader"
         );
         Arc::new(LazyUpstream {
+            node_id: node_id.to_owned(),
             address: address.to_owned(),
             dial: self.dial.clone(),
             channel: Arc::new(futures::lock::Mutex::new(None)),
@@ -46,6 +48,7 @@ impl Connector for LeaderConnector {
 
 /// One HTTP/2 connection to the leader, opened by the first call.
 struct LazyUpstream {
+    node_id: String,
     address: String,
     dial: Dial,
     channel: Arc<futures::lock::Mutex<Option<Channel>>>,
@@ -56,6 +59,7 @@ impl Upstream for LazyUpstream {
         let slot = self.channel.clone();
         let dial = self.dial.clone();
         let address = self.address.clone();
+        let node_id = self.node_id.clone();
         Box::pin(async move {
             let channel = {
                 // Held while dialling: concurrent first calls share one
@@ -64,7 +68,9 @@ impl Upstream for LazyUpstream {
                 match &*slot {
                     Some(channel) => channel.clone(),
                     None => {
-                        let channel = dial(address.clone()).await.map_err(|e| e.to_string())?;
+                        let channel = dial(node_id.clone(), address.clone())
+                            .await
+                            .map_err(|e| e.to_string())?;
                         *slot = Some(channel.clone());
                         channel
                     }

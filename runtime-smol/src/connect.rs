@@ -36,6 +36,15 @@ pub async fn tls(
     config: Arc<rustls::ClientConfig>,
     executor: SmolExecutor,
 ) -> Result<Channel, ConnectError> {
+    let stream = tls_stream(addr, config).await?;
+    handshake(addr, stream, executor).await
+}
+
+/// The TLS connection under [`tls`].
+async fn tls_stream(
+    addr: &str,
+    config: Arc<rustls::ClientConfig>,
+) -> Result<futures_rustls::client::TlsStream<TcpStream>, ConnectError> {
     let io_err = |source| ConnectError::Io {
         target: addr.to_string(),
         source,
@@ -43,10 +52,18 @@ pub async fn tls(
     let tcp = TcpStream::connect(addr).await.map_err(io_err)?;
     let _ = tcp.set_nodelay(true);
     let name = server_name(addr)?;
-    let stream = TlsConnector::from(config)
+    TlsConnector::from(config)
         .connect(name, tcp)
         .await
-        .map_err(io_err)?;
+        .map_err(io_err)
+}
+
+/// The HTTP/2 handshake over an established TLS connection.
+async fn handshake(
+    addr: &str,
+    stream: futures_rustls::client::TlsStream<TcpStream>,
+    executor: SmolExecutor,
+) -> Result<Channel, ConnectError> {
     Channel::handshake(FuturesIo::new(stream), executor)
         .await
         .map_err(|source| ConnectError::Http2 {
@@ -82,10 +99,19 @@ pub struct SmolDialer(pub SmolExecutor);
 impl metropolis_host::cluster::Dialer for SmolDialer {
     fn dial(
         &self,
+        node_id: String,
         address: String,
         config: Arc<rustls::ClientConfig>,
     ) -> futures::future::BoxFuture<'static, Result<Channel, ConnectError>> {
         let executor = self.0.clone();
-        Box::pin(async move { tls(&address, config, executor).await })
+        Box::pin(async move {
+            let stream = tls_stream(&address, config).await?;
+            metropolis_host::connect::check_leader(
+                &address,
+                stream.get_ref().1.peer_certificates(),
+                &node_id,
+            )?;
+            handshake(&address, stream, executor).await
+        })
     }
 }

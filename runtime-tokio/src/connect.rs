@@ -30,6 +30,15 @@ pub async fn unix(path: &Path) -> Result<Channel, ConnectError> {
 /// Connects over TLS to `addr` (`host:port`) with `config` (see
 /// `metropolis_host::pki::client_config`).
 pub async fn tls(addr: &str, config: Arc<rustls::ClientConfig>) -> Result<Channel, ConnectError> {
+    let stream = tls_stream(addr, config).await?;
+    handshake(addr, stream).await
+}
+
+/// The TLS connection under [`tls`].
+async fn tls_stream(
+    addr: &str,
+    config: Arc<rustls::ClientConfig>,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, ConnectError> {
     let io_err = |source| ConnectError::Io {
         target: addr.to_string(),
         source,
@@ -37,10 +46,17 @@ pub async fn tls(addr: &str, config: Arc<rustls::ClientConfig>) -> Result<Channe
     let tcp = TcpStream::connect(addr).await.map_err(io_err)?;
     let _ = tcp.set_nodelay(true);
     let name = server_name(addr)?;
-    let stream = TlsConnector::from(config)
+    TlsConnector::from(config)
         .connect(name, tcp)
         .await
-        .map_err(io_err)?;
+        .map_err(io_err)
+}
+
+/// The HTTP/2 handshake over an established TLS connection.
+async fn handshake(
+    addr: &str,
+    stream: tokio_rustls::client::TlsStream<TcpStream>,
+) -> Result<Channel, ConnectError> {
     Channel::handshake(TokioIo::new(stream), TokioExecutor::new())
         .await
         .map_err(|source| ConnectError::Http2 {
@@ -75,9 +91,18 @@ pub struct TokioDialer;
 impl metropolis_host::cluster::Dialer for TokioDialer {
     fn dial(
         &self,
+        node_id: String,
         address: String,
         config: Arc<rustls::ClientConfig>,
     ) -> futures::future::BoxFuture<'static, Result<Channel, ConnectError>> {
-        Box::pin(async move { tls(&address, config).await })
+        Box::pin(async move {
+            let stream = tls_stream(&address, config).await?;
+            metropolis_host::connect::check_leader(
+                &address,
+                stream.get_ref().1.peer_certificates(),
+                &node_id,
+            )?;
+            handshake(&address, stream).await
+        })
     }
 }
