@@ -6,6 +6,9 @@
 //!   local socket, then a steady rate of `UpdateNodeStatus` over TLS;
 //!   delivered node events per second, delivery latency, coalescing, and
 //!   daemon memory per idle stream.
+//! - `fanout-etcd`: the daemon elected over a real etcd; Watch streams
+//!   through the curator against as many direct etcd watches of the node
+//!   prefix, under the same updates: delivered events/s and etcd CPU.
 //! - `update-tls`: closed-loop `UpdateNodeStatus` over mutual TLS against
 //!   the daemon and against an echo server with the same TLS/gRPC stack,
 //!   run as a separate process.
@@ -25,6 +28,8 @@ mod daemon;
 mod echo;
 #[path = "../load/fanout.rs"]
 mod fanout;
+#[path = "../load/fanout_etcd.rs"]
+mod fanout_etcd;
 #[path = "../load/get_logs.rs"]
 mod get_logs;
 #[path = "../load/heartbeat.rs"]
@@ -87,6 +92,12 @@ enum Command {
     /// fixed rate of UpdateNodeStatus over TLS: delivered events/s, latency
     /// from acknowledgement to arrival, coalescing, RSS per idle stream.
     Fanout(fanout::FanoutArgs),
+    /// The daemon elected over a one-member etcd (started here; needs the
+    /// etcd binary): Watch(NodesInCluster) streams through the curator,
+    /// then as many direct etcd watches of the node prefix, each under the
+    /// same closed-loop UpdateNodeStatus load: delivered events/s, etcd
+    /// and daemon CPU, etcd's watcher count, and the ratios.
+    FanoutEtcd(fanout_etcd::FanoutEtcdArgs),
     /// Closed-loop UpdateNodeStatus over mutual TLS against the daemon, then
     /// against an echo server (same TLS and gRPC stack, separate process):
     /// requests/s, p50/p99, and the daemon/echo ratio.
@@ -139,6 +150,7 @@ fn run(cli: Cli) -> util::Result<()> {
     let result = rt.block_on(async {
         match cli.command {
             Command::Fanout(args) => fanout::run(args, &target, work.path()).await,
+            Command::FanoutEtcd(args) => fanout_etcd::run(args, &target, work.path()).await,
             Command::UpdateTls(args) => update_tls::run(args, &target, work.path()).await,
             Command::Heartbeat(args) => heartbeat::run(args, &target, work.path()).await,
             Command::LoadImage(args) => load_image::run(args, &target, work.path()).await,

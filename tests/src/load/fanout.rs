@@ -70,25 +70,25 @@ pub struct FanoutArgs {
 
 /// `curator.api.WatchEvent`: nodes and progress (tombstones skipped).
 #[derive(Clone, PartialEq, prost::Message)]
-struct LiteEvent {
+pub(crate) struct LiteEvent {
     #[prost(message, repeated, tag = "1")]
-    nodes: Vec<LiteNode>,
+    pub(crate) nodes: Vec<LiteNode>,
     #[prost(int32, tag = "2")]
-    progress: i32,
+    pub(crate) progress: i32,
 }
 
 /// `curator.api.Node`: its status only.
 #[derive(Clone, PartialEq, prost::Message)]
-struct LiteNode {
+pub(crate) struct LiteNode {
     #[prost(message, optional, tag = "3")]
-    status: Option<LiteStatus>,
+    pub(crate) status: Option<LiteStatus>,
 }
 
 /// `common.NodeStatus`: its timestamp only.
 #[derive(Clone, PartialEq, prost::Message)]
-struct LiteStatus {
+pub(crate) struct LiteStatus {
     #[prost(message, optional, tag = "2")]
-    timestamp: Option<prost_types::Timestamp>,
+    pub(crate) timestamp: Option<prost_types::Timestamp>,
 }
 
 const WATCH_PATH: &str = "/metropolis.node.core.curator.proto.api.Curator/Watch";
@@ -127,14 +127,14 @@ struct StreamOutcome {
 }
 
 /// The HTTP/2 connections the streams share, opened on first use.
-struct Connections {
+pub(crate) struct Connections {
     socket: PathBuf,
     per_connection: usize,
     cells: Vec<tokio::sync::OnceCell<Channel>>,
 }
 
 impl Connections {
-    fn new(socket: PathBuf, streams: usize, per_connection: usize) -> Self {
+    pub(crate) fn new(socket: PathBuf, streams: usize, per_connection: usize) -> Self {
         let per_connection = per_connection.max(1);
         let count = streams.div_ceil(per_connection);
         Connections {
@@ -145,7 +145,7 @@ impl Connections {
     }
 
     /// The connection of stream `index`.
-    async fn get(&self, index: usize) -> Result<Channel> {
+    pub(crate) async fn get(&self, index: usize) -> Result<Channel> {
         let cell = &self.cells[index / self.per_connection];
         cell.get_or_try_init(|| unix_channel(&self.socket))
             .await
@@ -153,7 +153,9 @@ impl Connections {
     }
 }
 
-async fn open_watch(channel: Channel) -> Result<tonic::Streaming<LiteEvent>> {
+/// Opens a `Watch(NodesInCluster)` stream on `channel`, decoding only
+/// what [`LiteEvent`] keeps.
+pub(crate) async fn open_watch(channel: Channel) -> Result<tonic::Streaming<LiteEvent>> {
     let mut grpc = tonic::client::Grpc::with_origin(channel, Channel::origin());
     grpc.ready()
         .await
@@ -341,7 +343,7 @@ async fn run_writer(
 
 /// Waits until `n` more streams report their backlog received, for at most
 /// `limit`; the first failure is the error.
-async fn wait_ready(
+pub(crate) async fn wait_ready(
     rx: &mut mpsc::UnboundedReceiver<Result<()>>,
     n: usize,
     limit: Duration,
