@@ -495,9 +495,9 @@ async fn run_writer(
 ) -> (Writer, WriterRun) {
     let mut out = WriterRun::default();
     for k in 0u64.. {
-        if rate > 0 {
-            let j = k.saturating_mul(count).saturating_add(u64::from(w.index));
-            let due = start + Duration::from_nanos(j.saturating_mul(1_000_000_000) / rate);
+        let j = k.saturating_mul(count).saturating_add(u64::from(w.index));
+        if let Some(nanos) = j.saturating_mul(1_000_000_000).checked_div(rate) {
+            let due = start + Duration::from_nanos(nanos);
             if due >= end {
                 break;
             }
@@ -1125,7 +1125,11 @@ pub async fn run(args: FanoutEtcdArgs, target: &Target, work: &Path) -> Result<(
             format!("{:.3}", cur.completeness()),
             format!("{:.3}", dir.completeness()),
         ),
-        row2("states coalesced (skipped)", n(cur.gaps), n(dir.gaps)),
+        row2(
+            "states skipped or not received by the end",
+            n(cur.gaps),
+            n(dir.gaps),
+        ),
         row2(
             "stale (0 expected) / other states",
             format!("{} / {}", cur.stale, cur.other),
