@@ -21,6 +21,8 @@ pub mod ports;
 pub mod provisioning;
 pub mod service;
 pub mod store;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod time;
 pub mod trace;
 pub mod watch;

@@ -1,5 +1,5 @@
-//! An in-memory tracefs for tests: enough kernel behaviour to catch order
-//! mistakes (`EBUSY` for a tracer change or `rmdir` with the pipe open,
+//! An in-memory tracefs for tests and the simulator: enough kernel
+//! behaviour to catch order mistakes (`EBUSY` for a tracer change or `rmdir` with the pipe open,
 //! refused tracers reset to `nop`, missing `set_graph_function`), plus
 //! failure injection at any operation.
 
@@ -10,16 +10,20 @@ use std::task::{Context, Poll};
 use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
 
-use super::action::Action;
-use super::port::{FailureKind, TracePipe, Tracefs, TracefsFailure, WriteMode};
+use crate::trace::{Action, FailureKind, TracePipe, Tracefs, TracefsFailure, WriteMode};
 
 /// One buffer's control files.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct FakeBuffer {
+pub struct FakeBuffer {
+    /// `tracing_on`.
     pub tracing_on: bool,
+    /// `current_tracer`.
     pub tracer: String,
+    /// `set_ftrace_filter`, one pattern per write.
     pub filter: Vec<String>,
+    /// `set_graph_function`, one pattern per write.
     pub graph: Vec<String>,
+    /// Whether a `trace_pipe` reader is open.
     pub pipe_open: bool,
 }
 
@@ -38,7 +42,7 @@ impl FakeBuffer {
 
 /// The fake tracefs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct FakeTracefs {
+pub struct FakeTracefs {
     /// Tracers the kernel accepts.
     pub available: Vec<String>,
     /// Tracers that exist but are refused (like `function` under lockdown).
@@ -47,7 +51,9 @@ pub(super) struct FakeTracefs {
     pub has_graph: bool,
     /// Whether opening `set_ftrace_filter` is refused (lockdown).
     pub filter_locked: bool,
+    /// The global buffer.
     pub global: FakeBuffer,
+    /// The instances, by name.
     pub instances: BTreeMap<String, FakeBuffer>,
     /// Fail the operation with this 0-based index with this kind (state
     /// unchanged); `TracefsMissing` also unmounts the fake for good.
@@ -62,7 +68,15 @@ fn fail(kind: FailureKind, what: &str) -> TracefsFailure {
     TracefsFailure::new(kind, format!("fake: {what}: {kind:?}"))
 }
 
+impl Default for FakeTracefs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl FakeTracefs {
+    /// A tracefs as a kernel boots it: `nop`, `blk` and `function_graph`
+    /// available, `function` forbidden, `set_graph_function` present.
     pub fn new() -> FakeTracefs {
         FakeTracefs {
             available: vec!["nop".into(), "blk".into(), "function_graph".into()],
@@ -208,13 +222,15 @@ type PipeSender = mpsc::UnboundedSender<Result<String, TracefsFailure>>;
 
 /// The fake as a [`Tracefs`] port; pipes read lines the test sends.
 #[derive(Clone)]
-pub(super) struct FakePort {
+pub struct FakePort {
+    /// The shared fake.
     pub fs: Arc<Mutex<FakeTracefs>>,
     /// Senders of the pipes opened so far, in order.
     pub pipes: Arc<Mutex<Vec<PipeSender>>>,
 }
 
 impl FakePort {
+    /// A port over `fs`.
     pub fn new(fs: FakeTracefs) -> FakePort {
         FakePort {
             fs: Arc::new(Mutex::new(fs)),
@@ -222,6 +238,7 @@ impl FakePort {
         }
     }
 
+    /// The fake, locked.
     pub fn fs(&self) -> MutexGuard<'_, FakeTracefs> {
         self.fs.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -40,6 +40,4 @@ pub use validate::{
 };
 
 #[cfg(test)]
-mod fake;
-#[cfg(test)]
 mod tests;

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use metropolis_proto::prelude::debug;
 use proptest::prelude::*;
 
-use super::fake::{FakeBuffer, FakePort, FakeTracefs};
+use crate::testing::tracefs::{FakeBuffer, FakePort, FakeTracefs};
 use super::*;
 
 fn request(tracer: &str, filters: &[&str], graphs: &[&str]) -> debug::TraceRequest {
