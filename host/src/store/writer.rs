@@ -218,8 +218,8 @@ impl Writer {
             return;
         }
         state.mark_durable(last_seq, last_revision, &mut self.done);
-        drop(state);
         self.done.complete();
+        drop(state);
         // Freed after the acknowledgements went out.
         batch.clear();
         if batch.capacity() * std::mem::size_of::<Queued>() <= KEEP_BUFFER_BYTES {
