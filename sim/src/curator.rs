@@ -161,6 +161,10 @@ pub struct Curator {
     next_observe: Instant,
     observing: Option<Instant>,
     observed: Option<ElectionKey>,
+    /// The store revision of the newest observation applied: older
+    /// replies (reordered) are stale and ignored, as an etcd watch would
+    /// never deliver them.
+    observed_at: i64,
     /// The node cache.
     pub cache: NodeCache,
     synced: bool,
@@ -230,6 +234,7 @@ impl Curator {
             next_observe: now,
             observing: None,
             observed: None,
+            observed_at: 0,
             cache: NodeCache::new(),
             synced: false,
             sync: Sync::Idle,
@@ -875,6 +880,10 @@ impl Curator {
     /// The election prefix as the store showed it.
     fn observe(&mut self, ctx: &mut Ctx<'_>, response: &TxnResponse) {
         let now = ctx.local();
+        if response.revision < self.observed_at {
+            return;
+        }
+        self.observed_at = response.revision;
         let kvs: Vec<KeyValue> = match response.results.first() {
             Some(OpResult::Range(kvs)) => kvs.clone(),
             _ => return,
@@ -1042,8 +1051,14 @@ impl Curator {
     /// The role and election port state, for failure reports.
     pub fn describe(&self) -> String {
         format!(
-            "{:?} port(lease {:?}, key {:?}, won {}) observed {:?} ops {}",
+            "{:?} streams {:?} held {:?} cache at {} sync {:?} serves {:?} relays {:?} port(lease {:?}, key {:?}, won {}) observed {:?} ops {}",
             self.m.role(),
+            self.streams,
+            self.held,
+            self.cache.revision(),
+            self.sync,
+            self.served.keys().collect::<Vec<_>>(),
+            self.relays.keys().collect::<Vec<_>>(),
             self.port.lease,
             self.port.key,
             self.port.won,

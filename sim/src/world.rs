@@ -3,7 +3,7 @@
 //! by the loop itself during the fault phase; the healing phase turns
 //! them off and checks liveness.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -63,6 +63,7 @@ enum Ev {
     Deliver { from: Addr, to: Addr, msg: Msg },
     Wake { to: Addr },
     Restart { to: Addr },
+    Resume { to: Addr },
     FaultTick,
     HealPartition,
     Heal,
@@ -102,6 +103,9 @@ pub struct World {
     /// (one timer per process: a woken process asks again for what it
     /// still needs, so later requests are subsumed).
     next_wake: Vec<Option<Time>>,
+    /// Per process, messages held back while it is paused, in arrival
+    /// order (delivered in that order when it resumes).
+    held: Vec<VecDeque<(Addr, Msg)>>,
     partitions: u64,
     crashes: u64,
     pauses: u64,
@@ -157,11 +161,13 @@ impl World {
             out: Vec::new(),
             wakes: Vec::new(),
             next_wake: Vec::new(),
+            held: Vec::new(),
             partitions: 0,
             crashes: 0,
             pauses: 0,
         };
         w.next_wake = vec![None; processes];
+        w.held = (0..processes).map(|_| VecDeque::new()).collect();
         // Registered machines (an operator action before the run).
         for i in 0..w.mix.agents {
             let machine = machine_id(i);
@@ -252,9 +258,14 @@ impl World {
                     }
                     return;
                 }
-                if self.life[to].paused_until > self.now {
-                    let at = self.life[to].paused_until;
-                    return self.schedule(at, Ev::Deliver { from, to, msg });
+                if self.life[to].paused_until > self.now || !self.held[to].is_empty() {
+                    // Held back in arrival order until the pause ends.
+                    self.held[to].push_back((from, msg));
+                    if self.held[to].len() == 1 {
+                        let at = self.life[to].paused_until.max(self.now);
+                        self.schedule(at, Ev::Resume { to });
+                    }
+                    return;
                 }
                 self.handle(to, Some((from, msg)));
             }
@@ -275,7 +286,31 @@ impl World {
             Ev::Restart { to } => {
                 self.hash.u64(3);
                 self.hash.u64(to as u64);
-                self.restart(to);
+                // The first start, or a restart after a crash (the healing
+                // phase may have restarted it already).
+                if self.life[to].down || self.life[to].incarnation == 0 {
+                    self.restart(to);
+                }
+            }
+            Ev::Resume { to } => {
+                self.hash.u64(9);
+                self.hash.u64(to as u64);
+                if self.life[to].paused_until > self.now {
+                    let at = self.life[to].paused_until;
+                    return self.schedule(at, Ev::Resume { to });
+                }
+                while let Some((from, msg)) = self.held[to].pop_front() {
+                    if self.life[to].down {
+                        if let Some(stream) = msg.stream() {
+                            self.break_stream(stream);
+                        }
+                        continue;
+                    }
+                    self.handle(to, Some((from, msg)));
+                    if self.checks.failed() {
+                        return;
+                    }
+                }
             }
             Ev::FaultTick => {
                 self.hash.u64(4);
@@ -469,6 +504,7 @@ impl World {
     fn crash(&mut self, to: Addr) {
         self.crashes += 1;
         self.life[to].down = true;
+        self.held[to].clear();
         match &mut self.procs[to] {
             Proc::Curator(_, c) => *c = None,
             Proc::Agent(_, a, _) => *a = None,
@@ -553,17 +589,17 @@ impl World {
         }
     }
 
-    /// The faults stop: partitions heal, paused processes resume, crashed
-    /// ones restart; traces and the operator wind down.
+    /// The faults stop: partitions heal, crashed processes restart; traces and the operator wind down.
     fn heal(&mut self) {
         self.healing = true;
         self.net.set_mix(self.mix.healed());
         self.net.heal();
         for a in 0..self.procs.len() {
+            // Paused processes resume when their pause ends (at most 6 s):
+            // cutting it short would deliver new messages before the ones
+            // held back for them.
             if self.life[a].down {
                 self.restart(a);
-            } else if self.life[a].paused_until > self.now {
-                self.life[a].paused_until = self.now;
             }
             match &mut self.procs[a] {
                 Proc::Trace(t) => t.active = false,
@@ -636,7 +672,7 @@ impl World {
                 match c.m.role() {
                     Role::Leader(l) if Some(&l.key) == leader.as_ref() => {}
                     Role::Follower(f) if Some(&f.key) == leader.as_ref() => {}
-                    other => return Some(format!("curator {i} is {other:?}")),
+                    _ => return Some(format!("curator {i} is {}", c.describe())),
                 }
                 if c.m.waiting() > 0 {
                     return Some(format!("curator {i} has waiting requests"));
@@ -662,7 +698,21 @@ impl World {
                         return Some(format!("watcher {a} has no live stream"));
                     }
                     if w.view != nodes {
-                        return Some(format!("watcher {a}'s view differs from the store"));
+                        let caches: Vec<String> = self
+                            .procs
+                            .iter()
+                            .filter_map(|p| match p {
+                                Proc::Curator(i, Some(c)) => Some(format!("{i}: {}", c.describe())),
+                                _ => None,
+                            })
+                            .collect();
+                        return Some(format!(
+                            "watcher {a}'s view differs from the store (stream {:?}, store at {}, {} nodes vs {} in the view); curators: {caches:?}",
+                            w.stream,
+                            store.store.revision(),
+                            nodes.len(),
+                            w.view.len()
+                        ));
                     }
                 }
                 Proc::Writer(w) if w.outstanding() > 0 => {
