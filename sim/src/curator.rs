@@ -105,7 +105,7 @@ enum Req {
         from: Addr,
         call: CallId,
         origin: CallId,
-        body: Call,
+        body: Box<Call>,
         hops: u8,
         /// The reply to send once the write committed.
         reply: Option<CallOk>,
@@ -502,7 +502,7 @@ impl Curator {
                 let msg = Msg::Call {
                     call,
                     origin: *origin,
-                    body: body.clone(),
+                    body: Call::clone(body),
                     timeout: Duration::from_secs(2),
                     hops: hops + 1,
                 };
@@ -654,7 +654,7 @@ impl Curator {
                         from,
                         call,
                         origin,
-                        body,
+                        body: Box::new(body),
                         hops,
                         reply: None,
                     },
@@ -951,7 +951,7 @@ impl Curator {
             target: CompareTarget::ModRevision(kv.mod_revision),
         };
         let mut reply = None;
-        let (compare, write) = match (body, &current) {
+        let (compare, write) = match (&**body, &current) {
             (Call::CreateNode { .. }, Some(_)) => {
                 return self.end(ctx, request, Err(CallError::AlreadyExists));
             }

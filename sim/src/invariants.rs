@@ -87,10 +87,10 @@ impl Checks {
                     .entry(id.to_string())
                     .or_default()
                     .push((e.kv.mod_revision, state));
-            } else if let Some(machine) = key_suffix(&e.kv.key, MACHINES) {
-                if e.kind == EventKind::Put {
-                    self.machine_committed(machine.to_string(), &e.kv.value);
-                }
+            } else if let Some(machine) = key_suffix(&e.kv.key, MACHINES)
+                && e.kind == EventKind::Put
+            {
+                self.machine_committed(machine.to_string(), &e.kv.value);
             }
         }
     }

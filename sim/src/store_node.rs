@@ -123,10 +123,8 @@ impl StoreNode {
                 self.tick(ctx);
                 ctx.send(from, Msg::KeepAliveReply { op, result });
             }
-            Msg::Revoke { lease } => {
-                if self.store.lease_revoke(lease).is_ok() {
-                    self.after_change(ctx);
-                }
+            Msg::Revoke { lease } if self.store.lease_revoke(lease).is_ok() => {
+                self.after_change(ctx);
             }
             Msg::WatchOpen { stream, start } => {
                 match self.store.watch(

@@ -41,12 +41,12 @@ const RESET_AFTER: Time = 1_000_000;
 #[derive(Debug)]
 enum Proc {
     Store(StoreNode),
-    Curator(usize, Option<Curator>),
+    Curator(usize, Option<Box<Curator>>),
     Trace(TraceDriver),
     Watcher(Watcher),
     Writer(Writer),
     Operator(Operator),
-    Agent(usize, Option<Agent>, Disk),
+    Agent(usize, Option<Box<Agent>>, Disk),
 }
 
 /// A process's life: up or down, paused, its clock offset.
@@ -60,7 +60,7 @@ struct Life {
 
 #[derive(Debug)]
 enum Ev {
-    Deliver { from: Addr, to: Addr, msg: Msg },
+    Deliver { from: Addr, to: Addr, msg: Box<Msg> },
     Wake { to: Addr },
     Restart { to: Addr },
     Resume { to: Addr },
@@ -260,14 +260,14 @@ impl World {
                 }
                 if self.life[to].paused_until > self.now || !self.held[to].is_empty() {
                     // Held back in arrival order until the pause ends.
-                    self.held[to].push_back((from, msg));
+                    self.held[to].push_back((from, *msg));
                     if self.held[to].len() == 1 {
                         let at = self.life[to].paused_until.max(self.now);
                         self.schedule(at, Ev::Resume { to });
                     }
                     return;
                 }
-                self.handle(to, Some((from, msg)));
+                self.handle(to, Some((from, *msg)));
             }
             Ev::Wake { to } => {
                 self.hash.u64(2);
@@ -417,7 +417,7 @@ impl World {
                             Ev::Deliver {
                                 from,
                                 to,
-                                msg: msg.clone(),
+                                msg: Box::new(msg.clone()),
                             },
                         );
                     }
@@ -446,7 +446,7 @@ impl World {
                 Ev::Deliver {
                     from: b,
                     to: a,
-                    msg: Msg::Reset { stream },
+                    msg: Box::new(Msg::Reset { stream }),
                 },
             );
             self.schedule(
@@ -454,7 +454,7 @@ impl World {
                 Ev::Deliver {
                     from: a,
                     to: b,
-                    msg: Msg::Reset { stream },
+                    msg: Box::new(Msg::Reset { stream }),
                 },
             );
         }
@@ -482,17 +482,17 @@ impl World {
         };
         match &mut self.procs[to] {
             Proc::Curator(i, c) => {
-                *c = Some(Curator::new(
+                *c = Some(Box::new(Curator::new(
                     &mut ctx,
                     *i,
                     incarnation,
                     0,
                     self.curators.clone(),
-                ))
+                )))
             }
             Proc::Agent(i, a, disk) => {
                 let agent = Agent::new(&mut ctx, machine_id(*i), self.curators.clone(), disk);
-                *a = Some(agent);
+                *a = Some(Box::new(agent));
                 ctx.wakes.push((to, self.now));
             }
             _ => ctx.wakes.push((to, self.now)),
