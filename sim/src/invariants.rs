@@ -204,6 +204,14 @@ impl Checks {
             .find(|r| *r > after)
     }
 
+    /// Whether node `id` was put at a revision above `after` (created
+    /// after that revision, possibly deleted again).
+    pub fn put_after(&self, id: &str, after: Revision) -> bool {
+        self.node_history
+            .get(id)
+            .is_some_and(|h| h.iter().any(|(rev, state)| *rev > after && state.is_some()))
+    }
+
     /// Whether this encoded node state was ever committed.
     pub fn committed(&self, encoded: &Bytes) -> bool {
         self.rev_of.contains_key(encoded)
