@@ -9,8 +9,8 @@ use futures::StreamExt;
 use metropolis_proto::prelude::debug;
 use proptest::prelude::*;
 
-use crate::testing::tracefs::{FakeBuffer, FakePort, FakeTracefs};
 use super::*;
+use crate::testing::tracefs::{FakeBuffer, FakePort, FakeTracefs};
 
 fn request(tracer: &str, filters: &[&str], graphs: &[&str]) -> debug::TraceRequest {
     debug::TraceRequest {
