@@ -6,9 +6,10 @@
 use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc;
-use futures::executor::block_on;
+use futures::executor::LocalPool;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use futures::task::LocalSpawnExt;
 use futures::{FutureExt, StreamExt};
 use metropolis_proto::prelude::common;
 
@@ -63,17 +64,35 @@ impl Lagging {
     }
 }
 
-/// Runs background tasks on threads of their own.
-struct Threads;
+/// Keeps the background tasks for the test's executor to run.
+#[derive(Default)]
+struct Tasks(Mutex<Vec<Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>>>);
 
-impl Spawner for Threads {
+impl Spawner for Tasks {
     fn spawn(&self, task: Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>) {
-        std::thread::spawn(move || block_on(task));
+        self.0.lock().unwrap().push(task);
     }
 }
 
-fn next_event(stream: &mut WatchStream) -> EncodedWatchEvent {
-    block_on(stream.next()).unwrap().unwrap()
+/// One thread, no clock: the cache's driver and the streams run on a
+/// local pool until nothing can progress.
+struct Executor {
+    pool: LocalPool,
+    tasks: Arc<Tasks>,
+}
+
+impl Executor {
+    fn settle(&mut self) {
+        for task in self.tasks.0.lock().unwrap().drain(..) {
+            self.pool.spawner().spawn_local(task).unwrap();
+        }
+        self.pool.run_until_stalled();
+    }
+
+    fn next_event(&mut self, stream: &mut WatchStream) -> EncodedWatchEvent {
+        self.settle();
+        self.pool.run_until(stream.next()).unwrap().unwrap()
+    }
 }
 
 #[test]
@@ -82,28 +101,31 @@ fn a_stream_waits_for_the_writes_acknowledged_before_it_opened() {
         store: Mutex::new(MemStore::new()),
         watchers: Mutex::new(Vec::new()),
     });
-    let cache = WatchCache::new(
-        store.clone(),
-        Arc::new(Threads),
-        WatchCacheOptions::default(),
-    );
+    let tasks = Arc::new(Tasks::default());
+    let mut ex = Executor {
+        pool: LocalPool::new(),
+        tasks: tasks.clone(),
+    };
+    let cache = WatchCache::new(store.clone(), tasks, WatchCacheOptions::default());
     // A first stream starts the cache: an empty backlog.
     let mut first = cache.watch_nodes();
-    let empty = next_event(&mut first);
+    let empty = ex.next_event(&mut first);
     assert!(empty.is_last_backlogged() && empty.nodes.is_empty());
     // A node written through the tracked store, not yet seen by the cache.
     let curator = CuratorService::new(cache.track_writes(store.clone()), cache.clone(), None);
     let id = NodeId::from_public_key(&[3; 32]);
-    let written = block_on(curator.register_node(
-        &id,
-        &[3; 32],
-        common::NodeRoles::default(),
-        common::NodeState::Up,
-    ))
-    .unwrap();
+    let written = ex
+        .pool
+        .run_until(curator.register_node(
+            &id,
+            &[3; 32],
+            common::NodeRoles::default(),
+            common::NodeState::Up,
+        ))
+        .unwrap();
     assert!(written);
     let mut second = cache.watch_nodes();
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    ex.settle();
     assert!(
         second.next().now_or_never().is_none(),
         "the backlog must wait for the acknowledged write"
@@ -111,10 +133,10 @@ fn a_stream_waits_for_the_writes_acknowledged_before_it_opened() {
     // The cache catches up: the backlog holds the node.
     let revision = store.store.lock().unwrap().revision();
     store.deliver(revision);
-    let backlog = next_event(&mut second);
+    let backlog = ex.next_event(&mut second);
     assert_eq!(backlog.nodes.len(), 1, "{backlog:?}");
     assert!(backlog.is_last_backlogged());
     // The first stream, opened before the write, got it as a change.
-    let change = next_event(&mut first);
+    let change = ex.next_event(&mut first);
     assert_eq!(change.nodes.len(), 1, "{change:?}");
 }
