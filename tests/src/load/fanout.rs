@@ -174,6 +174,32 @@ pub(crate) async fn open_watch(channel: Channel) -> Result<tonic::Streaming<Lite
     Ok(response.into_inner())
 }
 
+/// Opens Watch stream `index` on its connection, holding an `open`
+/// permit, and reads its backlog up to the `PROGRESS_LAST_BACKLOGGED`
+/// marker: the stream, and how many nodes the backlog carried.
+pub(crate) async fn open_past_backlog(
+    index: usize,
+    connections: &Connections,
+    open: &Semaphore,
+) -> Result<(tonic::Streaming<LiteEvent>, u64)> {
+    let _permit = open
+        .acquire()
+        .await
+        .map_err(|_| "the open semaphore closed")?;
+    let mut stream = open_watch(connections.get(index).await?).await?;
+    let mut nodes = 0;
+    loop {
+        let event = bounded(RPC_TIMEOUT, || "Watch backlog".into(), stream.message())
+            .await?
+            .context(|| "Watch backlog".into())?
+            .ok_or("Watch ended before its backlog marker")?;
+        nodes += event.nodes.len() as u64;
+        if event.progress == curator::watch_event::Progress::LastBacklogged as i32 {
+            return Ok((stream, nodes));
+        }
+    }
+}
+
 /// Opens stream `index` (holding an `open` permit until its backlog is
 /// in), reports readiness, then records every writer state it receives
 /// until `stop`.
@@ -186,25 +212,9 @@ async fn run_stream(
     mut stop: watch::Receiver<bool>,
 ) -> StreamOutcome {
     let mut out = StreamOutcome::default();
-    let opened = async {
-        let _permit = open
-            .acquire()
-            .await
-            .map_err(|_| "the open semaphore closed")?;
-        let mut stream = open_watch(connections.get(index).await?).await?;
-        loop {
-            let event = bounded(RPC_TIMEOUT, || "Watch backlog".into(), stream.message())
-                .await?
-                .context(|| "Watch backlog".into())?
-                .ok_or("Watch ended before its backlog marker")?;
-            out.backlog_nodes += event.nodes.len() as u64;
-            if event.progress == curator::watch_event::Progress::LastBacklogged as i32 {
-                return Ok::<_, super::util::Error>(stream);
-            }
-        }
-    };
-    let mut stream = match opened.await {
-        Ok(s) => {
+    let mut stream = match open_past_backlog(index, &connections, &open).await {
+        Ok((s, backlog_nodes)) => {
+            out.backlog_nodes = backlog_nodes;
             let _ = ready.send(Ok(()));
             s
         }

@@ -35,7 +35,9 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::daemon::{DaemonProcess, Target};
-use super::fanout::{Connections, LiteEvent, LiteStatus, open_watch, wait_ready};
+use super::fanout::{
+    Connections, LiteEvent, LiteStatus, open_past_backlog, open_watch, wait_ready,
+};
 use super::util::{
     Context, CpuMeter, HostCpuMeter, RPC_TIMEOUT, Result, add_nodes, bounded, cpus, micros_since,
     ms, percentile, print_table, row, status, tls_channel, unix_channel,
@@ -347,25 +349,9 @@ async fn run_curator_stream(
     mut stop: watch::Receiver<bool>,
 ) -> Tally {
     let mut out = Tally::default();
-    let opened = async {
-        let _permit = open
-            .acquire()
-            .await
-            .map_err(|_| "the open semaphore closed")?;
-        let mut stream = open_watch(connections.get(index).await?).await?;
-        loop {
-            let event = bounded(RPC_TIMEOUT, || "Watch backlog".into(), stream.message())
-                .await?
-                .context(|| "Watch backlog".into())?
-                .ok_or("Watch ended before its backlog marker")?;
-            out.backlog_nodes += event.nodes.len() as u64;
-            if event.progress == curator::watch_event::Progress::LastBacklogged as i32 {
-                return Ok::<_, super::util::Error>(stream);
-            }
-        }
-    };
-    let mut stream = match opened.await {
-        Ok(s) => {
+    let mut stream = match open_past_backlog(index, &connections, &open).await {
+        Ok((s, backlog_nodes)) => {
+            out.backlog_nodes = backlog_nodes;
             let _ = ready.send(Ok(()));
             s
         }
