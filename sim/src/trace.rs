@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use metropolis_core::testing::tracefs::FakeTracefs;
+use metropolis_core::testing::tracefs::{FakeTracefs, Op};
 use metropolis_core::trace::{
     Action, FailureKind, InstanceName, State, Target, TraceSession, TracefsFailure,
 };
@@ -207,21 +207,33 @@ impl TraceDriver {
         // A write counts once it opened the file (a failure to open it,
         // NotFound or NotPermitted, changed nothing).
         let touched = |file: &str| {
-            self.fs.log[r.log_start..].iter().any(|(a, res)| {
+            self.fs.log[r.log_start..].iter().any(|Op { action: a, result: res, .. }| {
                 matches!(a, Action::Write { file: f, .. } if *f == target.file(file))
                     && !matches!(res, Err(e) if matches!(e.kind, FailureKind::NotFound | FailureKind::NotPermitted))
             })
         };
-        let opened = self.fs.log[r.log_start..].iter().any(|(a, res)| {
-            matches!(a, Action::OpenPipe { file } if *file == target.file("trace_pipe"))
-                && res.is_ok()
-        });
+        let opened = self.fs.log[r.log_start..].iter().any(
+            |Op {
+                 action: a,
+                 result: res,
+                 ..
+             }| {
+                matches!(a, Action::OpenPipe { file } if *file == target.file("trace_pipe"))
+                    && res.is_ok()
+            },
+        );
         let problem = match target {
             Target::Instance(name) => {
-                let created = self.fs.log[r.log_start..].iter().any(|(a, res)| {
-                    matches!(a, Action::Mkdir { dir } if *dir == format!("instances/{name}"))
-                        && res.is_ok()
-                });
+                let created = self.fs.log[r.log_start..].iter().any(
+                    |Op {
+                         action: a,
+                         result: res,
+                         ..
+                     }| {
+                        matches!(a, Action::Mkdir { dir } if *dir == format!("instances/{name}"))
+                            && res.is_ok()
+                    },
+                );
                 (created && self.fs.instances.contains_key(name.as_str()))
                     .then(|| format!("instance {name} left behind"))
             }
@@ -245,7 +257,15 @@ impl TraceDriver {
         if let Some(problem) = problem {
             let log: Vec<String> = self.fs.log[r.log_start..]
                 .iter()
-                .map(|(a, res)| format!("{a} -> {}", if res.is_ok() { "ok" } else { "failed" }))
+                .map(
+                    |Op {
+                         action: a,
+                         result: res,
+                         ..
+                     }| {
+                        format!("{a} -> {}", if res.is_ok() { "ok" } else { "failed" })
+                    },
+                )
                 .collect();
             ctx.checks.fail(format!(
                 "trace session {} on {target} ended without restoring tracefs: {problem}; \

@@ -1,9 +1,10 @@
-//! An in-memory tracefs for tests and the simulator: enough kernel
-//! behaviour to catch order mistakes (`EBUSY` for a tracer change or `rmdir` with the pipe open,
-//! refused tracers reset to `nop`, missing `set_graph_function`), plus
-//! failure injection at any operation.
+//! An in-memory tracefs for tests, the fuzz harnesses and the simulator:
+//! enough kernel behaviour to catch order mistakes (`EBUSY` for a tracer
+//! change or `rmdir` with the pipe open, refused tracers reset to `nop`,
+//! missing `set_graph_function`), plus failures injected at one operation
+//! (`fail_at`) or from a schedule (`schedule`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
@@ -11,6 +12,17 @@ use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
 
 use crate::trace::{Action, FailureKind, TracePipe, Tracefs, TracefsFailure, WriteMode};
+
+/// Every failure kind, for schedules.
+pub const KINDS: [FailureKind; 7] = [
+    FailureKind::TracefsMissing,
+    FailureKind::NotFound,
+    FailureKind::NotPermitted,
+    FailureKind::Rejected,
+    FailureKind::Busy,
+    FailureKind::Exists,
+    FailureKind::Other,
+];
 
 /// One buffer's control files.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,6 +50,28 @@ impl FakeBuffer {
             pipe_open: false,
         }
     }
+
+    /// A buffer someone else left tracing with a tracer and filters.
+    pub fn dirty() -> FakeBuffer {
+        FakeBuffer {
+            tracing_on: true,
+            tracer: "blk".into(),
+            filter: vec!["old".into()],
+            graph: vec!["oldg".into()],
+            pipe_open: false,
+        }
+    }
+}
+
+/// One operation performed on the fake.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Op {
+    /// The operation.
+    pub action: Action,
+    /// Its result.
+    pub result: Result<(), TracefsFailure>,
+    /// Whether the result is an injected failure (not the fake's own).
+    pub injected: bool,
 }
 
 /// The fake tracefs.
@@ -55,13 +89,18 @@ pub struct FakeTracefs {
     pub global: FakeBuffer,
     /// The instances, by name.
     pub instances: BTreeMap<String, FakeBuffer>,
-    /// Fail the operation with this 0-based index with this kind (state
-    /// unchanged); `TracefsMissing` also unmounts the fake for good.
+    /// Fail the operation with this 0-based index (counted over the whole
+    /// log) with this kind (state unchanged); `TracefsMissing` also
+    /// unmounts the fake for good.
     pub fail_at: Option<(usize, FailureKind)>,
+    /// Failures to inject, one entry per operation from now on (`None`:
+    /// no injection); operations past its end are not injected. Applied
+    /// before `fail_at`.
+    pub schedule: VecDeque<Option<FailureKind>>,
     /// Whether tracefs is gone (every operation but closing the pipe fails).
     pub gone: bool,
     /// Every operation and its result.
-    pub log: Vec<(Action, Result<(), TracefsFailure>)>,
+    pub log: Vec<Op>,
 }
 
 fn fail(kind: FailureKind, what: &str) -> TracefsFailure {
@@ -86,27 +125,36 @@ impl FakeTracefs {
             global: FakeBuffer::fresh(),
             instances: BTreeMap::new(),
             fail_at: None,
+            schedule: VecDeque::new(),
             gone: false,
             log: Vec::new(),
         }
     }
 
-    /// Performs `action`, logging it with its result.
+    /// Performs `action` (or fails it as injected), logging it.
     pub fn apply(&mut self, action: &Action) -> Result<(), TracefsFailure> {
         let index = self.log.len();
-        let result = match self.fail_at {
-            Some((at, kind)) if at == index => {
+        let injected = self.schedule.pop_front().flatten().or(match self.fail_at {
+            Some((at, kind)) if at == index => Some(kind),
+            _ => None,
+        });
+        let result = match injected {
+            Some(kind) => {
                 if kind == FailureKind::TracefsMissing {
                     self.gone = true;
                 }
                 Err(fail(kind, "injected"))
             }
-            _ if self.gone && *action != Action::ClosePipe => {
+            None if self.gone && *action != Action::ClosePipe => {
                 Err(fail(FailureKind::TracefsMissing, "unmounted"))
             }
-            _ => self.perform(action),
+            None => self.perform(action),
         };
-        self.log.push((action.clone(), result.clone()));
+        self.log.push(Op {
+            action: action.clone(),
+            result: result.clone(),
+            injected: injected.is_some(),
+        });
         result
     }
 
@@ -124,9 +172,9 @@ impl FakeTracefs {
     fn perform(&mut self, action: &Action) -> Result<(), TracefsFailure> {
         match action {
             Action::Mkdir { dir } => {
-                let name = dir
-                    .strip_prefix("instances/")
-                    .expect("mkdir under instances/");
+                let Some(name) = dir.strip_prefix("instances/") else {
+                    return Err(fail(FailureKind::NotPermitted, dir));
+                };
                 if self.instances.contains_key(name) {
                     return Err(fail(FailureKind::Exists, dir));
                 }
@@ -134,9 +182,7 @@ impl FakeTracefs {
                 Ok(())
             }
             Action::Rmdir { dir } => {
-                let name = dir
-                    .strip_prefix("instances/")
-                    .expect("rmdir under instances/");
+                let name = dir.strip_prefix("instances/").unwrap_or(dir);
                 match self.instances.get(name) {
                     None => Err(fail(FailureKind::NotFound, dir)),
                     Some(b) if b.pipe_open => Err(fail(FailureKind::Busy, dir)),
@@ -218,10 +264,11 @@ impl FakeTracefs {
 }
 
 /// The sending side of a fake pipe.
-type PipeSender = mpsc::UnboundedSender<Result<String, TracefsFailure>>;
+/// The sending end of a fake `trace_pipe`.
+pub type PipeSender = mpsc::UnboundedSender<Result<String, TracefsFailure>>;
 
 /// The fake as a [`Tracefs`] port; pipes read lines the test sends.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct FakePort {
     /// The shared fake.
     pub fs: Arc<Mutex<FakeTracefs>>,
@@ -241,6 +288,20 @@ impl FakePort {
     /// The fake, locked.
     pub fn fs(&self) -> MutexGuard<'_, FakeTracefs> {
         self.fs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The sender of the last pipe opened, if any.
+    pub fn last_pipe(&self) -> Option<PipeSender> {
+        self.pipes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last()
+            .cloned()
+    }
+
+    /// Forgets the pipe senders (so that a reader sees its pipe end).
+    pub fn drop_pipes(&self) {
+        self.pipes.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
     /// Sends a line (or failure) into the `n`th opened pipe.
