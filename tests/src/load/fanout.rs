@@ -200,6 +200,64 @@ pub(crate) async fn open_past_backlog(
     }
 }
 
+/// Opens stream `index` past its backlog ([`open_past_backlog`]) and
+/// reports the outcome on `ready`; on failure marks it dead in `alive`
+/// and returns the message (named after `label`).
+pub(crate) async fn open_reporting(
+    label: &str,
+    index: usize,
+    connections: &Connections,
+    open: &Semaphore,
+    ready: &mpsc::UnboundedSender<Result<()>>,
+    alive: &AtomicBool,
+) -> std::result::Result<(tonic::Streaming<LiteEvent>, u64), String> {
+    match open_past_backlog(index, connections, open).await {
+        Ok(opened) => {
+            let _ = ready.send(Ok(()));
+            Ok(opened)
+        }
+        Err(e) => {
+            let msg = format!("{label} {index}: {e}");
+            let _ = ready.send(Err(msg.clone().into()));
+            alive.store(false, Ordering::Release);
+            Err(msg)
+        }
+    }
+}
+
+/// What an open stream gave next.
+pub(crate) enum Next {
+    /// An event.
+    Event(LiteEvent),
+    /// `stop` fired.
+    Stopped,
+    /// The stream ended or failed; why, named after the stream.
+    Ended(String),
+}
+
+/// The next event of stream `index`, unless `stop` fires first.
+pub(crate) async fn next_event(
+    label: &str,
+    index: usize,
+    stream: &mut tonic::Streaming<LiteEvent>,
+    stop: &mut watch::Receiver<bool>,
+) -> Next {
+    let message = tokio::select! {
+        biased;
+        _ = stop.changed() => return Next::Stopped,
+        m = stream.message() => m,
+    };
+    match message {
+        Ok(Some(event)) => Next::Event(event),
+        Ok(None) => Next::Ended(format!("{label} {index}: ended by the daemon")),
+        Err(status) => Next::Ended(format!(
+            "{label} {index}: {:?}: {}",
+            status.code(),
+            status.message()
+        )),
+    }
+}
+
 /// Opens stream `index` (holding an `open` permit until its backlog is
 /// in), reports readiness, then records every writer state it receives
 /// until `stop`.
@@ -212,40 +270,26 @@ async fn run_stream(
     mut stop: watch::Receiver<bool>,
 ) -> StreamOutcome {
     let mut out = StreamOutcome::default();
-    let mut stream = match open_past_backlog(index, &connections, &open).await {
+    let alive = &shared.alive[index];
+    let mut stream = match open_reporting("stream", index, &connections, &open, &ready, alive).await
+    {
         Ok((s, backlog_nodes)) => {
             out.backlog_nodes = backlog_nodes;
-            let _ = ready.send(Ok(()));
             s
         }
-        Err(e) => {
-            let msg = format!("stream {index}: {e}");
-            out.error = Some(msg.clone());
-            let _ = ready.send(Err(msg.into()));
-            shared.alive[index].store(false, Ordering::Release);
+        Err(msg) => {
+            out.error = Some(msg);
             return out;
         }
     };
     let writers = shared.writers;
     let seen = &shared.seen[index * writers..(index + 1) * writers];
     loop {
-        let message = tokio::select! {
-            biased;
-            _ = stop.changed() => break,
-            m = stream.message() => m,
-        };
-        let event = match message {
-            Ok(Some(event)) => event,
-            Ok(None) => {
-                out.error = Some(format!("stream {index}: ended by the daemon"));
-                break;
-            }
-            Err(status) => {
-                out.error = Some(format!(
-                    "stream {index}: {:?}: {}",
-                    status.code(),
-                    status.message()
-                ));
+        let event = match next_event("stream", index, &mut stream, &mut stop).await {
+            Next::Event(event) => event,
+            Next::Stopped => break,
+            Next::Ended(why) => {
+                out.error = Some(why);
                 break;
             }
         };

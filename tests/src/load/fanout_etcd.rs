@@ -36,7 +36,7 @@ use tokio::task::JoinHandle;
 
 use super::daemon::{DaemonProcess, Target};
 use super::fanout::{
-    Connections, LiteEvent, LiteStatus, open_past_backlog, open_watch, wait_ready,
+    Connections, LiteStatus, Next, next_event, open_reporting, open_watch, wait_ready,
 };
 use super::util::{
     Context, CpuMeter, HostCpuMeter, RPC_TIMEOUT, Result, add_nodes, bounded, cpus, micros_since,
@@ -349,39 +349,25 @@ async fn run_curator_stream(
     mut stop: watch::Receiver<bool>,
 ) -> Tally {
     let mut out = Tally::default();
-    let mut stream = match open_past_backlog(index, &connections, &open).await {
+    let alive = &shared.alive[index];
+    let label = "curator stream";
+    let mut stream = match open_reporting(label, index, &connections, &open, &ready, alive).await {
         Ok((s, backlog_nodes)) => {
             out.backlog_nodes = backlog_nodes;
-            let _ = ready.send(Ok(()));
             s
         }
-        Err(e) => {
-            let msg = format!("curator stream {index}: {e}");
-            out.error = Some(msg.clone());
-            let _ = ready.send(Err(msg.into()));
-            shared.alive[index].store(false, Ordering::Release);
+        Err(msg) => {
+            out.error = Some(msg);
             return out;
         }
     };
     let seen = &shared.seen[index * shared.writers..(index + 1) * shared.writers];
     loop {
-        let message: std::result::Result<Option<LiteEvent>, tonic::Status> = tokio::select! {
-            biased;
-            _ = stop.changed() => break,
-            m = stream.message() => m,
-        };
-        let event = match message {
-            Ok(Some(event)) => event,
-            Ok(None) => {
-                out.error = Some(format!("curator stream {index}: ended by the daemon"));
-                break;
-            }
-            Err(status) => {
-                out.error = Some(format!(
-                    "curator stream {index}: {:?}: {}",
-                    status.code(),
-                    status.message()
-                ));
+        let event = match next_event(label, index, &mut stream, &mut stop).await {
+            Next::Event(event) => event,
+            Next::Stopped => break,
+            Next::Ended(why) => {
+                out.error = Some(why);
                 break;
             }
         };
@@ -1010,13 +996,13 @@ pub async fn run(args: FanoutEtcdArgs, target: &Target, work: &Path) -> Result<(
     let cores = |c: f64| format!("{c:.2} cores");
     let per_s = |v: f64| format!("{v:.0}");
     let opt = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.0}"));
+    // Rows that show the same figure of each phase.
+    let each = |name: &str, f: &dyn Fn(&Phase) -> String| row2(name, f(&cur), f(&dir));
     let rows = vec![
         row2("", "curator", "direct etcd"),
-        row2(
-            "watchers (open / live at the end)",
-            format!("{} / {}", args.streams, cur.live),
-            format!("{} / {}", args.streams, dir.live),
-        ),
+        each("watchers (open / live at the end)", &|p| {
+            format!("{} / {}", args.streams, p.live)
+        }),
         row2(
             "how they connect",
             format!("UNIX, {} per conn.", args.streams_per_connection.max(1)),
@@ -1027,158 +1013,79 @@ pub async fn run(args: FanoutEtcdArgs, target: &Target, work: &Path) -> Result<(
             format!("{:.1} s ({} nodes)", cur.open_secs, cur.backlog_nodes),
             format!("{:.1} s", dir.open_secs),
         ),
-        row2(
-            "etcd watchers, watchers open / mid-load",
+        each("etcd watchers, watchers open / mid-load", &|p| {
             format!(
                 "{} / {}",
-                cur.watchers_open.show(WATCHERS),
-                cur.watchers_load.show(WATCHERS)
-            ),
+                p.watchers_open.show(WATCHERS),
+                p.watchers_load.show(WATCHERS)
+            )
+        }),
+        each("etcd watch streams / slow watchers mid-load", &|p| {
             format!(
                 "{} / {}",
-                dir.watchers_open.show(WATCHERS),
-                dir.watchers_load.show(WATCHERS)
-            ),
-        ),
-        row2(
-            "etcd watch streams / slow watchers mid-load",
-            format!(
-                "{} / {}",
-                cur.watchers_load.show(WATCH_STREAMS),
-                cur.watchers_load.show(SLOW_WATCHERS)
-            ),
-            format!(
-                "{} / {}",
-                dir.watchers_load.show(WATCH_STREAMS),
-                dir.watchers_load.show(SLOW_WATCHERS)
-            ),
-        ),
-        row2(
-            "updates acknowledged (errors)",
-            format!("{} ({})", cur.acked, cur.update_errors),
-            format!("{} ({})", dir.acked, dir.update_errors),
-        ),
-        row2(
-            "updates acknowledged/s",
-            per_s(cur.updates_per_s()),
-            per_s(dir.updates_per_s()),
-        ),
-        row2(
-            "UpdateNodeStatus p50 / p99",
-            format!("{} / {} ms", ms(cur.rpc_p50_us), ms(cur.rpc_p99_us)),
-            format!("{} / {} ms", ms(dir.rpc_p50_us), ms(dir.rpc_p99_us)),
-        ),
-        row2(
+                p.watchers_load.show(WATCH_STREAMS),
+                p.watchers_load.show(SLOW_WATCHERS)
+            )
+        }),
+        each("updates acknowledged (errors)", &|p| {
+            format!("{} ({})", p.acked, p.update_errors)
+        }),
+        each("updates acknowledged/s", &|p| per_s(p.updates_per_s())),
+        each("UpdateNodeStatus p50 / p99", &|p| {
+            format!("{} / {} ms", ms(p.rpc_p50_us), ms(p.rpc_p99_us))
+        }),
+        each(
             "writer states delivered (all watchers)",
-            n(cur.delivered),
-            n(dir.delivered),
+            &|p| n(p.delivered),
         ),
-        row2(
-            "  of which while updates were sent",
-            n(cur.in_window),
-            n(dir.in_window),
-        ),
-        row2(
-            "delivered events/s (to last arrival)",
-            per_s(cur.per_s()),
-            per_s(dir.per_s()),
-        ),
-        row2(
-            "delivered events/s while updates were sent",
-            per_s(cur.in_window as f64 / args.seconds as f64),
-            per_s(dir.in_window as f64 / args.seconds as f64),
-        ),
-        row2(
-            "messages (WatchEvents / etcd batches)",
+        each("  of which while updates were sent", &|p| n(p.in_window)),
+        each("delivered events/s (to last arrival)", &|p| {
+            per_s(p.per_s())
+        }),
+        each("delivered events/s while updates were sent", &|p| {
+            per_s(p.in_window as f64 / args.seconds as f64)
+        }),
+        each("messages (WatchEvents / etcd batches)", &|p| {
             format!(
                 "{} ({:.2} states each)",
-                cur.messages,
-                ratio(cur.delivered as f64, cur.messages as f64)
-            ),
-            format!(
-                "{} ({:.2} states each)",
-                dir.messages,
-                ratio(dir.delivered as f64, dir.messages as f64)
-            ),
-        ),
-        row2(
-            "updates applied (incl. after a timeout)",
-            n(cur.applied),
-            n(dir.applied),
-        ),
-        row2(
-            "delivered / (applied x watchers)",
-            format!("{:.3}", cur.completeness()),
-            format!("{:.3}", dir.completeness()),
-        ),
-        row2(
-            "states skipped or not received by the end",
-            n(cur.gaps),
-            n(dir.gaps),
-        ),
-        row2(
-            "stale (0 expected) / other states",
-            format!("{} / {}", cur.stale, cur.other),
-            format!("{} / {}", dir.stale, dir.other),
-        ),
-        row2(
-            "drained after the writes",
-            if cur.drained {
-                format!("yes, {:.2} s", cur.drain_secs)
+                p.messages,
+                ratio(p.delivered as f64, p.messages as f64)
+            )
+        }),
+        each("updates applied (incl. after a timeout)", &|p| n(p.applied)),
+        each("delivered / (applied x watchers)", &|p| {
+            format!("{:.3}", p.completeness())
+        }),
+        each("states skipped or not received by the end", &|p| n(p.gaps)),
+        each("stale (0 expected) / other states", &|p| {
+            format!("{} / {}", p.stale, p.other)
+        }),
+        each("drained after the writes", &|p| {
+            if p.drained {
+                format!("yes, {:.2} s", p.drain_secs)
             } else {
                 format!("NO ({} s)", args.drain_timeout)
-            },
-            if dir.drained {
-                format!("yes, {:.2} s", dir.drain_secs)
-            } else {
-                format!("NO ({} s)", args.drain_timeout)
-            },
-        ),
-        row2(
-            "etcd CPU (writes + drain)",
-            format!("{} ({:.1} s)", cores(cur.etcd_cores()), cur.etcd_cpu_s),
-            format!("{} ({:.1} s)", cores(dir.etcd_cores()), dir.etcd_cpu_s),
-        ),
-        row2(
-            "etcd CPU per delivered event",
-            format!("{:.2} µs", cur.etcd_us_per_event()),
-            format!("{:.2} µs", dir.etcd_us_per_event()),
-        ),
-        row2(
-            "etcd CPU per acknowledged update",
-            format!("{:.0} µs", cur.etcd_cpu_s * 1e6 / cur.acked.max(1) as f64),
-            format!("{:.0} µs", dir.etcd_cpu_s * 1e6 / dir.acked.max(1) as f64),
-        ),
-        row2(
-            "daemon CPU",
-            cores(cur.daemon_cores()),
-            cores(dir.daemon_cores()),
-        ),
-        row2(
-            "load client CPU",
-            cores(cur.client_cores),
-            cores(dir.client_cores),
-        ),
-        row2(
-            "machine CPU busy, all processes",
-            format!("{:.2} of {}", cur.host_cores, cpus()),
-            format!("{:.2} of {}", dir.host_cores, cpus()),
-        ),
-        row2(
-            "etcd watch events sent (its counter)",
-            opt(cur.events_sent),
-            opt(dir.events_sent),
-        ),
-        row2(
-            "etcd gRPC bytes sent to clients",
-            opt(cur.sent_bytes),
-            opt(dir.sent_bytes),
-        ),
-        row2(
-            "watcher errors",
-            cur.stream_errors.len(),
-            dir.stream_errors.len(),
-        ),
+            }
+        }),
+        each("etcd CPU (writes + drain)", &|p| {
+            format!("{} ({:.1} s)", cores(p.etcd_cores()), p.etcd_cpu_s)
+        }),
+        each("etcd CPU per delivered event", &|p| {
+            format!("{:.2} µs", p.etcd_us_per_event())
+        }),
+        each("etcd CPU per acknowledged update", &|p| {
+            format!("{:.0} µs", p.etcd_cpu_s * 1e6 / p.acked.max(1) as f64)
+        }),
+        each("daemon CPU", &|p| cores(p.daemon_cores())),
+        each("load client CPU", &|p| cores(p.client_cores)),
+        each("machine CPU busy, all processes", &|p| {
+            format!("{:.2} of {}", p.host_cores, cpus())
+        }),
+        each("etcd watch events sent (its counter)", &|p| {
+            opt(p.events_sent)
+        }),
+        each("etcd gRPC bytes sent to clients", &|p| opt(p.sent_bytes)),
+        each("watcher errors", &|p| p.stream_errors.len().to_string()),
     ];
     let load = if args.rate > 0 {
         format!("{} updates/s", args.rate)
