@@ -5,6 +5,7 @@
 //! protobuf ([`MachineRecord`]). Every write is a compare-and-swap on the
 //! record's revision, retried on conflict.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use std::time::Duration;
@@ -20,9 +21,10 @@ use metropolis_proto::wire::EncodedHeartbeatResponse;
 use prost::Message;
 use tonic::Status;
 use tonic::body::Body;
-use tonic::server::{Grpc, NamedService, UnaryService};
+use tonic::server::NamedService;
 
 use super::router::GrpcService;
+use super::unary;
 
 use super::curator::store_status;
 use crate::identity::Identity;
@@ -109,8 +111,8 @@ impl ProvisioningService {
         machine_id: &str,
         mut change: impl FnMut(&mut MachineRecord) -> Result<T, Status>,
     ) -> Result<T, Status> {
-        let what = format!("machine {machine_id}");
-        super::cas::update(self.store.as_ref(), machine_key(machine_id), &what, |kv| {
+        let what = || format!("machine {machine_id}");
+        super::cas::update(self.store.as_ref(), machine_key(machine_id), what, |kv| {
             let mut record = decode(kv)?;
             let out = change(&mut record)?;
             Ok((record.encode().into(), out))
@@ -119,27 +121,40 @@ impl ProvisioningService {
     }
 
     /// `AgentCallback.Heartbeat` from `caller`.
-    pub async fn heartbeat(
+    ///
+    /// The caller is checked when called; the returned future owns only
+    /// what the update needs (see `call_size_tests.rs` for why its size
+    /// matters).
+    pub fn heartbeat(
         &self,
         caller: &Identity,
         request: agent::HeartbeatRequest,
-    ) -> Result<EncodedHeartbeatResponse, Status> {
-        let Identity::Agent(key) = caller else {
-            return Err(Status::unauthenticated(
+    ) -> impl Future<Output = Result<EncodedHeartbeatResponse, Status>> + Send + use<> {
+        let checked = match caller {
+            Identity::Agent(key) => check_machine_id(&request.machine_id).map(|()| *key),
+            _ => Err(Status::unauthenticated(
                 "agents present a self-signed client certificate with their Ed25519 agent key",
-            ));
+            )),
         };
-        check_machine_id(&request.machine_id)?;
-        let unknown = || Status::unauthenticated("machine id or public key unknown");
+        let store = self.store.clone();
         let now = self.clock.now_unix_ms();
-        let machine_id = request.machine_id.clone();
-        let outcome = self
-            .update(&machine_id, |record| {
-                if record.agent_public_key != *key {
-                    return Err(unknown());
-                }
-                Ok(record.handle_heartbeat(&request, now))
-            })
+        async move {
+            let key = checked?;
+            let unknown = || Status::unauthenticated("machine id or public key unknown");
+            let what = || format!("machine {}", request.machine_id);
+            let outcome = super::cas::update(
+                store.as_ref(),
+                machine_key(&request.machine_id),
+                what,
+                |kv| {
+                    let mut record = decode(kv)?;
+                    if record.agent_public_key != key {
+                        return Err(unknown());
+                    }
+                    let outcome = record.handle_heartbeat(&request, now);
+                    Ok((record.encode().into(), outcome))
+                },
+            )
             .await
             .map_err(|e| {
                 if e.code() == tonic::Code::NotFound {
@@ -148,9 +163,10 @@ impl ProvisioningService {
                     e
                 }
             })?;
-        Ok(EncodedHeartbeatResponse {
-            installation_request: outcome.response_request,
-        })
+            Ok(EncodedHeartbeatResponse {
+                installation_request: outcome.response_request,
+            })
+        }
     }
 
     fn view(&self, record: &MachineRecord, now: i64) -> private::Machine {
@@ -304,44 +320,23 @@ impl NamedService for AgentCallbackHttp {
     const NAME: &'static str = "cloud.bmaas.server.api.AgentCallback";
 }
 
-struct Heartbeat(ProvisioningService);
-
-impl UnaryService<agent::HeartbeatRequest> for Heartbeat {
-    type Response = EncodedHeartbeatResponse;
-    type Future = BoxFuture<'static, Result<tonic::Response<EncodedHeartbeatResponse>, Status>>;
-
-    fn call(&mut self, request: tonic::Request<agent::HeartbeatRequest>) -> Self::Future {
-        let service = self.0.clone();
-        Box::pin(async move {
-            let caller = request
-                .extensions()
-                .get::<Identity>()
-                .cloned()
-                .unwrap_or(Identity::Unauthenticated);
-            Ok(tonic::Response::new(
-                service.heartbeat(&caller, request.into_inner()).await?,
-            ))
-        })
-    }
-}
-
 impl GrpcService for AgentCallbackHttp {
     fn call(&self, request: Request<Body>) -> BoxFuture<'static, Response<Body>> {
-        let service = self.service.clone();
-        let method = super::router::method_name(&request);
-        Box::pin(async move {
-            match method.as_str() {
-                "Heartbeat" => {
-                    let codec = super::unary_codec::UnaryCodec::<
-                        EncodedHeartbeatResponse,
-                        agent::HeartbeatRequest,
-                    >::default();
-                    Grpc::new(codec).unary(Heartbeat(service), request).await
-                }
-                other => Status::unimplemented(format!("{} has no method {other}", Self::NAME))
-                    .into_http(),
+        match super::router::method_name(&request) {
+            "Heartbeat" => {
+                let service = self.service.clone();
+                Box::pin(unary::serve(
+                    request,
+                    move |caller, request: agent::HeartbeatRequest| {
+                        service.heartbeat(&caller, request)
+                    },
+                ))
             }
-        })
+            other => {
+                let status = Status::unimplemented(format!("{} has no method {other}", Self::NAME));
+                Box::pin(std::future::ready(status.into_http()))
+            }
+        }
     }
 }
 

@@ -16,12 +16,12 @@ pub(crate) const MAX_CAS_ATTEMPTS: usize = 256;
 /// Reads `key`, computes its new value with `change`, and writes it with a
 /// compare-and-swap on the key's modification revision. On a conflict the
 /// failed transaction reads the current value, and `change` runs again on
-/// it. `what` names the record in errors ("node X"); a missing key is
-/// NotFound.
+/// it. `what` names the record in errors ("node X"), formatted only for an
+/// error; a missing key is NotFound.
 pub(crate) async fn update<T>(
     store: &dyn KvStore,
     key: Bytes,
-    what: &str,
+    what: impl Fn() -> String,
     mut change: impl FnMut(&KeyValue) -> Result<(Bytes, T), Status>,
 ) -> Result<T, Status> {
     let mut current = store
@@ -31,7 +31,7 @@ pub(crate) async fn update<T>(
         .pop();
     for _ in 0..MAX_CAS_ATTEMPTS {
         let Some(kv) = current else {
-            return Err(Status::not_found(format!("{what} not found")));
+            return Err(Status::not_found(format!("{} not found", what())));
         };
         let (value, out) = change(&kv)?;
         let txn = Txn {
@@ -57,6 +57,7 @@ pub(crate) async fn update<T>(
         };
     }
     Err(Status::aborted(format!(
-        "{what}: {MAX_CAS_ATTEMPTS} concurrent modifications in a row; request can be retried"
+        "{}: {MAX_CAS_ATTEMPTS} concurrent modifications in a row; request can be retried",
+        what()
     )))
 }

@@ -1,7 +1,7 @@
 //! The Curator service on HTTP/2, routed by hand.
 //!
-//! `UpdateNodeStatus` goes through tonic's unary machinery. `Watch` does
-//! not go through tonic's streaming encoder: that encoder keeps one growing
+//! `UpdateNodeStatus` is served by the lean [unary](super::unary) path.
+//! `Watch` does not go through tonic's streaming encoder: that encoder keeps one growing
 //! buffer per stream, so every idle stream would hold an allocation as
 //! large as the largest event it ever sent (its backlog). [`WatchBody`]
 //! instead frames each event into a buffer of exactly its size, which is
@@ -12,8 +12,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::{StreamExt, TryFutureExt};
 use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body::Frame;
 use metropolis_proto::prelude::curator;
@@ -21,19 +21,16 @@ use prost::Message;
 use tonic::Status;
 use tonic::body::Body;
 use tonic::codec::{Codec, Streaming};
-use tonic::server::{Grpc, NamedService, UnaryService};
+use tonic::server::NamedService;
 
 use super::router::GrpcService;
+use super::unary::{self, MAX_REQUEST_BYTES};
 use tonic_prost::ProstCodec;
 
 use super::curator::CuratorService;
 use super::watch_cache::WatchStream;
-use crate::identity::Identity;
 
 const SERVICE: &str = "metropolis.node.core.curator.proto.api.Curator";
-
-/// Largest request message accepted (tonic's default).
-const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 
 /// The Curator service as an HTTP/2 handler for the
 /// [`Router`](super::Router).
@@ -55,47 +52,26 @@ impl NamedService for CuratorHttp {
 
 impl GrpcService for CuratorHttp {
     fn call(&self, request: Request<Body>) -> BoxFuture<'static, Response<Body>> {
-        let service = self.service.clone();
-        let method = super::router::method_name(&request);
-        Box::pin(async move {
-            match method.as_str() {
-                "Watch" => watch(service, request).await,
-                "UpdateNodeStatus" => {
-                    let codec = super::unary_codec::UnaryCodec::<
-                        curator::UpdateNodeStatusResponse,
-                        curator::UpdateNodeStatusRequest,
-                    >::default();
-                    Grpc::new(codec)
-                        .unary(UpdateNodeStatus(service), request)
-                        .await
-                }
-                other => {
-                    Status::unimplemented(format!("{SERVICE} has no method {other}")).into_http()
-                }
+        // Each method's future is boxed on its own: the box of a small
+        // unary call does not take the size of the largest method's state.
+        match super::router::method_name(&request) {
+            "Watch" => Box::pin(watch(self.service.clone(), request)),
+            "UpdateNodeStatus" => {
+                let service = self.service.clone();
+                Box::pin(unary::serve(
+                    request,
+                    move |caller, request: curator::UpdateNodeStatusRequest| {
+                        service
+                            .update_node_status(&caller, request)
+                            .map_ok(|()| curator::UpdateNodeStatusResponse {})
+                    },
+                ))
             }
-        })
-    }
-}
-
-struct UpdateNodeStatus(CuratorService);
-
-impl UnaryService<curator::UpdateNodeStatusRequest> for UpdateNodeStatus {
-    type Response = curator::UpdateNodeStatusResponse;
-    type Future = BoxFuture<'static, Result<tonic::Response<Self::Response>, Status>>;
-
-    fn call(&mut self, request: tonic::Request<curator::UpdateNodeStatusRequest>) -> Self::Future {
-        let service = self.0.clone();
-        Box::pin(async move {
-            let caller = request
-                .extensions()
-                .get::<Identity>()
-                .cloned()
-                .unwrap_or(Identity::Unauthenticated);
-            service
-                .update_node_status(&caller, request.into_inner())
-                .await?;
-            Ok(tonic::Response::new(curator::UpdateNodeStatusResponse {}))
-        })
+            other => {
+                let status = Status::unimplemented(format!("{SERVICE} has no method {other}"));
+                Box::pin(std::future::ready(status.into_http()))
+            }
+        }
     }
 }
 

@@ -14,7 +14,7 @@ pub mod elected;
 pub mod forward;
 mod routed_body;
 mod router;
-mod unary_codec;
+mod unary;
 mod watch_cache;
 
 pub use agent_callback::{
@@ -24,3 +24,6 @@ pub use curator::CuratorService;
 pub use curator_http::{CuratorHttp, WatchBody};
 pub use router::{GrpcService, Router};
 pub use watch_cache::{WatchCache, WatchCacheOptions, WatchStream};
+
+#[cfg(test)]
+mod call_size_tests;

@@ -46,14 +46,8 @@ where
 }
 
 /// The method name of a call (`Method` of `/package.Service/Method`).
-pub(crate) fn method_name<B>(request: &Request<B>) -> String {
-    request
-        .uri()
-        .path()
-        .rsplit('/')
-        .next()
-        .unwrap_or_default()
-        .to_string()
+pub(crate) fn method_name<B>(request: &Request<B>) -> &str {
+    request.uri().path().rsplit('/').next().unwrap_or_default()
 }
 
 /// Routes `/package.Service/Method` calls to their service.
