@@ -26,6 +26,7 @@ fn options() -> StoreOptions {
     StoreOptions {
         snapshot_threshold: 8 << 10,
         history_revisions: 100,
+        ..StoreOptions::default()
     }
 }
 

@@ -81,6 +81,7 @@ fn snapshots_rotate_the_wal_and_reopen() {
     let options = StoreOptions {
         snapshot_threshold: 4096,
         history_revisions: 50,
+        ..StoreOptions::default()
     };
     let store = open(dir.path(), options.clone());
     workload(&store, 1000, "s");

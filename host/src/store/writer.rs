@@ -7,6 +7,7 @@ use std::sync::MutexGuard;
 use metropolis_core::store::{MemStore, Record, Snapshot};
 use metropolis_core::time::Instant;
 
+use super::commit::CommitPolicy;
 use super::error::{Corruption, OpenError, io_err};
 use super::wal::{self, Wal};
 use super::{Completions, Queued, Shared, State, StoreOptions, snapshot};
@@ -113,12 +114,16 @@ pub(super) struct Writer {
     spare: Vec<Queued>,
     /// Callers and watch streams to complete after a batch (reused).
     done: Completions,
+    /// When to hold a batch open for more records.
+    policy: CommitPolicy,
 }
 
 impl Writer {
     pub(super) fn new(dir: PathBuf, wal: Wal, options: StoreOptions) -> Writer {
         let snapshot_at = options.snapshot_threshold;
+        let policy = CommitPolicy::new(options.commit_delay, options.commit_batch);
         Writer {
+            policy,
             dir,
             wal,
             options,
@@ -174,8 +179,41 @@ impl Writer {
                 };
                 state.writer_idle = false;
             }
+            state = self.gather(shared, state);
+            self.policy
+                .taken(state.queue.len(), std::time::Instant::now());
             self.write_batch(shared, state);
         }
+    }
+
+    /// Holds the queued batch open while the policy expects more records
+    /// soon: until it reaches the target size, the delay has passed since
+    /// its first record, or the store closes or fails.
+    fn gather<'a>(
+        &self,
+        shared: &'a Shared,
+        mut state: MutexGuard<'a, State>,
+    ) -> MutexGuard<'a, State> {
+        let Some(until) = self
+            .policy
+            .hold_until(state.queue.len(), state.first_queued)
+        else {
+            return state;
+        };
+        state.writer_gathering = true;
+        while !state.closed && state.failure.is_none() && state.queue.len() < self.policy.target() {
+            let now = std::time::Instant::now();
+            if now >= until {
+                break;
+            }
+            state = shared
+                .writer_wake
+                .wait_timeout(state, until - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+        state.writer_gathering = false;
+        state
     }
 
     /// Writes everything queued with one sync, completes its waiters, and
