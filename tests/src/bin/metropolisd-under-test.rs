@@ -1,6 +1,9 @@
 //! The daemon, built inside this package so that the end-to-end tests can
 //! run it as a real process (`metropolisd-under-test`). Same code as the
-//! `metropolisd` of `metropolis-runtime-tokio`.
+//! `metropolisd` of `metropolis-runtime-tokio`, with the same allocator.
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     metropolis_runtime_tokio::daemon::main()
