@@ -20,6 +20,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// The daemon's allocator, so that the echo server (`serve-echo`, this
+/// binary) runs on the same stack as the daemon it is compared with.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 
 #[path = "../load/daemon.rs"]
@@ -36,6 +41,8 @@ mod get_logs;
 mod heartbeat;
 #[path = "../load/load_image.rs"]
 mod load_image;
+#[path = "../load/rounds.rs"]
+mod rounds;
 #[path = "../load/update_tls.rs"]
 mod update_tls;
 #[path = "../load/util.rs"]

@@ -17,9 +17,9 @@ use metropolis_proto::prelude::agent::agent_callback_client::AgentCallbackClient
 
 use super::daemon::{DaemonProcess, free_addr};
 use super::echo::EchoProcess;
+use super::rounds::{self, ClientOutcome, SETTLE, Totals, Window};
 use super::util::{
-    Context, CpuMeter, HostCpuMeter, RPC_TIMEOUT, Result, bounded, cpus, micros_since, ms,
-    percentile, print_table, row, tls_channel,
+    Context, RPC_TIMEOUT, Result, bounded, cpus, micros_since, ms, print_table, row, tls_channel,
 };
 
 /// Arguments of `heartbeat`.
@@ -28,10 +28,15 @@ pub struct HeartbeatArgs {
     /// Agents, each with its own key, machine and TLS connection.
     #[arg(long, default_value_t = 1000)]
     pub agents: usize,
-    /// Measured duration of each run (daemon, then echo server).
-    #[arg(long, default_value_t = 10)]
+    /// Measured duration of each window.
+    #[arg(long, default_value_t = 4)]
     pub seconds: u64,
-    /// Unmeasured warm-up before each measured window.
+    /// Windows per server: the daemon and the echo server are measured in
+    /// alternating windows (daemon, echo, daemon, ...), so that the
+    /// machine's drift in speed affects both alike.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+    /// Unmeasured warm-up before the first window of each server.
     #[arg(long, default_value_t = 1)]
     pub warmup_seconds: u64,
 }
@@ -45,20 +50,13 @@ fn machine_id(i: usize) -> String {
     format!("00000000-0000-4000-8000-{i:012x}")
 }
 
-#[derive(Default)]
-struct Outcome {
-    latencies_us: Vec<u64>,
-    errors: u64,
-    first_error: Option<String>,
-}
-
 async fn agent_loop(
     mut client: AgentCallbackClient<Channel>,
     machine_id: String,
     from: Instant,
     until: Instant,
-) -> Outcome {
-    let mut out = Outcome::default();
+) -> ClientOutcome {
+    let mut out = ClientOutcome::default();
     loop {
         let start = Instant::now();
         if start >= until || out.errors >= 100 {
@@ -89,75 +87,54 @@ async fn agent_loop(
     }
 }
 
-struct Stats {
-    rps: f64,
-    p50_us: u64,
-    p99_us: u64,
-    errors: u64,
-    first_error: Option<String>,
-    server_cores: f64,
-    host_cores: f64,
-}
-
-async fn drive(
-    addr: &str,
-    agents: &[Agent],
-    warmup: Duration,
-    seconds: Duration,
-    server_pid: u32,
-) -> Result<Stats> {
-    let channels: Vec<Channel> = futures::stream::iter(agents)
+/// One TLS connection to `addr` per agent, presenting its certificate.
+async fn connect(addr: &str, agents: &[Agent]) -> Result<Vec<Channel>> {
+    futures::stream::iter(agents)
         .map(|a| tls_channel(addr, &a.creds))
         .buffered(16)
         .collect::<Vec<_>>()
         .await
         .into_iter()
-        .collect::<Result<_>>()?;
-    let from = Instant::now() + warmup;
-    let until = from + seconds;
-    let tasks: Vec<_> = channels
-        .into_iter()
-        .zip(agents)
-        .map(|(c, a)| {
-            tokio::spawn(agent_loop(
-                AgentCallbackClient::with_origin(c, Channel::origin()),
-                a.machine_id.clone(),
-                from,
-                until,
-            ))
-        })
-        .collect();
-    tokio::time::sleep_until(from.into()).await;
-    let server = CpuMeter::start(server_pid)?;
-    let host = HostCpuMeter::start()?;
-    tokio::time::sleep_until(until.into()).await;
-    let (server_cores, host_cores) = (server.cores()?, host.cores()?);
-    let mut latencies = Vec::new();
-    let (mut errors, mut first_error) = (0, None);
-    for t in tasks {
-        let out = bounded(RPC_TIMEOUT * 2, || "an agent loop".into(), t)
-            .await?
-            .map_err(|e| format!("an agent loop failed: {e}"))?;
-        latencies.extend(out.latencies_us);
-        errors += out.errors;
-        first_error = first_error.or(out.first_error);
-    }
-    latencies.sort_unstable();
-    Ok(Stats {
-        rps: latencies.len() as f64 / seconds.as_secs_f64(),
-        p50_us: percentile(&latencies, 50.0),
-        p99_us: percentile(&latencies, 99.0),
-        errors,
-        first_error,
-        server_cores,
-        host_cores,
+        .collect()
+}
+
+/// Drives one agent loop per channel for one window.
+async fn window(
+    channels: &[Channel],
+    agents: &[Agent],
+    warmup: Duration,
+    seconds: Duration,
+    server_pid: u32,
+) -> Result<Window> {
+    rounds::measure(warmup, seconds, server_pid, |from, until| async move {
+        let tasks: Vec<_> = channels
+            .iter()
+            .zip(agents)
+            .map(|(c, a)| {
+                tokio::spawn(agent_loop(
+                    AgentCallbackClient::with_origin(c.clone(), Channel::origin()),
+                    a.machine_id.clone(),
+                    from,
+                    until,
+                ))
+            })
+            .collect();
+        let mut all = ClientOutcome::default();
+        for t in tasks {
+            let out = bounded(RPC_TIMEOUT * 2, || "an agent loop".into(), t)
+                .await?
+                .map_err(|e| format!("an agent loop failed: {e}"))?;
+            all.merge(out);
+        }
+        Ok(all)
     })
+    .await
 }
 
 /// Runs the scenario.
 pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Path) -> Result<()> {
-    if args.agents == 0 || args.seconds == 0 {
-        return Err("--agents and --seconds must be at least 1".into());
+    if args.agents == 0 || args.seconds == 0 || args.rounds == 0 {
+        return Err("--agents, --seconds and --rounds must be at least 1".into());
     }
     let mut daemon = DaemonProcess::start(target, &work.join("daemon"), "warn")?;
     println!(
@@ -193,17 +170,38 @@ pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Pat
         Duration::from_secs(args.warmup_seconds),
         Duration::from_secs(args.seconds),
     );
-    println!("  driving the daemon for {warmup:?} + {seconds:?} ...");
-    let d = drive(&daemon.agent_addr, &agents, warmup, seconds, daemon.pid()?).await?;
-    daemon.check_alive()?;
-    let pki = daemon.pki_dir();
-    daemon.stop();
     let echo_addr = free_addr()?;
-    let mut echo = EchoProcess::start(&echo_addr, &pki, &work.join("echo.log"))?;
-    println!("  driving the echo server on {echo_addr} for {warmup:?} + {seconds:?} ...");
-    let e = drive(&echo_addr, &agents, warmup, seconds, echo.pid()?).await?;
+    let mut echo = EchoProcess::start(&echo_addr, &daemon.pki_dir(), &work.join("echo.log"))?;
+    let (daemon_pid, echo_pid) = (daemon.pid()?, echo.pid()?);
+    let to_daemon = connect(&daemon.agent_addr, &agents).await?;
+    let to_echo = connect(&echo_addr, &agents).await?;
+    println!(
+        "  echo server pid {echo_pid} on {echo_addr}; {} rounds of {seconds:?} on each, alternating \
+         (warm-up {warmup:?} before the first of each) ...",
+        args.rounds
+    );
+    let (mut dw, mut ew) = (Vec::new(), Vec::new());
+    for round in 0..args.rounds {
+        let settle = if round == 0 { warmup } else { SETTLE };
+        let d = window(&to_daemon, &agents, settle, seconds, daemon_pid).await?;
+        let e = window(&to_echo, &agents, settle, seconds, echo_pid).await?;
+        println!(
+            "  round {}: daemon {:.0} heartbeats/s, echo {:.0} heartbeats/s, ratio {:.3}",
+            round + 1,
+            d.rps(),
+            e.rps(),
+            d.rps() / e.rps().max(f64::MIN_POSITIVE)
+        );
+        dw.push(d);
+        ew.push(e);
+    }
+    daemon.check_alive()?;
     echo.check_alive()?;
+    drop((to_daemon, to_echo));
+    daemon.stop();
     echo.stop();
+    let (ratios, median) = rounds::round_ratios(&dw, &ew);
+    let (d, e) = (Totals::of(dw), Totals::of(ew));
     let ratio = if e.rps > 0.0 { d.rps / e.rps } else { 0.0 };
     let mut rows = Vec::new();
     for (name, s) in [("daemon", &d), ("echo", &e)] {
@@ -224,10 +222,12 @@ pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Pat
         ));
     }
     rows.push(row("daemon/echo heartbeats/s", format!("{ratio:.3}")));
+    rows.push(row("daemon/echo per round", rounds::format_ratios(&ratios)));
+    rows.push(row("daemon/echo, median round", format!("{median:.3}")));
     print_table(
         &format!(
-            "heartbeat: {} agents, {} s measured",
-            args.agents, args.seconds
+            "heartbeat: {} agents, {} x {} s measured on each",
+            args.agents, args.rounds, args.seconds
         ),
         &rows,
     );
@@ -237,9 +237,10 @@ pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Pat
         }
     }
     println!(
-        "RESULT heartbeat runtime={} agents={} seconds={} daemon_rps={:.0} daemon_p50_ms={} daemon_p99_ms={} daemon_errors={} echo_rps={:.0} echo_p99_ms={} ratio_rps={ratio:.3}",
+        "RESULT heartbeat runtime={} agents={} rounds={} seconds={} daemon_rps={:.0} daemon_p50_ms={} daemon_p99_ms={} daemon_errors={} echo_rps={:.0} echo_p99_ms={} ratio_rps={ratio:.3} ratio_median={median:.3} daemon_cpu_cores={:.2} echo_cpu_cores={:.2}",
         target.runtime,
         args.agents,
+        args.rounds,
         args.seconds,
         d.rps,
         ms(d.p50_us),
@@ -247,6 +248,11 @@ pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Pat
         d.errors,
         e.rps,
         ms(e.p99_us),
+        d.server_cores,
+        e.server_cores,
     );
+    if d.requests == 0 || e.requests == 0 {
+        return Err("a run completed no heartbeat in its measured window".into());
+    }
     Ok(())
 }

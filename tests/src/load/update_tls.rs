@@ -12,17 +12,21 @@ use metropolis_proto::prelude::curator::curator_client::CuratorClient;
 
 use super::daemon::{DaemonProcess, free_addr};
 use super::echo::EchoProcess;
+use super::rounds::{self, ClientOutcome, SETTLE, Totals, Window};
 use super::util::{
-    CpuMeter, HostCpuMeter, NodeCred, RPC_TIMEOUT, Result, add_nodes, bounded, cpus, micros_since,
-    ms, percentile, print_table, row, status, tls_channel,
+    NodeCred, RPC_TIMEOUT, Result, add_nodes, bounded, cpus, micros_since, ms, print_table, row,
+    status, tls_channel,
 };
 
 /// Arguments of `update-tls`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct UpdateTlsArgs {
     /// Concurrent request loops; each sends one UpdateNodeStatus at a time
-    /// and the next as soon as the answer arrives.
-    #[arg(long, default_value_t = 64)]
+    /// and the next as soon as the answer arrives. The default offers
+    /// enough calls to keep both servers busy on a 2-core machine: every
+    /// daemon call waits for a WAL sync, so with 64 loops the machine is
+    /// about 10 % idle during the daemon's windows (README, Performance).
+    #[arg(long, default_value_t = 128)]
     pub clients: usize,
     /// HTTP/2 connections over mutual TLS the clients are spread over
     /// (client i uses connection i mod N). A connection presents one node
@@ -32,37 +36,20 @@ pub struct UpdateTlsArgs {
     /// every client its own node and connection. Capped at --clients.
     #[arg(long, default_value_t = 8)]
     pub connections: usize,
-    /// Measured duration of each run (daemon, then echo server).
-    #[arg(long, default_value_t = 10)]
+    /// Measured duration of each window.
+    #[arg(long, default_value_t = 4)]
     pub seconds: u64,
-    /// Unmeasured warm-up before each measured window.
+    /// Windows per server: the daemon and the echo server are measured in
+    /// alternating windows (daemon, echo, daemon, ...), so that the
+    /// machine's drift in speed affects both alike.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+    /// Unmeasured warm-up before the first window of each server.
     #[arg(long, default_value_t = 1)]
     pub warmup_seconds: u64,
     /// AddNode calls in flight while creating the nodes.
     #[arg(long, default_value_t = 32)]
     pub add_concurrency: usize,
-}
-
-/// What one client loop saw.
-#[derive(Default)]
-struct ClientOutcome {
-    latencies_us: Vec<u64>,
-    errors: u64,
-    first_error: Option<String>,
-}
-
-/// The figures of one measured run.
-struct RunStats {
-    requests: u64,
-    rps: f64,
-    p50_us: u64,
-    p99_us: u64,
-    max_us: u64,
-    errors: u64,
-    first_error: Option<String>,
-    server_cores: f64,
-    client_cores: f64,
-    host_cores: f64,
 }
 
 /// Gives up a client loop after this many failed calls.
@@ -113,80 +100,51 @@ async fn client_loop(
     out
 }
 
-/// Drives `clients` loops over connections to `addr` presenting `nodes`
-/// (one connection per node), measuring `seconds` after `warmup`; CPU of
-/// process `server_pid` is sampled over the measured window.
-async fn drive(
-    addr: &str,
-    nodes: &[NodeCred],
-    clients: usize,
-    warmup: Duration,
-    seconds: Duration,
-    server_pid: u32,
-) -> Result<RunStats> {
-    let channels: Vec<Channel> = futures::stream::iter(nodes)
+/// One TLS connection to `addr` per node, presenting its certificate.
+async fn connect(addr: &str, nodes: &[NodeCred]) -> Result<Vec<Channel>> {
+    futures::stream::iter(nodes)
         .map(|n| tls_channel(addr, &n.creds))
         .buffered(16)
         .collect::<Vec<_>>()
         .await
         .into_iter()
-        .collect::<Result<_>>()?;
-    let measure_from = Instant::now() + warmup;
-    let until = measure_from + seconds;
-    let mut tasks = Vec::with_capacity(clients);
-    for i in 0..clients {
-        let c = i % channels.len();
-        let client = metropolis_tests::curator(channels[c].clone());
-        tasks.push(tokio::spawn(client_loop(
-            i,
-            client,
-            nodes[c].id.clone(),
-            measure_from,
-            until,
-        )));
-    }
-    tokio::time::sleep_until(measure_from.into()).await;
-    let server_cpu = CpuMeter::start(server_pid)?;
-    let client_cpu = CpuMeter::start(std::process::id())?;
-    let host_cpu = HostCpuMeter::start()?;
-    tokio::time::sleep_until(until.into()).await;
-    let host_cores = host_cpu.cores()?;
-    let server_cores = server_cpu.cores()?;
-    let client_cores = client_cpu.cores()?;
+        .collect()
+}
 
-    let mut latencies = Vec::new();
-    let mut errors = 0;
-    let mut first_error = None;
-    for task in tasks {
-        let out = bounded(RPC_TIMEOUT * 2, || "a client loop".into(), task)
-            .await?
-            .map_err(|e| format!("a client loop failed: {e}"))?;
-        latencies.extend(out.latencies_us);
-        errors += out.errors;
-        if first_error.is_none() {
-            first_error = out.first_error;
+/// Drives `clients` loops over `channels` (client i on channel i mod N,
+/// updating that channel's node) for one window.
+async fn window(
+    channels: &[Channel],
+    nodes: &[NodeCred],
+    clients: usize,
+    warmup: Duration,
+    seconds: Duration,
+    server_pid: u32,
+) -> Result<Window> {
+    rounds::measure(warmup, seconds, server_pid, |from, until| async move {
+        let tasks: Vec<_> = (0..clients)
+            .map(|i| {
+                let c = i % channels.len();
+                let client = metropolis_tests::curator(channels[c].clone());
+                tokio::spawn(client_loop(i, client, nodes[c].id.clone(), from, until))
+            })
+            .collect();
+        let mut all = ClientOutcome::default();
+        for task in tasks {
+            let out = bounded(RPC_TIMEOUT * 2, || "a client loop".into(), task)
+                .await?
+                .map_err(|e| format!("a client loop failed: {e}"))?;
+            all.merge(out);
         }
-    }
-    latencies.sort_unstable();
-    let requests = latencies.len() as u64;
-    Ok(RunStats {
-        requests,
-        rps: requests as f64 / seconds.as_secs_f64(),
-        p50_us: percentile(&latencies, 50.0),
-        p99_us: percentile(&latencies, 99.0),
-        max_us: latencies.last().copied().unwrap_or(0),
-        errors,
-        first_error,
-        server_cores,
-        client_cores,
-        host_cores,
+        Ok(all)
     })
+    .await
 }
 
 /// Runs the scenario.
 pub async fn run(args: UpdateTlsArgs, target: &super::daemon::Target, work: &Path) -> Result<()> {
-    if args.clients == 0 || args.connections == 0 || args.seconds == 0 {
-        return Err("--clients, --connections and --seconds must be at least 1".into());
+    if args.clients == 0 || args.connections == 0 || args.seconds == 0 || args.rounds == 0 {
+        return Err("--clients, --connections, --seconds and --rounds must be at least 1".into());
     }
     let connections = args.connections.min(args.clients);
     let data_dir = work.join("daemon");
@@ -221,37 +179,46 @@ pub async fn run(args: UpdateTlsArgs, target: &super::daemon::Target, work: &Pat
     let warmup = Duration::from_secs(args.warmup_seconds);
     let seconds = Duration::from_secs(args.seconds);
 
-    println!("  driving the daemon for {warmup:?} + {seconds:?} ...");
-    let d = drive(
-        &daemon.addr,
-        &nodes,
-        args.clients,
-        warmup,
-        seconds,
-        daemon.pid()?,
-    )
-    .await?;
-    daemon.check_alive()?;
-    let pki = daemon.pki_dir();
-    daemon.stop();
-
     let echo_addr = free_addr()?;
-    let mut echo = EchoProcess::start(&echo_addr, &pki, &work.join("echo.log"))?;
+    let mut echo = EchoProcess::start(&echo_addr, &daemon.pki_dir(), &work.join("echo.log"))?;
+    let (daemon_pid, echo_pid) = (daemon.pid()?, echo.pid()?);
+    let to_daemon = connect(&daemon.addr, &nodes).await?;
+    let to_echo = connect(&echo_addr, &nodes).await?;
     println!(
-        "  driving the echo server (pid {}) on {echo_addr} for {warmup:?} + {seconds:?} ...",
-        echo.pid()?
+        "  echo server pid {echo_pid} on {echo_addr}; {} rounds of {seconds:?} on each, alternating \
+         (warm-up {warmup:?} before the first of each) ...",
+        args.rounds
     );
-    let e = drive(
-        &echo_addr,
-        &nodes,
-        args.clients,
-        warmup,
-        seconds,
-        echo.pid()?,
-    )
-    .await?;
+    let (mut dw, mut ew) = (Vec::new(), Vec::new());
+    for round in 0..args.rounds {
+        let settle = if round == 0 { warmup } else { SETTLE };
+        let d = window(
+            &to_daemon,
+            &nodes,
+            args.clients,
+            settle,
+            seconds,
+            daemon_pid,
+        )
+        .await?;
+        let e = window(&to_echo, &nodes, args.clients, settle, seconds, echo_pid).await?;
+        println!(
+            "  round {}: daemon {:.0} req/s, echo {:.0} req/s, ratio {:.3}",
+            round + 1,
+            d.rps(),
+            e.rps(),
+            d.rps() / e.rps().max(f64::MIN_POSITIVE)
+        );
+        dw.push(d);
+        ew.push(e);
+    }
+    daemon.check_alive()?;
     echo.check_alive()?;
+    drop((to_daemon, to_echo));
+    daemon.stop();
     echo.stop();
+    let (ratios, median) = rounds::round_ratios(&dw, &ew);
+    let (d, e) = (Totals::of(dw), Totals::of(ew));
 
     let ratio = if e.rps > 0.0 { d.rps / e.rps } else { 0.0 };
     let p99_ratio = if e.p99_us > 0 {
@@ -281,11 +248,13 @@ pub async fn run(args: UpdateTlsArgs, target: &super::daemon::Target, work: &Pat
         ));
     }
     rows.push(row("daemon/echo requests/s", format!("{ratio:.3}")));
+    rows.push(row("daemon/echo per round", rounds::format_ratios(&ratios)));
+    rows.push(row("daemon/echo, median round", format!("{median:.3}")));
     rows.push(row("daemon/echo p99", format!("{p99_ratio:.2}")));
     print_table(
         &format!(
-            "update-tls: {} clients, {} connections, {} s measured",
-            args.clients, connections, args.seconds
+            "update-tls: {} clients, {} connections, {} x {} s measured on each",
+            args.clients, connections, args.rounds, args.seconds
         ),
         &rows,
     );
@@ -295,12 +264,13 @@ pub async fn run(args: UpdateTlsArgs, target: &super::daemon::Target, work: &Pat
         }
     }
     println!(
-        "RESULT update-tls runtime={} clients={} connections={} seconds={} daemon_rps={:.0} daemon_p50_ms={} \
+        "RESULT update-tls runtime={} clients={} connections={} rounds={} seconds={} daemon_rps={:.0} daemon_p50_ms={} \
          daemon_p99_ms={} daemon_errors={} echo_rps={:.0} echo_p50_ms={} echo_p99_ms={} \
-         echo_errors={} ratio_rps={ratio:.3} daemon_cpu_cores={:.2} echo_cpu_cores={:.2}",
+         echo_errors={} ratio_rps={ratio:.3} ratio_median={median:.3} daemon_cpu_cores={:.2} echo_cpu_cores={:.2}",
         target.runtime,
         args.clients,
         connections,
+        args.rounds,
         args.seconds,
         d.rps,
         ms(d.p50_us),

@@ -1,0 +1,192 @@
+//! Measuring the daemon against the echo server in alternating windows.
+//!
+//! On a shared virtual machine the speed of the CPU drifts by tens of
+//! percent over tens of seconds (another tenant's load). Measuring the
+//! daemon for ten seconds and then the echo server for ten seconds put that
+//! drift into the ratio: the same daemon binary measured 0.49 to 0.68 of
+//! the echo in six consecutive runs. With both servers up and the clients
+//! connected to both, the scenarios measure them in alternating windows
+//! (daemon, echo, daemon, echo, ...), so drift slower than a window
+//! affects both alike; the per-round ratios show what remains.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use super::util::{CpuMeter, HostCpuMeter, Result, percentile};
+
+/// Pause before each window after the first of a server, for the previous
+/// window's connections to settle (the first window has the warm-up).
+pub const SETTLE: Duration = Duration::from_millis(300);
+
+/// What the clients saw in one window.
+#[derive(Default)]
+pub struct ClientOutcome {
+    /// Latency of each call that started and ended inside the window.
+    pub latencies_us: Vec<u64>,
+    /// Failed calls.
+    pub errors: u64,
+    /// The first failure, described.
+    pub first_error: Option<String>,
+}
+
+impl ClientOutcome {
+    /// Adds another client's outcome.
+    pub fn merge(&mut self, other: ClientOutcome) {
+        self.latencies_us.extend(other.latencies_us);
+        self.errors += other.errors;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+    }
+}
+
+/// One measured window against one server.
+pub struct Window {
+    /// What the clients saw.
+    pub outcome: ClientOutcome,
+    /// Its length.
+    pub seconds: f64,
+    /// Cores busy in the server process, in this (load) process, and on
+    /// the whole machine.
+    pub server_cores: f64,
+    /// See `server_cores`.
+    pub client_cores: f64,
+    /// See `server_cores`.
+    pub host_cores: f64,
+}
+
+impl Window {
+    /// Completed calls per second.
+    pub fn rps(&self) -> f64 {
+        self.outcome.latencies_us.len() as f64 / self.seconds
+    }
+}
+
+/// Measures one window: starts the clients with `start(from, until)`
+/// (they measure calls inside `from..until` and stop at `until`), samples
+/// CPU of `server_pid` over the window, and collects the clients'
+/// outcomes.
+pub async fn measure<F, Fut>(
+    warmup: Duration,
+    seconds: Duration,
+    server_pid: u32,
+    start: F,
+) -> Result<Window>
+where
+    F: FnOnce(Instant, Instant) -> Fut,
+    Fut: Future<Output = Result<ClientOutcome>>,
+{
+    let from = Instant::now() + warmup;
+    let until = from + seconds;
+    let clients = start(from, until);
+    let meters = async {
+        tokio::time::sleep_until(from.into()).await;
+        let server = CpuMeter::start(server_pid)?;
+        let client = CpuMeter::start(std::process::id())?;
+        let host = HostCpuMeter::start()?;
+        tokio::time::sleep_until(until.into()).await;
+        Ok::<_, super::util::Error>((server.cores()?, client.cores()?, host.cores()?))
+    };
+    let (outcome, cores) = futures::join!(clients, meters);
+    let (server_cores, client_cores, host_cores) = cores?;
+    Ok(Window {
+        outcome: outcome?,
+        seconds: seconds.as_secs_f64(),
+        server_cores,
+        client_cores,
+        host_cores,
+    })
+}
+
+/// The figures of one server over all its windows.
+pub struct Totals {
+    /// Calls completed in the windows.
+    pub requests: u64,
+    /// Calls per second over the windows.
+    pub rps: f64,
+    /// Latency percentiles over every call of every window.
+    pub p50_us: u64,
+    /// See `p50_us`.
+    pub p99_us: u64,
+    /// The slowest call.
+    pub max_us: u64,
+    /// Failed calls.
+    pub errors: u64,
+    /// The first failure, described.
+    pub first_error: Option<String>,
+    /// Average cores busy over the windows (see [`Window`]).
+    pub server_cores: f64,
+    /// See `server_cores`.
+    pub client_cores: f64,
+    /// See `server_cores`.
+    pub host_cores: f64,
+}
+
+impl Totals {
+    /// Sums up `windows`.
+    pub fn of(windows: Vec<Window>) -> Totals {
+        let n = windows.len().max(1) as f64;
+        let seconds: f64 = windows.iter().map(|w| w.seconds).sum();
+        let mean = |f: fn(&Window) -> f64| windows.iter().map(f).sum::<f64>() / n;
+        let (server_cores, client_cores, host_cores) = (
+            mean(|w| w.server_cores),
+            mean(|w| w.client_cores),
+            mean(|w| w.host_cores),
+        );
+        let mut all = ClientOutcome::default();
+        for w in windows {
+            all.merge(w.outcome);
+        }
+        all.latencies_us.sort_unstable();
+        let requests = all.latencies_us.len() as u64;
+        Totals {
+            requests,
+            rps: if seconds > 0.0 {
+                requests as f64 / seconds
+            } else {
+                0.0
+            },
+            p50_us: percentile(&all.latencies_us, 50.0),
+            p99_us: percentile(&all.latencies_us, 99.0),
+            max_us: all.latencies_us.last().copied().unwrap_or(0),
+            errors: all.errors,
+            first_error: all.first_error,
+            server_cores,
+            client_cores,
+            host_cores,
+        }
+    }
+}
+
+/// The daemon/echo ratio of calls per second in each round, and their
+/// median.
+pub fn round_ratios(daemon: &[Window], echo: &[Window]) -> (Vec<f64>, f64) {
+    let ratios: Vec<f64> = daemon
+        .iter()
+        .zip(echo)
+        .map(|(d, e)| {
+            if e.rps() > 0.0 {
+                d.rps() / e.rps()
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let mut sorted = ratios.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    };
+    (ratios, median)
+}
+
+/// The ratios, formatted for a table cell.
+pub fn format_ratios(ratios: &[f64]) -> String {
+    ratios
+        .iter()
+        .map(|r| format!("{r:.3}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
