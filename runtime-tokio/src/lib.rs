@@ -6,6 +6,8 @@
 //! store, PKI and HTTP/2 plumbing in `metropolis-host`.
 
 pub mod agent;
+#[cfg(feature = "mimalloc")]
+pub mod allocator;
 pub mod connect;
 pub mod ctl;
 pub mod daemon;

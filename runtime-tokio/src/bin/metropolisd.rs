@@ -1,13 +1,13 @@
 //! The Metropolis node daemon. See `metropolisd --help`.
 
-/// mimalloc rather than glibc's malloc: an `UpdateNodeStatus` makes about
-/// 50 allocations, many freed on another thread than the one that made
-/// them, and glibc's malloc was the largest cost the daemon had over the
-/// echo server (README, Performance).
+/// mimalloc rather than glibc's malloc: see `metropolis_runtime_tokio::allocator`.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: metropolis_runtime_tokio::allocator::MiMalloc =
+    metropolis_runtime_tokio::allocator::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    #[cfg(feature = "mimalloc")]
+    metropolis_runtime_tokio::allocator::configure();
     metropolis_runtime_tokio::daemon::main()
 }

@@ -20,10 +20,12 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// The daemon's allocator, so that the echo server (`serve-echo`, this
-/// binary) runs on the same stack as the daemon it is compared with.
+/// The daemon's allocator, configured the same way, so that the echo
+/// server (`serve-echo`, this binary) runs on the same stack as the daemon
+/// it is compared with.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: metropolis_runtime_tokio::allocator::MiMalloc =
+    metropolis_runtime_tokio::allocator::MiMalloc;
 
 use clap::{Parser, Subcommand};
 
@@ -175,6 +177,7 @@ fn run(cli: Cli) -> util::Result<()> {
 }
 
 fn main() -> ExitCode {
+    metropolis_runtime_tokio::allocator::configure();
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

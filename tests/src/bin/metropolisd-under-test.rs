@@ -3,8 +3,10 @@
 //! `metropolisd` of `metropolis-runtime-tokio`, with the same allocator.
 
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: metropolis_runtime_tokio::allocator::MiMalloc =
+    metropolis_runtime_tokio::allocator::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    metropolis_runtime_tokio::allocator::configure();
     metropolis_runtime_tokio::daemon::main()
 }
