@@ -20,8 +20,10 @@
 //! the store is shared by tokio and smol programs alike). The writer takes
 //! everything queued, appends it to the WAL with one `write` and one
 //! `fdatasync`, then completes every waiting caller (group commit: N
-//! concurrent transactions cost one sync). A
-//! caller's future resolves only once its record is on disk. A read-only transaction resolves at once when nothing is in flight,
+//! concurrent transactions cost one sync). While transactions arrive fast
+//! enough, the writer holds a batch open a little for more
+//! ([`StoreOptions::commit_delay`], `commit.rs`). A caller's future
+//! resolves only once its record is on disk. A read-only transaction resolves at once when nothing is in flight,
 //! else once what it may have read is durable. Watch streams deliver only
 //! durable revisions. If a write or sync fails, the store is failed: that
 //! change and every later one resolve to [`StoreError::Unavailable`] naming
