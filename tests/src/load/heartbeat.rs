@@ -6,7 +6,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use metropolis_host::grpc::Channel;
 use metropolis_host::pki::{Credentials, generate_agent_key, self_signed_agent_certificate};
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
@@ -17,9 +16,9 @@ use metropolis_proto::prelude::agent::agent_callback_client::AgentCallbackClient
 
 use super::daemon::{DaemonProcess, free_addr};
 use super::echo::EchoProcess;
-use super::rounds::{self, ClientOutcome, SETTLE, Totals, Window};
+use super::rounds::{self, ClientOutcome, Plan, Totals, Window};
 use super::util::{
-    Context, RPC_TIMEOUT, Result, bounded, cpus, micros_since, ms, print_table, row, tls_channel,
+    Context, RPC_TIMEOUT, Result, cpus, micros_since, ms, print_table, row, tls_channel,
 };
 
 /// Arguments of `heartbeat`.
@@ -87,17 +86,6 @@ async fn agent_loop(
     }
 }
 
-/// One TLS connection to `addr` per agent, presenting its certificate.
-async fn connect(addr: &str, agents: &[Agent]) -> Result<Vec<Channel>> {
-    futures::stream::iter(agents)
-        .map(|a| tls_channel(addr, &a.creds))
-        .buffered(16)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect()
-}
-
 /// Drives one agent loop per channel for one window.
 async fn window(
     channels: &[Channel],
@@ -119,14 +107,7 @@ async fn window(
                 ))
             })
             .collect();
-        let mut all = ClientOutcome::default();
-        for t in tasks {
-            let out = bounded(RPC_TIMEOUT * 2, || "an agent loop".into(), t)
-                .await?
-                .map_err(|e| format!("an agent loop failed: {e}"))?;
-            all.merge(out);
-        }
-        Ok(all)
+        rounds::join(tasks, "an agent loop").await
     })
     .await
 }
@@ -173,28 +154,21 @@ pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Pat
     let echo_addr = free_addr()?;
     let mut echo = EchoProcess::start(&echo_addr, &daemon.pki_dir(), &work.join("echo.log"))?;
     let (daemon_pid, echo_pid) = (daemon.pid()?, echo.pid()?);
-    let to_daemon = connect(&daemon.agent_addr, &agents).await?;
-    let to_echo = connect(&echo_addr, &agents).await?;
-    println!(
-        "  echo server pid {echo_pid} on {echo_addr}; {} rounds of {seconds:?} on each, alternating \
-         (warm-up {warmup:?} before the first of each) ...",
-        args.rounds
-    );
-    let (mut dw, mut ew) = (Vec::new(), Vec::new());
-    for round in 0..args.rounds {
-        let settle = if round == 0 { warmup } else { SETTLE };
-        let d = window(&to_daemon, &agents, settle, seconds, daemon_pid).await?;
-        let e = window(&to_echo, &agents, settle, seconds, echo_pid).await?;
-        println!(
-            "  round {}: daemon {:.0} heartbeats/s, echo {:.0} heartbeats/s, ratio {:.3}",
-            round + 1,
-            d.rps(),
-            e.rps(),
-            d.rps() / e.rps().max(f64::MIN_POSITIVE)
-        );
-        dw.push(d);
-        ew.push(e);
-    }
+    let creds = || agents.iter().map(|a| &a.creds);
+    let to_daemon = rounds::connect(&daemon.agent_addr, creds()).await?;
+    let to_echo = rounds::connect(&echo_addr, creds()).await?;
+    println!("  echo server pid {echo_pid} on {echo_addr}");
+    let plan = Plan {
+        rounds: args.rounds,
+        warmup,
+        seconds,
+        unit: "heartbeats/s",
+    };
+    let (dw, ew) = rounds::alternate(&plan, daemon_pid, echo_pid, |to, settle, pid| {
+        let channels = if to { &to_daemon } else { &to_echo };
+        window(channels, &agents, settle, seconds, pid)
+    })
+    .await?;
     daemon.check_alive()?;
     echo.check_alive()?;
     drop((to_daemon, to_echo));

@@ -12,11 +12,94 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use super::util::{CpuMeter, HostCpuMeter, Result, percentile};
+use futures::StreamExt;
+use metropolis_host::grpc::Channel;
+use metropolis_host::pki::Credentials;
+
+use super::util::{CpuMeter, HostCpuMeter, RPC_TIMEOUT, Result, bounded, percentile, tls_channel};
 
 /// Pause before each window after the first of a server, for the previous
 /// window's connections to settle (the first window has the warm-up).
 pub const SETTLE: Duration = Duration::from_millis(300);
+
+/// One TLS connection to `addr` per credential, presenting it.
+pub async fn connect<'a>(
+    addr: &str,
+    credentials: impl Iterator<Item = &'a Credentials>,
+) -> Result<Vec<Channel>> {
+    futures::stream::iter(credentials)
+        .map(|c| tls_channel(addr, c))
+        .buffered(16)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// Waits for the client loops of a window (`what` names one in errors)
+/// and adds up their outcomes.
+pub async fn join(
+    loops: Vec<tokio::task::JoinHandle<ClientOutcome>>,
+    what: &'static str,
+) -> Result<ClientOutcome> {
+    let mut all = ClientOutcome::default();
+    for task in loops {
+        let out = bounded(RPC_TIMEOUT * 2, || what.into(), task)
+            .await?
+            .map_err(|e| format!("{what} failed: {e}"))?;
+        all.merge(out);
+    }
+    Ok(all)
+}
+
+/// How the daemon and the echo server are measured against each other.
+pub struct Plan {
+    /// Windows per server.
+    pub rounds: usize,
+    /// Unmeasured warm-up before the first window of each server.
+    pub warmup: Duration,
+    /// Length of each window.
+    pub seconds: Duration,
+    /// What the calls are called in the progress lines ("req/s").
+    pub unit: &'static str,
+}
+
+/// Measures the daemon (process `daemon_pid`) and the echo server
+/// (`echo_pid`) in alternating windows; `window(daemon, warmup, pid)`
+/// measures one window against the daemon (`true`) or the echo server.
+/// Prints each round; returns the windows of each.
+pub async fn alternate<F, Fut>(
+    plan: &Plan,
+    daemon_pid: u32,
+    echo_pid: u32,
+    mut window: F,
+) -> Result<(Vec<Window>, Vec<Window>)>
+where
+    F: FnMut(bool, Duration, u32) -> Fut,
+    Fut: Future<Output = Result<Window>>,
+{
+    println!(
+        "  {} rounds of {:?} on each server, alternating (warm-up {:?} before the first of each) ...",
+        plan.rounds, plan.seconds, plan.warmup
+    );
+    let (mut daemon, mut echo) = (Vec::new(), Vec::new());
+    for round in 0..plan.rounds {
+        let settle = if round == 0 { plan.warmup } else { SETTLE };
+        let d = window(true, settle, daemon_pid).await?;
+        let e = window(false, settle, echo_pid).await?;
+        println!(
+            "  round {}: daemon {:.0} {unit}, echo {:.0} {unit}, ratio {:.3}",
+            round + 1,
+            d.rps(),
+            e.rps(),
+            d.rps() / e.rps().max(f64::MIN_POSITIVE),
+            unit = plan.unit,
+        );
+        daemon.push(d);
+        echo.push(e);
+    }
+    Ok((daemon, echo))
+}
 
 /// What the clients saw in one window.
 #[derive(Default)]

@@ -5,17 +5,15 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use metropolis_host::grpc::Channel;
 use metropolis_proto::prelude::curator;
 use metropolis_proto::prelude::curator::curator_client::CuratorClient;
 
 use super::daemon::{DaemonProcess, free_addr};
 use super::echo::EchoProcess;
-use super::rounds::{self, ClientOutcome, SETTLE, Totals, Window};
+use super::rounds::{self, ClientOutcome, Plan, Totals, Window};
 use super::util::{
-    NodeCred, RPC_TIMEOUT, Result, add_nodes, bounded, cpus, micros_since, ms, print_table, row,
-    status, tls_channel,
+    NodeCred, RPC_TIMEOUT, Result, add_nodes, cpus, micros_since, ms, print_table, row, status,
 };
 
 /// Arguments of `update-tls`.
@@ -100,17 +98,6 @@ async fn client_loop(
     out
 }
 
-/// One TLS connection to `addr` per node, presenting its certificate.
-async fn connect(addr: &str, nodes: &[NodeCred]) -> Result<Vec<Channel>> {
-    futures::stream::iter(nodes)
-        .map(|n| tls_channel(addr, &n.creds))
-        .buffered(16)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect()
-}
-
 /// Drives `clients` loops over `channels` (client i on channel i mod N,
 /// updating that channel's node) for one window.
 async fn window(
@@ -129,14 +116,7 @@ async fn window(
                 tokio::spawn(client_loop(i, client, nodes[c].id.clone(), from, until))
             })
             .collect();
-        let mut all = ClientOutcome::default();
-        for task in tasks {
-            let out = bounded(RPC_TIMEOUT * 2, || "a client loop".into(), task)
-                .await?
-                .map_err(|e| format!("a client loop failed: {e}"))?;
-            all.merge(out);
-        }
-        Ok(all)
+        rounds::join(tasks, "a client loop").await
     })
     .await
 }
@@ -182,36 +162,21 @@ pub async fn run(args: UpdateTlsArgs, target: &super::daemon::Target, work: &Pat
     let echo_addr = free_addr()?;
     let mut echo = EchoProcess::start(&echo_addr, &daemon.pki_dir(), &work.join("echo.log"))?;
     let (daemon_pid, echo_pid) = (daemon.pid()?, echo.pid()?);
-    let to_daemon = connect(&daemon.addr, &nodes).await?;
-    let to_echo = connect(&echo_addr, &nodes).await?;
-    println!(
-        "  echo server pid {echo_pid} on {echo_addr}; {} rounds of {seconds:?} on each, alternating \
-         (warm-up {warmup:?} before the first of each) ...",
-        args.rounds
-    );
-    let (mut dw, mut ew) = (Vec::new(), Vec::new());
-    for round in 0..args.rounds {
-        let settle = if round == 0 { warmup } else { SETTLE };
-        let d = window(
-            &to_daemon,
-            &nodes,
-            args.clients,
-            settle,
-            seconds,
-            daemon_pid,
-        )
-        .await?;
-        let e = window(&to_echo, &nodes, args.clients, settle, seconds, echo_pid).await?;
-        println!(
-            "  round {}: daemon {:.0} req/s, echo {:.0} req/s, ratio {:.3}",
-            round + 1,
-            d.rps(),
-            e.rps(),
-            d.rps() / e.rps().max(f64::MIN_POSITIVE)
-        );
-        dw.push(d);
-        ew.push(e);
-    }
+    let creds = || nodes.iter().map(|n| &n.creds);
+    let to_daemon = rounds::connect(&daemon.addr, creds()).await?;
+    let to_echo = rounds::connect(&echo_addr, creds()).await?;
+    println!("  echo server pid {echo_pid} on {echo_addr}");
+    let plan = Plan {
+        rounds: args.rounds,
+        warmup,
+        seconds,
+        unit: "req/s",
+    };
+    let (dw, ew) = rounds::alternate(&plan, daemon_pid, echo_pid, |to, settle, pid| {
+        let channels = if to { &to_daemon } else { &to_echo };
+        window(channels, &nodes, args.clients, settle, seconds, pid)
+    })
+    .await?;
     daemon.check_alive()?;
     echo.check_alive()?;
     drop((to_daemon, to_echo));
