@@ -407,7 +407,26 @@ async fn collect_until(
 async fn watch_from_a_revision_delivers_every_change_in_order() {
     let etcd_server = Etcd::start();
     let store = connect(&etcd_server).await;
-    let live = KvStore::watch(&store, KeyRange::Prefix(b("a/")), 0);
+    let mut live = KvStore::watch(&store, KeyRange::Prefix(b("a/")), 0);
+    // "From now" is from when etcd creates the watch, which the port does
+    // in the background: write a marker until the live watch sees one, so
+    // that it exists before the writes under test (without this the first
+    // of them could reach etcd first, and the test failed once that way).
+    let marker = loop {
+        let revision = store
+            .run_txn(ops(vec![put("a/0", "marker")]))
+            .await
+            .unwrap()
+            .revision;
+        let seen = tokio::time::timeout(Duration::from_millis(200), live.next()).await;
+        if let Ok(Some(batch)) = seen {
+            let top = batch.unwrap().events.last().unwrap().kv.mod_revision;
+            if top < revision {
+                collect_until(&mut live, revision).await;
+            }
+            break revision;
+        }
+    };
     let r1 = store
         .run_txn(ops(vec![put("a/1", "x")]))
         .await
@@ -448,7 +467,7 @@ async fn watch_from_a_revision_delivers_every_change_in_order() {
     let mut from_second = KvStore::watch(&store, KeyRange::Prefix(b("a/")), r2);
     assert_eq!(collect_until(&mut from_second, r4).await.0, expected[1..]);
     // The live watch (opened before the writes, from "now") saw them all.
-    let mut live = live;
+    assert!(marker < r1);
     assert_eq!(collect_until(&mut live, r4).await.0, expected);
     // A tombstone carries the deleted key and its revision only.
     let mut one = KvStore::watch(&store, KeyRange::Key(b("a/1")), r3);
