@@ -14,8 +14,7 @@ use metropolis_proto::metropolis::node::core::curator::proto::private::{
 use metropolis_proto::prelude::agent;
 use metropolis_proto::prelude::agent::agent_callback_client::AgentCallbackClient;
 
-use super::daemon::{DaemonProcess, free_addr};
-use super::echo::EchoProcess;
+use super::daemon::DaemonProcess;
 use super::rounds::{self, ClientOutcome, Plan, Totals, Window};
 use super::util::{
     Context, RPC_TIMEOUT, Result, cpus, micros_since, ms, print_table, row, tls_channel,
@@ -88,7 +87,7 @@ async fn agent_loop(
 
 /// Drives one agent loop per channel for one window.
 async fn window(
-    channels: &[Channel],
+    channels: Vec<Channel>,
     agents: &[Agent],
     warmup: Duration,
     seconds: Duration,
@@ -151,29 +150,22 @@ pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Pat
         Duration::from_secs(args.warmup_seconds),
         Duration::from_secs(args.seconds),
     );
-    let echo_addr = free_addr()?;
-    let mut echo = EchoProcess::start(&echo_addr, &daemon.pki_dir(), &work.join("echo.log"))?;
-    let (daemon_pid, echo_pid) = (daemon.pid()?, echo.pid()?);
-    let creds = || agents.iter().map(|a| &a.creds);
-    let to_daemon = rounds::connect(&daemon.agent_addr, creds()).await?;
-    let to_echo = rounds::connect(&echo_addr, creds()).await?;
-    println!("  echo server pid {echo_pid} on {echo_addr}");
     let plan = Plan {
         rounds: args.rounds,
         warmup,
         seconds,
         unit: "heartbeats/s",
     };
-    let (dw, ew) = rounds::alternate(&plan, daemon_pid, echo_pid, |to, settle, pid| {
-        let channels = if to { &to_daemon } else { &to_echo };
-        window(channels, &agents, settle, seconds, pid)
-    })
+    let daemon_addr = daemon.agent_addr.clone();
+    let (dw, ew) = rounds::against_echo(
+        &mut daemon,
+        &daemon_addr,
+        agents.iter().map(|a| &a.creds),
+        work,
+        &plan,
+        |channels, settle, pid| window(channels, &agents, settle, seconds, pid),
+    )
     .await?;
-    daemon.check_alive()?;
-    echo.check_alive()?;
-    drop((to_daemon, to_echo));
-    daemon.stop();
-    echo.stop();
     let (ratios, median) = rounds::round_ratios(&dw, &ew);
     let (d, e) = (Totals::of(dw), Totals::of(ew));
     let ratio = if e.rps > 0.0 { d.rps / e.rps } else { 0.0 };

@@ -10,12 +10,15 @@
 //! affects both alike; the per-round ratios show what remains.
 
 use std::future::Future;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use metropolis_host::grpc::Channel;
 use metropolis_host::pki::Credentials;
 
+use super::daemon::{DaemonProcess, free_addr};
+use super::echo::EchoProcess;
 use super::util::{CpuMeter, HostCpuMeter, RPC_TIMEOUT, Result, bounded, percentile, tls_channel};
 
 /// Pause before each window after the first of a server, for the previous
@@ -64,29 +67,39 @@ pub struct Plan {
     pub unit: &'static str,
 }
 
-/// Measures the daemon (process `daemon_pid`) and the echo server
-/// (`echo_pid`) in alternating windows; `window(daemon, warmup, pid)`
-/// measures one window against the daemon (`true`) or the echo server.
-/// Prints each round; returns the windows of each.
-pub async fn alternate<F, Fut>(
+/// Starts the echo server beside `daemon` (with the daemon's PKI, logging
+/// into `work`), connects to both (the daemon at `daemon_addr`) with one
+/// TLS connection per credential, measures them in alternating windows
+/// (`window(channels, warm-up, server pid)` measures one), prints each
+/// round, and stops both. Returns the windows of the daemon and of the
+/// echo server.
+pub async fn against_echo<'c, F, Fut>(
+    daemon: &mut DaemonProcess,
+    daemon_addr: &str,
+    credentials: impl Iterator<Item = &'c Credentials> + Clone,
+    work: &Path,
     plan: &Plan,
-    daemon_pid: u32,
-    echo_pid: u32,
     mut window: F,
 ) -> Result<(Vec<Window>, Vec<Window>)>
 where
-    F: FnMut(bool, Duration, u32) -> Fut,
+    F: FnMut(Vec<Channel>, Duration, u32) -> Fut,
     Fut: Future<Output = Result<Window>>,
 {
+    let echo_addr = free_addr()?;
+    let mut echo = EchoProcess::start(&echo_addr, &daemon.pki_dir(), &work.join("echo.log"))?;
+    let (daemon_pid, echo_pid) = (daemon.pid()?, echo.pid()?);
+    let to_daemon = connect(daemon_addr, credentials.clone()).await?;
+    let to_echo = connect(&echo_addr, credentials).await?;
     println!(
-        "  {} rounds of {:?} on each server, alternating (warm-up {:?} before the first of each) ...",
+        "  echo server pid {echo_pid} on {echo_addr}; {} rounds of {:?} on each server, \
+         alternating (warm-up {:?} before the first of each) ...",
         plan.rounds, plan.seconds, plan.warmup
     );
-    let (mut daemon, mut echo) = (Vec::new(), Vec::new());
+    let (mut daemon_windows, mut echo_windows) = (Vec::new(), Vec::new());
     for round in 0..plan.rounds {
         let settle = if round == 0 { plan.warmup } else { SETTLE };
-        let d = window(true, settle, daemon_pid).await?;
-        let e = window(false, settle, echo_pid).await?;
+        let d = window(to_daemon.clone(), settle, daemon_pid).await?;
+        let e = window(to_echo.clone(), settle, echo_pid).await?;
         println!(
             "  round {}: daemon {:.0} {unit}, echo {:.0} {unit}, ratio {:.3}",
             round + 1,
@@ -95,10 +108,15 @@ where
             d.rps() / e.rps().max(f64::MIN_POSITIVE),
             unit = plan.unit,
         );
-        daemon.push(d);
-        echo.push(e);
+        daemon_windows.push(d);
+        echo_windows.push(e);
     }
-    Ok((daemon, echo))
+    daemon.check_alive()?;
+    echo.check_alive()?;
+    drop((to_daemon, to_echo));
+    daemon.stop();
+    echo.stop();
+    Ok((daemon_windows, echo_windows))
 }
 
 /// What the clients saw in one window.

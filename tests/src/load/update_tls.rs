@@ -9,8 +9,7 @@ use metropolis_host::grpc::Channel;
 use metropolis_proto::prelude::curator;
 use metropolis_proto::prelude::curator::curator_client::CuratorClient;
 
-use super::daemon::{DaemonProcess, free_addr};
-use super::echo::EchoProcess;
+use super::daemon::DaemonProcess;
 use super::rounds::{self, ClientOutcome, Plan, Totals, Window};
 use super::util::{
     NodeCred, RPC_TIMEOUT, Result, add_nodes, cpus, micros_since, ms, print_table, row, status,
@@ -101,7 +100,7 @@ async fn client_loop(
 /// Drives `clients` loops over `channels` (client i on channel i mod N,
 /// updating that channel's node) for one window.
 async fn window(
-    channels: &[Channel],
+    channels: Vec<Channel>,
     nodes: &[NodeCred],
     clients: usize,
     warmup: Duration,
@@ -159,29 +158,22 @@ pub async fn run(args: UpdateTlsArgs, target: &super::daemon::Target, work: &Pat
     let warmup = Duration::from_secs(args.warmup_seconds);
     let seconds = Duration::from_secs(args.seconds);
 
-    let echo_addr = free_addr()?;
-    let mut echo = EchoProcess::start(&echo_addr, &daemon.pki_dir(), &work.join("echo.log"))?;
-    let (daemon_pid, echo_pid) = (daemon.pid()?, echo.pid()?);
-    let creds = || nodes.iter().map(|n| &n.creds);
-    let to_daemon = rounds::connect(&daemon.addr, creds()).await?;
-    let to_echo = rounds::connect(&echo_addr, creds()).await?;
-    println!("  echo server pid {echo_pid} on {echo_addr}");
     let plan = Plan {
         rounds: args.rounds,
         warmup,
         seconds,
         unit: "req/s",
     };
-    let (dw, ew) = rounds::alternate(&plan, daemon_pid, echo_pid, |to, settle, pid| {
-        let channels = if to { &to_daemon } else { &to_echo };
-        window(channels, &nodes, args.clients, settle, seconds, pid)
-    })
+    let daemon_addr = daemon.addr.clone();
+    let (dw, ew) = rounds::against_echo(
+        &mut daemon,
+        &daemon_addr,
+        nodes.iter().map(|n| &n.creds),
+        work,
+        &plan,
+        |channels, settle, pid| window(channels, &nodes, args.clients, settle, seconds, pid),
+    )
     .await?;
-    daemon.check_alive()?;
-    echo.check_alive()?;
-    drop((to_daemon, to_echo));
-    daemon.stop();
-    echo.stop();
     let (ratios, median) = rounds::round_ratios(&dw, &ew);
     let (d, e) = (Totals::of(dw), Totals::of(ew));
 
