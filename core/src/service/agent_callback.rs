@@ -71,6 +71,22 @@ pub struct ProvisioningService {
     lost_after: Duration,
 }
 
+/// Applies `change` to the record of `machine_id` in `store` by
+/// compare-and-swap (see [`cas::update`](super::cas::update)).
+async fn update_machine<T>(
+    store: &dyn KvStore,
+    machine_id: &str,
+    mut change: impl FnMut(&mut MachineRecord) -> Result<T, Status>,
+) -> Result<T, Status> {
+    let what = || format!("machine {machine_id}");
+    super::cas::update(store, machine_key(machine_id), what, |kv| {
+        let mut record = decode(kv)?;
+        let out = change(&mut record)?;
+        Ok((record.encode().into(), out))
+    })
+    .await
+}
+
 fn decode(kv: &KeyValue) -> Result<MachineRecord, Status> {
     MachineRecord::decode(&kv.value).map_err(|e| {
         Status::internal(format!(
@@ -109,15 +125,9 @@ impl ProvisioningService {
     async fn update<T>(
         &self,
         machine_id: &str,
-        mut change: impl FnMut(&mut MachineRecord) -> Result<T, Status>,
+        change: impl FnMut(&mut MachineRecord) -> Result<T, Status>,
     ) -> Result<T, Status> {
-        let what = || format!("machine {machine_id}");
-        super::cas::update(self.store.as_ref(), machine_key(machine_id), what, |kv| {
-            let mut record = decode(kv)?;
-            let out = change(&mut record)?;
-            Ok((record.encode().into(), out))
-        })
-        .await
+        update_machine(self.store.as_ref(), machine_id, change).await
     }
 
     /// `AgentCallback.Heartbeat` from `caller`.
@@ -141,20 +151,12 @@ impl ProvisioningService {
         async move {
             let key = checked?;
             let unknown = || Status::unauthenticated("machine id or public key unknown");
-            let what = || format!("machine {}", request.machine_id);
-            let outcome = super::cas::update(
-                store.as_ref(),
-                machine_key(&request.machine_id),
-                what,
-                |kv| {
-                    let mut record = decode(kv)?;
-                    if record.agent_public_key != key {
-                        return Err(unknown());
-                    }
-                    let outcome = record.handle_heartbeat(&request, now);
-                    Ok((record.encode().into(), outcome))
-                },
-            )
+            let outcome = update_machine(store.as_ref(), &request.machine_id, |record| {
+                if record.agent_public_key != key {
+                    return Err(unknown());
+                }
+                Ok(record.handle_heartbeat(&request, now))
+            })
             .await
             .map_err(|e| {
                 if e.code() == tonic::Code::NotFound {
@@ -332,10 +334,7 @@ impl GrpcService for AgentCallbackHttp {
                     },
                 ))
             }
-            other => {
-                let status = Status::unimplemented(format!("{} has no method {other}", Self::NAME));
-                Box::pin(std::future::ready(status.into_http()))
-            }
+            other => super::router::no_such_method(Self::NAME, other),
         }
     }
 }

@@ -67,10 +67,7 @@ impl GrpcService for CuratorHttp {
                     },
                 ))
             }
-            other => {
-                let status = Status::unimplemented(format!("{SERVICE} has no method {other}"));
-                Box::pin(std::future::ready(status.into_http()))
-            }
+            other => super::router::no_such_method(SERVICE, other),
         }
     }
 }

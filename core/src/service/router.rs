@@ -45,6 +45,18 @@ where
     }
 }
 
+/// A call answered at once with `status` (trailers-only).
+pub(crate) fn refuse(status: tonic::Status) -> BoxFuture<'static, Response<Body>> {
+    Box::pin(futures::future::ready(status.into_http()))
+}
+
+/// The answer to a call of `method`, which `service` does not have.
+pub(crate) fn no_such_method(service: &str, method: &str) -> BoxFuture<'static, Response<Body>> {
+    refuse(tonic::Status::unimplemented(format!(
+        "{service} has no method {method}"
+    )))
+}
+
 /// The method name of a call (`Method` of `/package.Service/Method`).
 pub(crate) fn method_name<B>(request: &Request<B>) -> &str {
     request.uri().path().rsplit('/').next().unwrap_or_default()
@@ -100,7 +112,7 @@ impl Router {
                 request.extensions_mut().insert(identity);
                 true
             }
-            Some(Err(status)) => return Box::pin(futures::future::ready(status.into_http())),
+            Some(Err(status)) => return refuse(status),
         };
         let path = request.uri().path();
         let service_name = path
@@ -110,7 +122,7 @@ impl Router {
             .unwrap_or_default();
         let Some(service) = self.services.get(service_name).cloned() else {
             let status = tonic::Status::unimplemented(format!("no service at {path}"));
-            return Box::pin(futures::future::ready(status.into_http()));
+            return refuse(status);
         };
         if let Some(rule) = authorization::policy(path).and_then(|p| p.rule) {
             let identity = request
@@ -123,7 +135,7 @@ impl Router {
                     AuthzError::Unauthenticated => tonic::Status::unauthenticated(e.to_string()),
                     _ => tonic::Status::permission_denied(e.to_string()),
                 };
-                return Box::pin(futures::future::ready(status.into_http()));
+                return refuse(status);
             }
         }
         let Some(routing) = self.routing.clone() else {

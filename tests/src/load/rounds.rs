@@ -23,7 +23,7 @@ use super::util::{CpuMeter, HostCpuMeter, RPC_TIMEOUT, Result, bounded, percenti
 
 /// Pause before each window after the first of a server, for the previous
 /// window's connections to settle (the first window has the warm-up).
-pub const SETTLE: Duration = Duration::from_millis(300);
+const SETTLE: Duration = Duration::from_millis(300);
 
 /// One TLS connection to `addr` per credential, presenting it.
 pub async fn connect<'a>(
