@@ -241,9 +241,19 @@ impl State {
     }
 
     /// Whether the writer needs a wake-up for what is queued: it is parked,
-    /// or it holds a batch that has now reached its target size.
-    fn writer_needs_wake(&self) -> bool {
-        self.writer_idle || (self.writer_gathering && self.queue.len() >= self.commit_batch)
+    /// or it holds a batch that has now reached its target size. Clears
+    /// the flag it answers from, so that the changes queued before the
+    /// writer runs again do not signal it once each.
+    fn take_writer_wake(&mut self) -> bool {
+        if self.writer_idle {
+            self.writer_idle = false;
+            return true;
+        }
+        if self.writer_gathering && self.queue.len() >= self.commit_batch {
+            self.writer_gathering = false;
+            return true;
+        }
+        false
     }
 
     /// A receiver resolving once record `seq` is durable (`None`: it is).
@@ -526,18 +536,23 @@ impl EmbeddedStore {
             Ok(r) => r,
             Err(e) => return futures::future::ready(Err(e)).boxed(),
         };
+        let mut wake_writer = false;
         let rx = match frame {
             Some(frame) if state.mem.revision() != before => {
                 let seq = state.queue_frame(frame);
                 compacted = state.maybe_compact();
-                if state.writer_needs_wake() {
-                    self.shared.writer_wake.notify_one();
-                }
+                wake_writer = state.take_writer_wake();
                 state.wait_for(seq)
             }
             _ => state.barrier(),
         };
         drop(state);
+        // Signalled after unlocking: the writer checks its queue under the
+        // lock, so it cannot miss the record, and it does not wake up only
+        // to wait for the lock this thread still holds.
+        if wake_writer {
+            self.shared.writer_wake.notify_one();
+        }
         drop(compacted);
         async move {
             durable(rx).await?;

@@ -256,8 +256,12 @@ impl Writer {
             return;
         }
         state.mark_durable(last_seq, last_revision, &mut self.done);
-        self.done.complete();
+        // Waking a caller from this thread can take a system call (the
+        // runtime unparks a worker): done outside the lock, so that the
+        // workers queueing the next changes do not sleep on it meanwhile.
+        // Only this thread completes callers, so they still learn in order.
         drop(state);
+        self.done.complete();
         // Freed after the acknowledgements went out.
         batch.clear();
         if batch.capacity() * std::mem::size_of::<Queued>() <= KEEP_BUFFER_BYTES {
