@@ -10,3 +10,4 @@ pub mod connect;
 pub mod daemon;
 pub mod listen;
 pub mod rt;
+pub mod stream;

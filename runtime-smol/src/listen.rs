@@ -20,6 +20,7 @@ use smol::net::TcpListener;
 use smol::net::unix::UnixListener;
 
 use crate::rt::{FuturesIo, SmolExecutor};
+use crate::stream::DrainAware;
 
 /// Binds the local UNIX socket at `path` with mode 0600, replacing a stale
 /// socket file left by a previous run.
@@ -107,8 +108,8 @@ pub async fn serve_unix(
         || listener.accept(),
         &executor,
         &shutdown,
-        |stream, _| {
-            let io = FuturesIo::new(stream);
+        |stream: smol::net::unix::UnixStream, _| {
+            let io = FuturesIo::new(DrainAware::new(stream));
             let identity = Identity::Node(me.clone());
             let ex = executor.clone();
             Box::pin(serve(io, identity, router.clone(), ex, shutdown.clone()))
@@ -146,7 +147,7 @@ pub async fn serve_tls(
                 executor.clone(),
             );
             Box::pin(async move {
-                let handshake = acceptor.accept(tcp).map(Some);
+                let handshake = acceptor.accept(DrainAware::new(tcp)).map(Some);
                 let timeout = async {
                     async_io::Timer::after(Duration::from_secs(10)).await;
                     None
@@ -189,7 +190,7 @@ pub async fn serve_plain(
         |tcp: smol::net::TcpStream, peer: SocketAddr| {
             let _ = tcp.set_nodelay(true);
             tracing::debug!(%peer, "debug connection");
-            let io = FuturesIo::new(tcp);
+            let io = FuturesIo::new(DrainAware::new(tcp));
             let ex = executor.clone();
             let identity = Identity::Unauthenticated;
             Box::pin(serve(io, identity, router.clone(), ex, shutdown.clone()))
