@@ -70,7 +70,28 @@ where
     }
 }
 
-impl<T> AsyncWrite for DrainAware<T>
+/// A socket whose writing half can be shut down: what closing the stream
+/// does, as `smol::net::TcpStream` and `UnixStream` do (async-io's own
+/// `poll_close` only flushes, so the peer would see the end of the stream
+/// only when the socket is dropped).
+pub trait ShutdownWrite {
+    /// Shuts down the writing half.
+    fn shutdown_write(&self) -> io::Result<()>;
+}
+
+impl ShutdownWrite for std::net::TcpStream {
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(std::net::Shutdown::Write)
+    }
+}
+
+impl ShutdownWrite for std::os::unix::net::UnixStream {
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(std::net::Shutdown::Write)
+    }
+}
+
+impl<T: ShutdownWrite> AsyncWrite for DrainAware<T>
 where
     for<'a> &'a T: Write,
 {
@@ -94,8 +115,8 @@ where
         Pin::new(&mut &*self.inner).poll_flush(cx)
     }
 
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut &*self.inner).poll_close(cx)
+    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.inner.get_ref().shutdown_write())
     }
 }
 
@@ -139,6 +160,20 @@ mod tests {
             assert!(!b.drained, "a full buffer says nothing about the socket");
             let n = b.read(&mut buf).await.expect("reads the rest");
             assert_eq!(n, 40);
+        });
+    }
+
+    #[test]
+    fn closing_shuts_the_writing_half_down() {
+        smol::block_on(async {
+            let (mut a, mut b) = pair();
+            a.write_all(b"last").await.expect("writes");
+            a.close().await.expect("closes");
+            // `a` is still alive: the peer sees the end from the shutdown.
+            let mut got = Vec::new();
+            b.read_to_end(&mut got).await.expect("reads to the end");
+            assert_eq!(got, b"last");
+            drop(a);
         });
     }
 
