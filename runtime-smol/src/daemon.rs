@@ -162,16 +162,49 @@ pub async fn run_with(
     Ok(())
 }
 
+/// Work each executor thread does periodically besides running tasks,
+/// on that thread (e.g. returning the memory its allocator kept).
+#[derive(Clone, Copy, Debug)]
+pub struct Housekeeping {
+    /// The period.
+    pub every: Duration,
+    /// What to run.
+    pub run: fn(),
+}
+
+impl Housekeeping {
+    /// Runs forever on the polling thread (hence any output type).
+    async fn run_forever<T>(self) -> T {
+        loop {
+            smol::Timer::after(self.every).await;
+            (self.run)();
+        }
+    }
+}
+
+/// Drives `future` on the current thread, with `housekeeping` alongside.
+fn block_on_with<T>(
+    housekeeping: Option<Housekeeping>,
+    future: impl std::future::Future<Output = T>,
+) -> T {
+    match housekeeping {
+        Some(h) => smol::block_on(smol::future::or(future, h.run_forever())),
+        None => smol::block_on(future),
+    }
+}
+
 /// Runs the daemon to completion on smol: a multi-threaded executor (one
 /// thread per core) driving [`run`].
 pub fn block_on_run(config: Config) -> Result<(), DaemonError> {
-    block_on_run_with(config, None)
+    block_on_run_with(config, None, None)
 }
 
-/// [`block_on_run`] with an election starter (see [`run_with`]).
+/// [`block_on_run`] with an election starter (see [`run_with`]) and work
+/// for every executor thread to do periodically.
 pub fn block_on_run_with(
     config: Config,
     election: Option<StartElection>,
+    housekeeping: Option<Housekeeping>,
 ) -> Result<(), DaemonError> {
     let executor = Arc::new(smol::Executor::new());
     let threads = std::thread::available_parallelism()
@@ -183,14 +216,17 @@ pub fn block_on_run_with(
         let (ex, stopped) = (executor.clone(), stopped.clone());
         let worker = std::thread::Builder::new()
             .name(format!("metropolis-smol-{i}"))
-            .spawn(move || smol::block_on(ex.run(stopped.recv())))?;
+            .spawn(move || block_on_with(housekeeping, ex.run(stopped.recv())))?;
         workers.push(worker);
     }
-    let result = smol::block_on(executor.run(run_with(
-        config,
-        SmolExecutor::on(executor.clone()),
-        election,
-    )));
+    let result = block_on_with(
+        housekeeping,
+        executor.run(run_with(
+            config,
+            SmolExecutor::on(executor.clone()),
+            election,
+        )),
+    );
     drop(stop);
     for w in workers {
         let _ = w.join();

@@ -157,6 +157,48 @@ fn signals() -> Result<impl std::future::Future<Output = ()>, DaemonError> {
     })
 }
 
+/// When the binary allocates with mimalloc (it called
+/// [`allocator::configure`](crate::allocator::configure)), makes the
+/// workers of `builder` return freed memory when they go idle; returns
+/// whether it did, for [`nudge_idle_workers`].
+#[cfg(feature = "mimalloc")]
+fn release_idle_memory(builder: &mut tokio::runtime::Builder) -> bool {
+    let release = crate::allocator::is_configured();
+    if release {
+        builder.on_thread_park(crate::allocator::release_idle_memory);
+    }
+    release
+}
+
+#[cfg(not(feature = "mimalloc"))]
+fn release_idle_memory(_: &mut tokio::runtime::Builder) -> bool {
+    false
+}
+
+/// Inside the runtime: the periodic wake-up that lets parked workers
+/// release the memory of their last burst (see
+/// [`allocator::nudge_workers`](crate::allocator::nudge_workers)).
+fn nudge_idle_workers(release: bool) {
+    #[cfg(feature = "mimalloc")]
+    if release {
+        tokio::spawn(crate::allocator::nudge_workers());
+    }
+    #[cfg(not(feature = "mimalloc"))]
+    let _ = release;
+}
+
+/// The same release for the smol executor's threads.
+fn smol_housekeeping() -> Option<metropolis_runtime_smol::daemon::Housekeeping> {
+    #[cfg(feature = "mimalloc")]
+    if crate::allocator::is_configured() {
+        return Some(metropolis_runtime_smol::daemon::Housekeeping {
+            every: crate::allocator::RELEASE_INTERVAL,
+            run: crate::allocator::release_idle_memory,
+        });
+    }
+    None
+}
+
 /// Entry point of the `metropolisd` binary: parses flags, sets up logging,
 /// runs the daemon on the chosen runtime, and exits non-zero with the error
 /// on failure.
@@ -165,14 +207,23 @@ pub fn main() -> std::process::ExitCode {
     let mut config = Config::parse();
     config.logs = Some(init_logging(&config.log, config.log_tree_config()));
     let result = match config.runtime {
-        RuntimeKind::Tokio => match tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => rt.block_on(run(config)),
-            Err(e) => Err(format!("cannot start the tokio runtime: {e}").into()),
-        },
-        RuntimeKind::Smol => metropolis_runtime_smol::daemon::block_on_run_with(config, election()),
+        RuntimeKind::Tokio => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.enable_all();
+            let release = release_idle_memory(&mut builder);
+            match builder.build() {
+                Ok(rt) => rt.block_on(async {
+                    nudge_idle_workers(release);
+                    run(config).await
+                }),
+                Err(e) => Err(format!("cannot start the tokio runtime: {e}").into()),
+            }
+        }
+        RuntimeKind::Smol => metropolis_runtime_smol::daemon::block_on_run_with(
+            config,
+            election(),
+            smol_housekeeping(),
+        ),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
