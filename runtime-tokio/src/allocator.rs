@@ -30,7 +30,7 @@
 //!   [`release_idle_memory`], called when a worker runs out of work, forces
 //!   a collection (at most every [`RELEASE_INTERVAL`] per thread), and
 //!   [`nudge_workers`] wakes the workers that often so the last burst is
-//!   released too. Idle-stream RSS after both: 4.9-5.5 KiB in five runs,
+//!   released too. Idle-stream RSS after both: 5.0-5.5 KiB in three runs,
 //!   against 15-23 KiB with only the huge pages off.
 //!
 //! A binary uses it with
