@@ -200,10 +200,7 @@ fn corrupt_headers_are_refused() {
 #[test]
 fn corrupt_snapshot_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let options = StoreOptions {
-        snapshot_threshold: 2048,
-        ..StoreOptions::default()
-    };
+    let options = StoreOptions::default().with_snapshot_threshold(2048);
     let state = populate(dir.path(), 200, options.clone());
     let snapshot = dir.path().join("snapshot");
     let original = std::fs::read(&snapshot).unwrap();
@@ -230,10 +227,7 @@ fn corrupt_snapshot_is_refused() {
 #[test]
 fn missing_wal_next_to_a_snapshot_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let options = StoreOptions {
-        snapshot_threshold: 2048,
-        ..StoreOptions::default()
-    };
+    let options = StoreOptions::default().with_snapshot_threshold(2048);
     populate(dir.path(), 200, options);
     std::fs::remove_file(dir.path().join("wal")).unwrap();
     let err = EmbeddedStore::open(dir.path(), StoreOptions::default()).unwrap_err();

@@ -23,11 +23,9 @@ const CHILD_ROUND: &str = "METROPOLIS_STORE_CRASH_CHILD_ROUND";
 
 fn options() -> StoreOptions {
     // Small snapshots, so that kills also land during rotations.
-    StoreOptions {
-        snapshot_threshold: 8 << 10,
-        history_revisions: 100,
-        ..StoreOptions::default()
-    }
+    StoreOptions::default()
+        .with_snapshot_threshold(8 << 10)
+        .with_history_revisions(100)
 }
 
 /// The child's body: runs only when started by the crash test.

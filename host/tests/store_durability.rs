@@ -78,11 +78,9 @@ fn reopen_gives_identical_state() {
 #[test]
 fn snapshots_rotate_the_wal_and_reopen() {
     let dir = tempfile::tempdir().unwrap();
-    let options = StoreOptions {
-        snapshot_threshold: 4096,
-        history_revisions: 50,
-        ..StoreOptions::default()
-    };
+    let options = StoreOptions::default()
+        .with_snapshot_threshold(4096)
+        .with_history_revisions(50);
     let store = open(dir.path(), options.clone());
     workload(&store, 1000, "s");
     let before = dump(&store);

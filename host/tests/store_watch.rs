@@ -67,10 +67,7 @@ fn events_arrive_in_order_once() {
 #[test]
 fn a_watch_left_behind_gets_compacted_and_ends() {
     let dir = tempfile::tempdir().unwrap();
-    let options = StoreOptions {
-        history_revisions: 8,
-        ..StoreOptions::default()
-    };
+    let options = StoreOptions::default().with_history_revisions(8);
     let store = EmbeddedStore::open(dir.path(), options).unwrap();
     let mut behind = KvStore::watch(&store, KeyRange::Prefix(Bytes::new()), 0);
     for i in 0..40 {

@@ -114,8 +114,11 @@ pub use error::{Corruption, OpenError};
 /// Name of the lock file in the store directory.
 const LOCK_FILE: &str = "LOCK";
 
-/// Tuning of an [`EmbeddedStore`].
+/// Tuning of an [`EmbeddedStore`]: start from [`StoreOptions::default`]
+/// and change what you need with the `with_*` methods (new fields may be
+/// added, so the struct cannot be written out in full outside this crate).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct StoreOptions {
     /// WAL size in bytes past which a snapshot is written and the WAL
     /// started afresh. Default 64 MiB.
@@ -142,6 +145,32 @@ impl Default for StoreOptions {
             commit_delay: Duration::from_micros(200),
             commit_batch: 64,
         }
+    }
+}
+
+impl StoreOptions {
+    /// Sets [`snapshot_threshold`](Self::snapshot_threshold).
+    pub fn with_snapshot_threshold(mut self, bytes: u64) -> Self {
+        self.snapshot_threshold = bytes;
+        self
+    }
+
+    /// Sets [`history_revisions`](Self::history_revisions).
+    pub fn with_history_revisions(mut self, revisions: i64) -> Self {
+        self.history_revisions = revisions;
+        self
+    }
+
+    /// Sets [`commit_delay`](Self::commit_delay).
+    pub fn with_commit_delay(mut self, delay: Duration) -> Self {
+        self.commit_delay = delay;
+        self
+    }
+
+    /// Sets [`commit_batch`](Self::commit_batch).
+    pub fn with_commit_batch(mut self, records: usize) -> Self {
+        self.commit_batch = records;
+        self
     }
 }
 
