@@ -8,6 +8,7 @@
 pub mod agent;
 #[cfg(feature = "mimalloc")]
 pub mod allocator;
+pub mod coalesce;
 pub mod connect;
 pub mod ctl;
 pub mod daemon;

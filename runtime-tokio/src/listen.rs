@@ -14,6 +14,7 @@ use metropolis_host::socket::{prepare_socket_path, restrict_socket};
 use tokio::net::{TcpListener, UnixListener};
 use tokio_rustls::TlsAcceptor;
 
+use crate::coalesce::YieldBeforeWrite;
 use crate::rt::{TokioExecutor, TokioIo};
 
 use metropolis_host::shutdown::TaskTracker;
@@ -80,7 +81,7 @@ pub async fn serve_unix(
         || listener.accept(),
         &shutdown,
         |stream, _| {
-            let io = TokioIo::new(stream);
+            let io = TokioIo::new(YieldBeforeWrite::new(stream));
             let identity = Identity::Node(me.clone());
             Box::pin(serve(io, identity, router.clone(), shutdown.clone()))
         },
@@ -147,7 +148,8 @@ pub async fn serve_tls(
                 };
                 let peer = classifier.peer(stream.get_ref().1.peer_certificates());
                 tracing::debug!(%peer_addr, identity = %peer.identity, "TLS connection");
-                serve(TokioIo::new(stream), peer, router, shutdown).await;
+                let io = TokioIo::new(YieldBeforeWrite::new(stream));
+                serve(io, peer, router, shutdown).await;
             })
         },
     )
@@ -166,7 +168,7 @@ pub async fn serve_plain(listener: TcpListener, router: Router, shutdown: Shutdo
         |tcp: tokio::net::TcpStream, peer: SocketAddr| {
             let _ = tcp.set_nodelay(true);
             tracing::debug!(%peer, "debug connection");
-            let io = TokioIo::new(tcp);
+            let io = TokioIo::new(YieldBeforeWrite::new(tcp));
             Box::pin(serve(
                 io,
                 Identity::Unauthenticated,
