@@ -111,6 +111,26 @@ pub struct World {
     pauses: u64,
 }
 
+/// The context of process `me` (clock offset `offset`) over the world's
+/// shared parts. A macro rather than a method, so that the borrow covers
+/// only those fields and `procs` can be borrowed beside it.
+macro_rules! ctx {
+    ($world:expr, $offset:expr, $me:expr) => {
+        Ctx {
+            now: $world.now,
+            offset: $offset,
+            me: $me,
+            rng: &mut $world.rng,
+            out: &mut $world.out,
+            wakes: &mut $world.wakes,
+            checks: &mut $world.checks,
+            ids: &mut $world.ids,
+            canary: $world.canary,
+            healing: $world.healing,
+        }
+    };
+}
+
 impl World {
     /// Builds the world of `seed`.
     pub fn new(seed: u64, canary: Canary) -> World {
@@ -192,18 +212,7 @@ impl World {
         let Proc::Store(store) = &mut self.procs[0] else {
             unreachable!("process 0 is the store")
         };
-        let mut ctx = Ctx {
-            now: self.now,
-            offset: 0,
-            me: 0,
-            rng: &mut self.rng,
-            out: &mut self.out,
-            wakes: &mut self.wakes,
-            checks: &mut self.checks,
-            ids: &mut self.ids,
-            canary: self.canary,
-            healing: self.healing,
-        };
+        let mut ctx = ctx!(self, 0, 0);
         f(store, &mut ctx);
         self.flush();
     }
@@ -349,18 +358,7 @@ impl World {
     /// Lets process `to` handle a message (or its timer).
     fn handle(&mut self, to: Addr, msg: Option<(Addr, Msg)>) {
         let life = &self.life[to];
-        let mut ctx = Ctx {
-            now: self.now,
-            offset: life.offset,
-            me: to,
-            rng: &mut self.rng,
-            out: &mut self.out,
-            wakes: &mut self.wakes,
-            checks: &mut self.checks,
-            ids: &mut self.ids,
-            canary: self.canary,
-            healing: self.healing,
-        };
+        let mut ctx = ctx!(self, life.offset, to);
         let install_fail = self.mix.install_fail;
         let tracefs_fail = self.mix.tracefs_fail;
         match (&mut self.procs[to], msg) {
@@ -468,18 +466,7 @@ impl World {
         life.incarnation += 1;
         self.next_wake[to] = None;
         let incarnation = life.incarnation;
-        let mut ctx = Ctx {
-            now: self.now,
-            offset: life.offset,
-            me: to,
-            rng: &mut self.rng,
-            out: &mut self.out,
-            wakes: &mut self.wakes,
-            checks: &mut self.checks,
-            ids: &mut self.ids,
-            canary: self.canary,
-            healing: self.healing,
-        };
+        let mut ctx = ctx!(self, life.offset, to);
         match &mut self.procs[to] {
             Proc::Curator(i, c) => {
                 *c = Some(Box::new(Curator::new(
