@@ -29,7 +29,8 @@
 //!   allocates or collects after the delay; an idle worker does neither.
 //!   [`release_idle_memory`], called when a worker runs out of work, forces
 //!   a collection (at most every [`RELEASE_INTERVAL`] per thread), and
-//!   [`nudge_workers`] wakes the workers that often so the last burst is
+//!   [`nudge_workers`](crate::rt::nudge_workers) wakes the workers that
+//!   often so the last burst is
 //!   released too. Idle-stream RSS after both: 5.0-5.5 KiB in three runs,
 //!   against 15-23 KiB with only the huge pages off.
 //!
@@ -62,7 +63,8 @@ pub const PURGE_DELAY_MS: i64 = 50;
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// The least time between two forced collections by one thread in
-/// [`release_idle_memory`], and the period of [`nudge_workers`].
+/// [`release_idle_memory`], and the period at which the daemon nudges its
+/// workers ([`nudge_workers`](crate::rt::nudge_workers)).
 pub const RELEASE_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Whether [`configure`] ran, i.e. the binary allocates with mimalloc.
@@ -93,7 +95,8 @@ pub fn is_configured() -> bool {
 /// `on_thread_park`), which under load runs thousands of times a second:
 /// a thread collects at most once per [`RELEASE_INTERVAL`] (a forced
 /// collection costs about 16 µs and page faults when the memory is needed
-/// again), so [`nudge_workers`] is what releases the last burst.
+/// again), so [`nudge_workers`](crate::rt::nudge_workers) is what
+/// releases the last burst.
 pub fn release_idle_memory() {
     thread_local!(static LAST: Cell<Option<Instant>> = const { Cell::new(None) });
     let now = Instant::now();
@@ -109,25 +112,6 @@ pub fn release_idle_memory() {
 /// Whether a thread that last collected at `last` should collect at `now`.
 fn collection_due(last: Option<Instant>, now: Instant) -> bool {
     last.is_none_or(|last| now.saturating_duration_since(last) >= RELEASE_INTERVAL)
-}
-
-/// Runs forever on a tokio runtime whose workers call
-/// [`release_idle_memory`] when they park: every [`RELEASE_INTERVAL`] it
-/// spawns two empty tasks per worker, which wakes parked workers (a second
-/// task queued behind the first is offered to an idle worker), so each
-/// passes its park hook again once its rate limit allows a collection.
-/// Without it, a worker that went to sleep right after a burst, within the
-/// interval of its previous collection, kept the burst's memory.
-pub async fn nudge_workers() {
-    let workers = tokio::runtime::Handle::current().metrics().num_workers();
-    let mut tick = tokio::time::interval(RELEASE_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        for _ in 0..2 * workers {
-            tokio::spawn(async {});
-        }
-    }
 }
 
 #[cfg(test)]

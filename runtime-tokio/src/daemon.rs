@@ -10,6 +10,7 @@ use metropolis_host::daemon::{Config, DaemonError, NodeServices, RuntimeKind, in
 
 use crate::connect::TokioDialer;
 use metropolis_host::peer::AgentClassifier;
+use metropolis_runtime_smol::daemon::Housekeeping;
 
 use crate::listen::{self, Shutdown, shutdown_pair};
 use crate::rt::TokioSpawner;
@@ -157,41 +158,15 @@ fn signals() -> Result<impl std::future::Future<Output = ()>, DaemonError> {
     })
 }
 
-/// When the binary allocates with mimalloc (it called
-/// [`allocator::configure`](crate::allocator::configure)), makes the
-/// workers of `builder` return freed memory when they go idle; returns
-/// whether it did, for [`nudge_idle_workers`].
-#[cfg(feature = "mimalloc")]
-fn release_idle_memory(builder: &mut tokio::runtime::Builder) -> bool {
-    let release = crate::allocator::is_configured();
-    if release {
-        builder.on_thread_park(crate::allocator::release_idle_memory);
-    }
-    release
-}
-
-#[cfg(not(feature = "mimalloc"))]
-fn release_idle_memory(_: &mut tokio::runtime::Builder) -> bool {
-    false
-}
-
-/// Inside the runtime: the periodic wake-up that lets parked workers
-/// release the memory of their last burst (see
-/// [`allocator::nudge_workers`](crate::allocator::nudge_workers)).
-fn nudge_idle_workers(release: bool) {
-    #[cfg(feature = "mimalloc")]
-    if release {
-        tokio::spawn(crate::allocator::nudge_workers());
-    }
-    #[cfg(not(feature = "mimalloc"))]
-    let _ = release;
-}
-
-/// The same release for the smol executor's threads.
-fn smol_housekeeping() -> Option<metropolis_runtime_smol::daemon::Housekeeping> {
+/// What idle threads run to return freed memory, and how often: set when
+/// the binary allocates with mimalloc (it called
+/// [`allocator::configure`](crate::allocator::configure)). Tokio workers
+/// run it when they park (rate-limited) and are nudged that often; smol's
+/// executor threads run it that often.
+fn idle_release() -> Option<Housekeeping> {
     #[cfg(feature = "mimalloc")]
     if crate::allocator::is_configured() {
-        return Some(metropolis_runtime_smol::daemon::Housekeeping {
+        return Some(Housekeeping {
             every: crate::allocator::RELEASE_INTERVAL,
             run: crate::allocator::release_idle_memory,
         });
@@ -208,22 +183,25 @@ pub fn main() -> std::process::ExitCode {
     config.logs = Some(init_logging(&config.log, config.log_tree_config()));
     let result = match config.runtime {
         RuntimeKind::Tokio => {
+            let idle = idle_release();
             let mut builder = tokio::runtime::Builder::new_multi_thread();
             builder.enable_all();
-            let release = release_idle_memory(&mut builder);
+            if let Some(h) = idle {
+                builder.on_thread_park(h.run);
+            }
             match builder.build() {
                 Ok(rt) => rt.block_on(async {
-                    nudge_idle_workers(release);
+                    if let Some(h) = idle {
+                        tokio::spawn(crate::rt::nudge_workers(h.every));
+                    }
                     run(config).await
                 }),
                 Err(e) => Err(format!("cannot start the tokio runtime: {e}").into()),
             }
         }
-        RuntimeKind::Smol => metropolis_runtime_smol::daemon::block_on_run_with(
-            config,
-            election(),
-            smol_housekeeping(),
-        ),
+        RuntimeKind::Smol => {
+            metropolis_runtime_smol::daemon::block_on_run_with(config, election(), idle_release())
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
