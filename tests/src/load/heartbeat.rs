@@ -155,17 +155,23 @@ pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Pat
         warmup,
         seconds,
         unit: "heartbeats/s",
+        levels: vec![String::new()],
     };
     let daemon_addr = daemon.agent_addr.clone();
-    let (dw, ew) = rounds::against_echo(
+    let rounds::LevelWindows {
+        daemon: dw,
+        echo: ew,
+    } = rounds::against_echo(
         &mut daemon,
         &daemon_addr,
         agents.iter().map(|a| &a.creds),
         work,
         &plan,
-        |channels, settle, pid| window(channels, &agents, settle, seconds, pid),
+        |channels, settle, pid, _| window(channels, &agents, settle, seconds, pid),
     )
-    .await?;
+    .await?
+    .pop()
+    .ok_or("no windows were measured")?;
     let (ratios, median) = rounds::round_ratios(&dw, &ew);
     let (d, e) = (Totals::of(dw), Totals::of(ew));
     let ratio = if e.rps > 0.0 { d.rps / e.rps } else { 0.0 };

@@ -65,14 +65,28 @@ pub struct Plan {
     pub seconds: Duration,
     /// What the calls are called in the progress lines ("req/s").
     pub unit: &'static str,
+    /// The load levels, named for the progress lines ("128 clients"): each
+    /// round measures every level on each server. One level with an empty
+    /// name for a scenario with a single load.
+    pub levels: Vec<String>,
+}
+
+/// The windows of one load level: the daemon's and the echo server's, one
+/// per round each.
+pub struct LevelWindows {
+    /// The daemon's windows.
+    pub daemon: Vec<Window>,
+    /// The echo server's windows.
+    pub echo: Vec<Window>,
 }
 
 /// Starts the echo server beside `daemon` (with the daemon's PKI, logging
 /// into `work`), connects to both (the daemon at `daemon_addr`) with one
 /// TLS connection per credential, measures them in alternating windows
-/// (`window(channels, warm-up, server pid)` measures one), prints each
-/// round, and stops both. Returns the windows of the daemon and of the
-/// echo server.
+/// (`window(channels, warm-up, server pid, level)` measures one at the
+/// level with that index in [`Plan::levels`]; each round runs every level
+/// on the daemon, then on the echo server), prints each round, and stops
+/// both. Returns the windows of each level.
 pub async fn against_echo<'c, F, Fut>(
     daemon: &mut DaemonProcess,
     daemon_addr: &str,
@@ -80,9 +94,9 @@ pub async fn against_echo<'c, F, Fut>(
     work: &Path,
     plan: &Plan,
     mut window: F,
-) -> Result<(Vec<Window>, Vec<Window>)>
+) -> Result<Vec<LevelWindows>>
 where
-    F: FnMut(Vec<Channel>, Duration, u32) -> Fut,
+    F: FnMut(Vec<Channel>, Duration, u32, usize) -> Fut,
     Fut: Future<Output = Result<Window>>,
 {
     let echo_addr = free_addr()?;
@@ -95,28 +109,42 @@ where
          alternating (warm-up {:?} before the first of each) ...",
         plan.rounds, plan.seconds, plan.warmup
     );
-    let (mut daemon_windows, mut echo_windows) = (Vec::new(), Vec::new());
+    let mut levels: Vec<LevelWindows> = plan
+        .levels
+        .iter()
+        .map(|_| LevelWindows {
+            daemon: Vec::new(),
+            echo: Vec::new(),
+        })
+        .collect();
     for round in 0..plan.rounds {
         let settle = if round == 0 { plan.warmup } else { SETTLE };
-        let d = window(to_daemon.clone(), settle, daemon_pid).await?;
-        let e = window(to_echo.clone(), settle, echo_pid).await?;
-        println!(
-            "  round {}: daemon {:.0} {unit}, echo {:.0} {unit}, ratio {:.3}",
-            round + 1,
-            d.rps(),
-            e.rps(),
-            d.rps() / e.rps().max(f64::MIN_POSITIVE),
-            unit = plan.unit,
-        );
-        daemon_windows.push(d);
-        echo_windows.push(e);
+        for (level, (name, windows)) in plan.levels.iter().zip(&mut levels).enumerate() {
+            let d = window(to_daemon.clone(), settle, daemon_pid, level).await?;
+            let e = window(to_echo.clone(), settle, echo_pid, level).await?;
+            let name = if name.is_empty() {
+                String::new()
+            } else {
+                format!(", {name}")
+            };
+            println!(
+                "  round {}{name}: daemon {:.0} {unit}, echo {:.0} {unit}, ratio {:.3}",
+                round + 1,
+                d.rps(),
+                e.rps(),
+                d.rps() / e.rps().max(f64::MIN_POSITIVE),
+                unit = plan.unit,
+            );
+            windows.daemon.push(d);
+            windows.echo.push(e);
+        }
     }
     daemon.check_alive()?;
     echo.check_alive()?;
     drop((to_daemon, to_echo));
     daemon.stop();
     echo.stop();
-    Ok((daemon_windows, echo_windows))
+    Ok(levels)
 }
 
 /// What the clients saw in one window.

@@ -1,6 +1,15 @@
 //! Scenario `update-tls`: closed-loop `UpdateNodeStatus` over mutual TLS
 //! against the daemon, then against the echo server (same TLS and gRPC
-//! stack, no store), with the same client setup.
+//! stack, no store), with the same client setup, at one or more numbers of
+//! calls in flight.
+//!
+//! A closed loop of N clients measures throughput only while N calls keep
+//! the server busy; below that it measures latency (Little's law: calls/s =
+//! N / time per call). The daemon acknowledges an update only after its WAL
+//! sync, so each of its calls is in flight longer than an echo call and it
+//! needs more of them to be saturated. With several levels (`--clients
+//! 128,256`) the scenario reports each server's ceiling, its best level,
+//! and the ratio of the two ceilings, beside the ratio at each level.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,18 +28,21 @@ use super::util::{
 #[derive(clap::Args, Debug, Clone)]
 pub struct UpdateTlsArgs {
     /// Concurrent request loops; each sends one UpdateNodeStatus at a time
-    /// and the next as soon as the answer arrives. The default offers
-    /// enough calls to keep both servers busy on a 2-core machine: every
-    /// daemon call waits for a WAL sync, so with 64 loops the machine is
-    /// about 10 % idle during the daemon's windows (README, Performance).
-    #[arg(long, default_value_t = 128)]
-    pub clients: usize,
+    /// and the next as soon as the answer arrives. A comma-separated list
+    /// (`64,128,256,512`) measures each level on both servers in every
+    /// round and adds each server's ceiling. On a 2-core machine 128 loops
+    /// saturate the echo server; the daemon, whose calls each wait for a
+    /// WAL sync, leaves the machine about 9 % idle at 128 but gains only
+    /// 2-4 % more at 256 or 512 (README, Performance).
+    #[arg(long, value_delimiter = ',', default_values_t = [128])]
+    pub clients: Vec<usize>,
     /// HTTP/2 connections over mutual TLS the clients are spread over
     /// (client i uses connection i mod N). A connection presents one node
     /// certificate, and the daemon lets a node update only its own status,
     /// so the clients of a connection all update that connection's node:
     /// with N < --clients several clients share a node. N = --clients gives
-    /// every client its own node and connection. Capped at --clients.
+    /// every client its own node and connection. Capped at the smallest
+    /// --clients level.
     #[arg(long, default_value_t = 8)]
     pub connections: usize,
     /// Measured duration of each window.
@@ -120,71 +132,21 @@ async fn window(
     .await
 }
 
-/// Runs the scenario.
-pub async fn run(args: UpdateTlsArgs, target: &super::daemon::Target, work: &Path) -> Result<()> {
-    if args.clients == 0 || args.connections == 0 || args.seconds == 0 || args.rounds == 0 {
-        return Err("--clients, --connections, --seconds and --rounds must be at least 1".into());
-    }
-    let connections = args.connections.min(args.clients);
-    let data_dir = work.join("daemon");
-    let mut daemon = DaemonProcess::start(target, &data_dir, "warn")?;
-    println!(
-        "update-tls: daemon pid {} ({} runtime) on {} (data {}); {} clients over {} TLS connections",
-        daemon.pid()?,
-        target.runtime,
-        daemon.addr,
-        data_dir.display(),
-        args.clients,
-        connections
-    );
-    if connections < args.clients {
-        println!(
-            "  note: a connection authenticates one node and a node may update only itself, \
-             so the {} clients update {} nodes ({:.1} clients per node)",
-            args.clients,
-            connections,
-            args.clients as f64 / connections as f64
-        );
-    }
-    let owner = daemon.owner()?;
-    let nodes = add_nodes(
-        &daemon.addr,
-        &owner,
-        connections,
-        args.add_concurrency,
-        connections,
-    )
-    .await?;
-    let warmup = Duration::from_secs(args.warmup_seconds);
-    let seconds = Duration::from_secs(args.seconds);
+/// The figures of one server at one level.
+struct Measured {
+    clients: usize,
+    totals: Totals,
+}
 
-    let plan = Plan {
-        rounds: args.rounds,
-        warmup,
-        seconds,
-        unit: "req/s",
-    };
-    let daemon_addr = daemon.addr.clone();
-    let (dw, ew) = rounds::against_echo(
-        &mut daemon,
-        &daemon_addr,
-        nodes.iter().map(|n| &n.creds),
-        work,
-        &plan,
-        |channels, settle, pid| window(channels, &nodes, args.clients, settle, seconds, pid),
-    )
-    .await?;
-    let (ratios, median) = rounds::round_ratios(&dw, &ew);
-    let (d, e) = (Totals::of(dw), Totals::of(ew));
-
-    let ratio = if e.rps > 0.0 { d.rps / e.rps } else { 0.0 };
-    let p99_ratio = if e.p99_us > 0 {
-        d.p99_us as f64 / e.p99_us as f64
-    } else {
-        0.0
-    };
-    let mut rows = Vec::new();
-    for (name, s) in [("daemon", &d), ("echo", &e)] {
+/// Rows of the table of one level.
+fn level_rows(
+    rows: &mut Vec<(String, String)>,
+    d: &Totals,
+    e: &Totals,
+    ratios: &[f64],
+    median: f64,
+) {
+    for (name, s) in [("daemon", d), ("echo", e)] {
         rows.push(row(&format!("{name}: requests in window"), s.requests));
         rows.push(row(&format!("{name}: requests/s"), format!("{:.0}", s.rps)));
         rows.push(row(&format!("{name}: p50 ms"), ms(s.p50_us)));
@@ -204,44 +166,186 @@ pub async fn run(args: UpdateTlsArgs, target: &super::daemon::Target, work: &Pat
             format!("{:.2} of {}", s.host_cores, cpus()),
         ));
     }
-    rows.push(row("daemon/echo requests/s", format!("{ratio:.3}")));
-    rows.push(row("daemon/echo per round", rounds::format_ratios(&ratios)));
+    rows.push(row(
+        "daemon/echo requests/s",
+        format!("{:.3}", ratio(d.rps, e.rps)),
+    ));
+    rows.push(row("daemon/echo per round", rounds::format_ratios(ratios)));
     rows.push(row("daemon/echo, median round", format!("{median:.3}")));
-    rows.push(row("daemon/echo p99", format!("{p99_ratio:.2}")));
-    print_table(
-        &format!(
-            "update-tls: {} clients, {} connections, {} x {} s measured on each",
-            args.clients, connections, args.rounds, args.seconds
-        ),
-        &rows,
-    );
-    for (name, s) in [("daemon", &d), ("echo", &e)] {
-        if let Some(why) = &s.first_error {
-            println!("  {name}: first error: {why}");
-        }
+    rows.push(row(
+        "daemon/echo p99",
+        format!("{:.2}", ratio(d.p99_us as f64, e.p99_us as f64)),
+    ));
+}
+
+/// `a / b`, 0 when `b` is 0.
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}
+
+/// The level with the most requests per second.
+fn ceiling(levels: &[Measured]) -> Option<&Measured> {
+    levels
+        .iter()
+        .max_by(|a, b| a.totals.rps.total_cmp(&b.totals.rps))
+}
+
+/// Runs the scenario.
+pub async fn run(args: UpdateTlsArgs, target: &super::daemon::Target, work: &Path) -> Result<()> {
+    let Some(&fewest) = args.clients.iter().min() else {
+        return Err("--clients needs at least one level".into());
+    };
+    if fewest == 0 || args.connections == 0 || args.seconds == 0 || args.rounds == 0 {
+        return Err("--clients, --connections, --seconds and --rounds must be at least 1".into());
     }
+    let connections = args.connections.min(fewest);
+    let levels = args
+        .clients
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let data_dir = work.join("daemon");
+    let mut daemon = DaemonProcess::start(target, &data_dir, "warn")?;
     println!(
-        "RESULT update-tls runtime={} clients={} connections={} rounds={} seconds={} daemon_rps={:.0} daemon_p50_ms={} \
-         daemon_p99_ms={} daemon_errors={} echo_rps={:.0} echo_p50_ms={} echo_p99_ms={} \
-         echo_errors={} ratio_rps={ratio:.3} ratio_median={median:.3} daemon_cpu_cores={:.2} echo_cpu_cores={:.2}",
+        "update-tls: daemon pid {} ({} runtime) on {} (data {}); {levels} clients over {} TLS connections",
+        daemon.pid()?,
         target.runtime,
-        args.clients,
-        connections,
-        args.rounds,
-        args.seconds,
-        d.rps,
-        ms(d.p50_us),
-        ms(d.p99_us),
-        d.errors,
-        e.rps,
-        ms(e.p50_us),
-        ms(e.p99_us),
-        e.errors,
-        d.server_cores,
-        e.server_cores,
+        daemon.addr,
+        data_dir.display(),
+        connections
     );
-    if d.requests == 0 || e.requests == 0 {
-        return Err("a run completed no request in its measured window".into());
+    if connections < args.clients.iter().copied().max().unwrap_or(fewest) {
+        println!(
+            "  note: a connection authenticates one node and a node may update only itself, \
+             so the clients update {connections} nodes (clients i and i + {connections} share one)"
+        );
+    }
+    let owner = daemon.owner()?;
+    let nodes = add_nodes(
+        &daemon.addr,
+        &owner,
+        connections,
+        args.add_concurrency,
+        connections,
+    )
+    .await?;
+    let warmup = Duration::from_secs(args.warmup_seconds);
+    let seconds = Duration::from_secs(args.seconds);
+
+    let plan = Plan {
+        rounds: args.rounds,
+        warmup,
+        seconds,
+        unit: "req/s",
+        levels: args
+            .clients
+            .iter()
+            .map(|n| format!("{n} clients"))
+            .collect(),
+    };
+    let daemon_addr = daemon.addr.clone();
+    let clients = args.clients.clone();
+    let windows = rounds::against_echo(
+        &mut daemon,
+        &daemon_addr,
+        nodes.iter().map(|n| &n.creds),
+        work,
+        &plan,
+        |channels, settle, pid, level| {
+            window(channels, &nodes, clients[level], settle, seconds, pid)
+        },
+    )
+    .await?;
+
+    let (mut daemon_levels, mut echo_levels) = (Vec::new(), Vec::new());
+    for (&n, level) in args.clients.iter().zip(windows) {
+        let (ratios, median) = rounds::round_ratios(&level.daemon, &level.echo);
+        let (d, e) = (Totals::of(level.daemon), Totals::of(level.echo));
+        let mut rows = Vec::new();
+        level_rows(&mut rows, &d, &e, &ratios, median);
+        print_table(
+            &format!(
+                "update-tls: {n} clients, {connections} connections, {} x {} s measured on each",
+                args.rounds, args.seconds
+            ),
+            &rows,
+        );
+        for (name, s) in [("daemon", &d), ("echo", &e)] {
+            if let Some(why) = &s.first_error {
+                println!("  {name}: first error: {why}");
+            }
+        }
+        println!(
+            "RESULT update-tls runtime={} clients={n} connections={connections} rounds={} seconds={} daemon_rps={:.0} daemon_p50_ms={} \
+             daemon_p99_ms={} daemon_errors={} echo_rps={:.0} echo_p50_ms={} echo_p99_ms={} \
+             echo_errors={} ratio_rps={:.3} ratio_median={median:.3} daemon_cpu_cores={:.2} echo_cpu_cores={:.2}",
+            target.runtime,
+            args.rounds,
+            args.seconds,
+            d.rps,
+            ms(d.p50_us),
+            ms(d.p99_us),
+            d.errors,
+            e.rps,
+            ms(e.p50_us),
+            ms(e.p99_us),
+            e.errors,
+            ratio(d.rps, e.rps),
+            d.server_cores,
+            e.server_cores,
+        );
+        if d.requests == 0 || e.requests == 0 {
+            return Err(format!("{n} clients completed no request in a measured window").into());
+        }
+        daemon_levels.push(Measured {
+            clients: n,
+            totals: d,
+        });
+        echo_levels.push(Measured {
+            clients: n,
+            totals: e,
+        });
+    }
+    if let (Some(d), Some(e)) = (ceiling(&daemon_levels), ceiling(&echo_levels))
+        && args.clients.len() > 1
+    {
+        let r = ratio(d.totals.rps, e.totals.rps);
+        print_table(
+            "update-tls: ceilings (each server at its best level)",
+            &[
+                row(
+                    "daemon: requests/s (clients, p99 ms)",
+                    format!(
+                        "{:.0} ({}, {})",
+                        d.totals.rps,
+                        d.clients,
+                        ms(d.totals.p99_us)
+                    ),
+                ),
+                row(
+                    "echo: requests/s (clients, p99 ms)",
+                    format!(
+                        "{:.0} ({}, {})",
+                        e.totals.rps,
+                        e.clients,
+                        ms(e.totals.p99_us)
+                    ),
+                ),
+                row("daemon/echo ceilings", format!("{r:.3}")),
+            ],
+        );
+        println!(
+            "RESULT update-tls-ceiling runtime={} daemon_rps={:.0} daemon_clients={} daemon_p99_ms={} \
+             echo_rps={:.0} echo_clients={} echo_p99_ms={} ratio_ceiling={r:.3}",
+            target.runtime,
+            d.totals.rps,
+            d.clients,
+            ms(d.totals.p99_us),
+            e.totals.rps,
+            e.clients,
+            ms(e.totals.p99_us),
+        );
     }
     Ok(())
 }
