@@ -16,9 +16,7 @@ use metropolis_proto::prelude::agent::agent_callback_client::AgentCallbackClient
 
 use super::daemon::DaemonProcess;
 use super::rounds::{self, ClientOutcome, Plan, Totals, Window};
-use super::util::{
-    Context, RPC_TIMEOUT, Result, cpus, micros_since, ms, print_table, row, tls_channel,
-};
+use super::util::{Context, RPC_TIMEOUT, Result, micros_since, ms, print_table, row, tls_channel};
 
 /// Arguments of `heartbeat`.
 #[derive(clap::Args, Debug, Clone)]
@@ -176,23 +174,8 @@ pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Pat
     let (d, e) = (Totals::of(dw), Totals::of(ew));
     let ratio = if e.rps > 0.0 { d.rps / e.rps } else { 0.0 };
     let mut rows = Vec::new();
-    for (name, s) in [("daemon", &d), ("echo", &e)] {
-        rows.push(row(
-            &format!("{name}: heartbeats/s"),
-            format!("{:.0}", s.rps),
-        ));
-        rows.push(row(&format!("{name}: p50 ms"), ms(s.p50_us)));
-        rows.push(row(&format!("{name}: p99 ms"), ms(s.p99_us)));
-        rows.push(row(&format!("{name}: errors"), s.errors));
-        rows.push(row(
-            &format!("{name}: server CPU (cores)"),
-            format!("{:.2}", s.server_cores),
-        ));
-        rows.push(row(
-            &format!("{name}: machine CPU"),
-            format!("{:.2} of {}", s.host_cores, cpus()),
-        ));
-    }
+    rounds::server_rows(&mut rows, "daemon", "heartbeats/s", &d);
+    rounds::server_rows(&mut rows, "echo", "heartbeats/s", &e);
     rows.push(row("daemon/echo heartbeats/s", format!("{ratio:.3}")));
     rows.push(row("daemon/echo per round", rounds::format_ratios(&ratios)));
     rows.push(row("daemon/echo, median round", format!("{median:.3}")));
@@ -203,11 +186,7 @@ pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Pat
         ),
         &rows,
     );
-    for (name, s) in [("daemon", &d), ("echo", &e)] {
-        if let Some(why) = &s.first_error {
-            println!("  {name}: first error: {why}");
-        }
-    }
+    rounds::print_first_errors(&d, &e);
     println!(
         "RESULT heartbeat runtime={} agents={} rounds={} seconds={} daemon_rps={:.0} daemon_p50_ms={} daemon_p99_ms={} daemon_errors={} echo_rps={:.0} echo_p99_ms={} ratio_rps={ratio:.3} ratio_median={median:.3} daemon_cpu_cores={:.2} echo_cpu_cores={:.2}",
         target.runtime,

@@ -19,7 +19,9 @@ use metropolis_host::pki::Credentials;
 
 use super::daemon::{DaemonProcess, free_addr};
 use super::echo::EchoProcess;
-use super::util::{CpuMeter, HostCpuMeter, RPC_TIMEOUT, Result, bounded, percentile, tls_channel};
+use super::util::{
+    CpuMeter, HostCpuMeter, RPC_TIMEOUT, Result, bounded, cpus, ms, percentile, row, tls_channel,
+};
 
 /// Pause before each window after the first of a server, for the previous
 /// window's connections to settle (the first window has the warm-up).
@@ -283,6 +285,38 @@ impl Totals {
             server_cores,
             client_cores,
             host_cores,
+        }
+    }
+}
+
+/// Table rows with the figures of one server, `name`, whose calls per
+/// second are shown as `unit` ("requests/s").
+pub fn server_rows(rows: &mut Vec<(String, String)>, name: &str, unit: &str, s: &Totals) {
+    rows.push(row(&format!("{name}: calls in window"), s.requests));
+    rows.push(row(&format!("{name}: {unit}"), format!("{:.0}", s.rps)));
+    rows.push(row(&format!("{name}: p50 ms"), ms(s.p50_us)));
+    rows.push(row(&format!("{name}: p99 ms"), ms(s.p99_us)));
+    rows.push(row(&format!("{name}: max ms"), ms(s.max_us)));
+    rows.push(row(&format!("{name}: errors"), s.errors));
+    rows.push(row(
+        &format!("{name}: server CPU (cores)"),
+        format!("{:.2}", s.server_cores),
+    ));
+    rows.push(row(
+        &format!("{name}: client CPU (cores)"),
+        format!("{:.2}", s.client_cores),
+    ));
+    rows.push(row(
+        &format!("{name}: machine CPU, all processes"),
+        format!("{:.2} of {}", s.host_cores, cpus()),
+    ));
+}
+
+/// Prints the first failure the clients saw on each server, if any.
+pub fn print_first_errors(daemon: &Totals, echo: &Totals) {
+    for (name, s) in [("daemon", daemon), ("echo", echo)] {
+        if let Some(why) = &s.first_error {
+            println!("  {name}: first error: {why}");
         }
     }
 }

@@ -21,7 +21,7 @@ use metropolis_proto::prelude::curator::curator_client::CuratorClient;
 use super::daemon::DaemonProcess;
 use super::rounds::{self, ClientOutcome, Plan, Totals, Window};
 use super::util::{
-    NodeCred, RPC_TIMEOUT, Result, add_nodes, cpus, micros_since, ms, print_table, row, status,
+    NodeCred, RPC_TIMEOUT, Result, add_nodes, micros_since, ms, print_table, row, status,
 };
 
 /// Arguments of `update-tls`.
@@ -146,26 +146,8 @@ fn level_rows(
     ratios: &[f64],
     median: f64,
 ) {
-    for (name, s) in [("daemon", d), ("echo", e)] {
-        rows.push(row(&format!("{name}: requests in window"), s.requests));
-        rows.push(row(&format!("{name}: requests/s"), format!("{:.0}", s.rps)));
-        rows.push(row(&format!("{name}: p50 ms"), ms(s.p50_us)));
-        rows.push(row(&format!("{name}: p99 ms"), ms(s.p99_us)));
-        rows.push(row(&format!("{name}: max ms"), ms(s.max_us)));
-        rows.push(row(&format!("{name}: errors"), s.errors));
-        rows.push(row(
-            &format!("{name}: server CPU (cores)"),
-            format!("{:.2}", s.server_cores),
-        ));
-        rows.push(row(
-            &format!("{name}: client CPU (cores)"),
-            format!("{:.2}", s.client_cores),
-        ));
-        rows.push(row(
-            &format!("{name}: machine CPU, all processes"),
-            format!("{:.2} of {}", s.host_cores, cpus()),
-        ));
-    }
+    rounds::server_rows(rows, "daemon", "requests/s", d);
+    rounds::server_rows(rows, "echo", "requests/s", e);
     rows.push(row(
         "daemon/echo requests/s",
         format!("{:.3}", ratio(d.rps, e.rps)),
@@ -271,11 +253,7 @@ pub async fn run(args: UpdateTlsArgs, target: &super::daemon::Target, work: &Pat
             ),
             &rows,
         );
-        for (name, s) in [("daemon", &d), ("echo", &e)] {
-            if let Some(why) = &s.first_error {
-                println!("  {name}: first error: {why}");
-            }
-        }
+        rounds::print_first_errors(&d, &e);
         println!(
             "RESULT update-tls runtime={} clients={n} connections={connections} rounds={} seconds={} daemon_rps={:.0} daemon_p50_ms={} \
              daemon_p99_ms={} daemon_errors={} echo_rps={:.0} echo_p50_ms={} echo_p99_ms={} \
