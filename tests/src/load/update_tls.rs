@@ -33,7 +33,8 @@ pub struct UpdateTlsArgs {
     /// round and adds each server's ceiling. On a 2-core machine 128 loops
     /// saturate the echo server; the daemon, whose calls each wait for a
     /// WAL sync, leaves the machine about 9 % idle at 128 but gains only
-    /// 2-4 % more at 256 or 512 (README, Performance).
+    /// about 6 % more at 512, at four times the latency (README,
+    /// Performance).
     #[arg(long, value_delimiter = ',', default_values_t = [128])]
     pub clients: Vec<usize>,
     /// HTTP/2 connections over mutual TLS the clients are spread over
@@ -227,7 +228,7 @@ pub async fn run(args: UpdateTlsArgs, target: &super::daemon::Target, work: &Pat
             .collect(),
     };
     let daemon_addr = daemon.addr.clone();
-    let clients = args.clients.clone();
+    let clients = &args.clients;
     let windows = rounds::against_echo(
         &mut daemon,
         &daemon_addr,
