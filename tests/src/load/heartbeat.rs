@@ -172,7 +172,7 @@ pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Pat
     .ok_or("no windows were measured")?;
     let (ratios, median) = rounds::round_ratios(&dw, &ew);
     let (d, e) = (Totals::of(dw), Totals::of(ew));
-    let ratio = if e.rps > 0.0 { d.rps / e.rps } else { 0.0 };
+    let ratio = rounds::ratio(d.rps, e.rps);
     let mut rows = Vec::new();
     rounds::server_rows(&mut rows, "daemon", "heartbeats/s", &d);
     rounds::server_rows(&mut rows, "echo", "heartbeats/s", &e);

@@ -321,19 +321,18 @@ pub fn print_first_errors(daemon: &Totals, echo: &Totals) {
     }
 }
 
+/// `a / b`, 0 when `b` is 0 (a server that completed nothing).
+pub fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}
+
 /// The daemon/echo ratio of calls per second in each round, and their
 /// median.
 pub fn round_ratios(daemon: &[Window], echo: &[Window]) -> (Vec<f64>, f64) {
     let ratios: Vec<f64> = daemon
         .iter()
         .zip(echo)
-        .map(|(d, e)| {
-            if e.rps() > 0.0 {
-                d.rps() / e.rps()
-            } else {
-                0.0
-            }
-        })
+        .map(|(d, e)| ratio(d.rps(), e.rps()))
         .collect();
     let mut sorted = ratios.clone();
     sorted.sort_by(f64::total_cmp);

@@ -151,19 +151,14 @@ fn level_rows(
     rounds::server_rows(rows, "echo", "requests/s", e);
     rows.push(row(
         "daemon/echo requests/s",
-        format!("{:.3}", ratio(d.rps, e.rps)),
+        format!("{:.3}", rounds::ratio(d.rps, e.rps)),
     ));
     rows.push(row("daemon/echo per round", rounds::format_ratios(ratios)));
     rows.push(row("daemon/echo, median round", format!("{median:.3}")));
     rows.push(row(
         "daemon/echo p99",
-        format!("{:.2}", ratio(d.p99_us as f64, e.p99_us as f64)),
+        format!("{:.2}", rounds::ratio(d.p99_us as f64, e.p99_us as f64)),
     ));
-}
-
-/// `a / b`, 0 when `b` is 0.
-fn ratio(a: f64, b: f64) -> f64 {
-    if b > 0.0 { a / b } else { 0.0 }
 }
 
 /// The level with the most requests per second.
@@ -270,7 +265,7 @@ pub async fn run(args: UpdateTlsArgs, target: &super::daemon::Target, work: &Pat
             ms(e.p50_us),
             ms(e.p99_us),
             e.errors,
-            ratio(d.rps, e.rps),
+            rounds::ratio(d.rps, e.rps),
             d.server_cores,
             e.server_cores,
         );
@@ -289,7 +284,7 @@ pub async fn run(args: UpdateTlsArgs, target: &super::daemon::Target, work: &Pat
     if let (Some(d), Some(e)) = (ceiling(&daemon_levels), ceiling(&echo_levels))
         && args.clients.len() > 1
     {
-        let r = ratio(d.totals.rps, e.totals.rps);
+        let r = rounds::ratio(d.totals.rps, e.totals.rps);
         print_table(
             "update-tls: ceilings (each server at its best level)",
             &[
