@@ -69,6 +69,9 @@ pub enum Corruption {
     },
     /// A record of zero length that is not part of a zero-filled tail.
     EmptyRecord,
+    /// A WAL batch header has bad magic bytes, a bad checksum or an
+    /// impossible length, and a valid batch follows it.
+    BadBatchHeader,
     /// The checksum matches but the data cannot be decoded.
     Undecodable(RecordError),
     /// A record decodes but cannot be applied to the state before it.
@@ -107,6 +110,10 @@ impl fmt::Display for Corruption {
                 )
             }
             Corruption::EmptyRecord => write!(f, "zero-length record followed by data"),
+            Corruption::BadBatchHeader => write!(
+                f,
+                "damaged batch header (bad magic bytes, checksum or length) followed by valid batches"
+            ),
             Corruption::Undecodable(e) => write!(f, "record cannot be decoded: {e}"),
             Corruption::Inconsistent(e) => {
                 write!(f, "record does not apply to the state before it: {e}")

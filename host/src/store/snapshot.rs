@@ -18,7 +18,7 @@ use metropolis_core::store::{Snapshot, decode_snapshot, encode_snapshot};
 
 use super::crc::Crc32c;
 use super::error::{Corruption, OpenError, io_err};
-use super::wal::{FORMAT_VERSION, sync_dir};
+use super::wal::sync_dir;
 
 /// Name of the snapshot file in the store directory.
 pub(crate) const SNAPSHOT_FILE: &str = "snapshot";
@@ -26,6 +26,8 @@ pub(crate) const SNAPSHOT_FILE: &str = "snapshot";
 pub(crate) const SNAPSHOT_TMP_FILE: &str = "snapshot.tmp";
 const MAGIC: [u8; 8] = *b"MTRPSNAP";
 const HEADER_LEN: usize = 28;
+/// The snapshot format version this build writes and reads.
+const FORMAT_VERSION: u32 = 1;
 
 /// The path of the snapshot in `dir`.
 pub(crate) fn path(dir: &Path) -> PathBuf {

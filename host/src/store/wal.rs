@@ -1,38 +1,88 @@
-//! The write-ahead log file: a header, then checksummed record frames.
+//! The write-ahead log file: a header, then checksummed batches of
+//! checksummed record frames, then zeros up to the file's preallocated end.
 //!
 //! ```text
-//! header (24 bytes):  magic "MTRPWAL\n" | u32 format version | u64 first record seq | u32 CRC-32C of the 20 bytes before
-//! frame, repeated:    u32 payload length | u32 CRC-32C of payload | payload (an encoded Record)
+//! header (24 bytes):  magic "MTRPWAL\n" | u32 format version (2) | u64 first record seq | u32 CRC-32C of the 20 bytes before
+//! batch, repeated:    u32 magic "MTRB" | u32 length of its frames | u32 CRC-32C of its frames | u32 CRC-32C of the 12 bytes before
+//!   frame, repeated:  u32 payload length | u32 CRC-32C of payload | payload (an encoded Record)
+//! zeros
 //! ```
 //!
 //! All integers are little-endian. Record sequence numbers are implicit:
-//! the n-th frame (from 0) holds record `first_seq + n`.
+//! the n-th frame (from 0) holds record `first_seq + n`. One batch is one
+//! group commit: it is written with one synchronous write and acknowledged
+//! only after that returns.
+//!
+//! # Why batches, preallocation and direct I/O
+//!
+//! Appending with `write` + `fdatasync` costs three device writes per
+//! commit on ext4 (the data, the inode whose size changed, a cache flush)
+//! and the page cache's write-back machinery. The WAL instead grows in
+//! preallocated steps of *written* zeros (not `fallocate`, whose unwritten
+//! extents would need a metadata update at each write), so a commit
+//! overwrites blocks inside the file's size and needs no metadata; and it
+//! writes them with `O_DIRECT | O_DSYNC`: one device write and a flush,
+//! without the page cache. Measured on this project's VM (README,
+//! Performance): 61 µs and 20 µs of CPU per sync against 89 µs and 37 µs
+//! for `write` + `fdatasync` over the same preallocated file.
+//!
+//! Direct I/O writes whole aligned blocks, so the block holding the end of
+//! the log is rewritten, with its earlier bytes unchanged, by the next
+//! commit. A crash during a write may persist any subset of its blocks:
+//! the batch checksum tells a torn final batch apart from damage to an
+//! acknowledged one (see [`wal_read`](super::wal_read)). Where the file
+//! system refuses `O_DIRECT`, the WAL writes the same blocks through the
+//! page cache with `O_DSYNC`.
+//!
+//! Version 1 files (frames straight after the header, no batches, no
+//! preallocation) are still read; a store opened over one writes a
+//! snapshot and continues in a version 2 WAL.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use metropolis_core::store::{Record, decode_record};
+use rustix::fs::OFlags;
 
+use super::aligned::{AlignedBuf, BLOCK, round_down, round_up};
 use super::crc::crc32c;
-use super::error::{Corruption, OpenError, io_err};
 
 /// Name of the WAL file in the store directory.
 pub(crate) const WAL_FILE: &str = "wal";
 /// Name of the WAL being created, before it is renamed over [`WAL_FILE`].
 pub(crate) const WAL_TMP_FILE: &str = "wal.tmp";
 /// Magic bytes at the start of a WAL file.
-const MAGIC: [u8; 8] = *b"MTRPWAL\n";
-/// The WAL format version this build writes and reads.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+pub(crate) const MAGIC: [u8; 8] = *b"MTRPWAL\n";
+/// The WAL format version this build writes.
+pub(crate) const FORMAT_VERSION: u32 = 2;
+/// The first format version, still read: frames without batches.
+pub(crate) const FORMAT_VERSION_1: u32 = 1;
 /// Length of the header.
 pub(crate) const HEADER_LEN: u64 = 24;
+/// Magic bytes at the start of a batch.
+pub(crate) const BATCH_MAGIC: [u8; 4] = *b"MTRB";
+/// Length of a batch header.
+pub(crate) const BATCH_HEADER_LEN: usize = 16;
+/// The most frame bytes in one batch (a commit larger than this is
+/// written as several batches in one write). A larger length field is
+/// damage.
+pub(crate) const MAX_BATCH_LEN: usize = 128 << 20;
 /// Length of a frame header.
 pub(crate) const FRAME_HEADER_LEN: usize = 8;
 /// The largest record payload written or accepted (64 MiB). A larger length
 /// field is damage, not a torn write.
 pub(crate) const MAX_RECORD_LEN: usize = 64 << 20;
+/// Zeros written ahead when a fresh WAL is created; each extension then
+/// adds as much as the file holds, up to [`MAX_EXTENSION`]. Small stores
+/// keep small files; a busy one extends about every 2 MiB (a few ms of
+/// writing zeros, between two commits).
+const INITIAL_ALLOCATION: u64 = 16 << 10;
+/// The largest step of preallocation.
+const MAX_EXTENSION: u64 = 2 << 20;
+/// Capacity of the staging buffer kept between commits: a rare large
+/// commit does not pin its memory.
+const KEEP_STAGE_BYTES: usize = 1 << 20;
 
 /// An empty frame with room for a payload of `payload_len` bytes: its
 /// header is reserved, for [`seal_frame`] to fill once the payload has been
@@ -63,14 +113,27 @@ pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
     frame
 }
 
-/// Opens `path` for writing, creating it with mode 0600.
-fn create_file(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
+/// Fills the header of a batch laid out in `batch`: its first
+/// [`BATCH_HEADER_LEN`] bytes, followed by its frames.
+pub(crate) fn seal_batch(batch: &mut [u8]) {
+    let (header, frames) = batch.split_at_mut(BATCH_HEADER_LEN);
+    header[..4].copy_from_slice(&BATCH_MAGIC);
+    header[4..8].copy_from_slice(&(frames.len() as u32).to_le_bytes());
+    header[8..12].copy_from_slice(&crc32c(frames).to_le_bytes());
+    let header_crc = crc32c(&header[..12]);
+    header[12..].copy_from_slice(&header_crc.to_le_bytes());
+}
+
+/// The 24-byte file header of a WAL in `version` whose first record is
+/// `first_seq`.
+pub(crate) fn file_header(version: u32, first_seq: u64) -> [u8; HEADER_LEN as usize] {
+    let mut header = [0; HEADER_LEN as usize];
+    header[..8].copy_from_slice(&MAGIC);
+    header[8..12].copy_from_slice(&version.to_le_bytes());
+    header[12..20].copy_from_slice(&first_seq.to_le_bytes());
+    let crc = crc32c(&header[..20]);
+    header[20..].copy_from_slice(&crc.to_le_bytes());
+    header
 }
 
 /// Makes renames and creations in `dir` durable.
@@ -78,40 +141,104 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// The path of the WAL in `dir`.
+pub(crate) fn path(dir: &Path) -> PathBuf {
+    dir.join(WAL_FILE)
+}
+
+/// Opens the WAL at `path` for synchronous writes, with `O_DIRECT` if
+/// `direct` and the file system accepts it. Returns whether it did.
+///
+/// `O_DSYNC` (data and the metadata needed to read it back), not
+/// `O_SYNC`: the latter would also write the inode's modification time at
+/// every commit, the device write that preallocation exists to avoid.
+fn open_synchronous(path: &Path, create: bool, direct: bool) -> io::Result<(File, bool)> {
+    let mut options = OpenOptions::new();
+    options.write(true);
+    if create {
+        options.create(true).truncate(true).mode(0o600);
+    }
+    if direct {
+        let flags = libc::O_DIRECT | libc::O_DSYNC;
+        match options.clone().custom_flags(flags).open(path) {
+            Ok(file) => return Ok((file, true)),
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
+                tracing::info!(
+                    "{}: the file system refuses O_DIRECT; writing the WAL through the page cache",
+                    path.display()
+                );
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let file = options.custom_flags(libc::O_DSYNC).open(path)?;
+    Ok((file, false))
+}
+
+/// Writes `buf` at `offset` (both block-aligned). If the file system
+/// refuses an `O_DIRECT` write (`EINVAL`: it accepted the flag at open but
+/// not this alignment), turns `O_DIRECT` off on the file and retries.
+fn write_at(file: &File, direct: &mut bool, buf: &[u8], offset: u64) -> io::Result<()> {
+    match file.write_all_at(buf, offset) {
+        Err(e) if *direct && e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
+            tracing::warn!(
+                "an O_DIRECT write of the WAL was refused ({e}); writing through the page cache from now on"
+            );
+            let flags = rustix::fs::fcntl_getfl(file)?;
+            rustix::fs::fcntl_setfl(file, flags - OFlags::DIRECT)?;
+            *direct = false;
+            file.write_all_at(buf, offset)
+        }
+        other => other,
+    }
+}
+
 /// The open WAL, appended to by the writer thread.
+///
+/// Invariants: the file holds `size` bytes of header and batches followed
+/// by zeros up to `allocated`, a multiple of [`BLOCK`]; the first
+/// `size % BLOCK` bytes of `stage` are those of the last, partial block.
 #[derive(Debug)]
 pub(crate) struct Wal {
     file: File,
+    /// Whether writes bypass the page cache (`O_DIRECT`).
+    direct: bool,
     size: u64,
+    allocated: u64,
+    /// The partial last block, then the next write being laid out.
+    stage: AlignedBuf,
+    /// Zeros for preallocation, made when first needed.
+    zeros: Option<AlignedBuf>,
 }
 
 impl Wal {
     /// Creates a fresh, empty WAL whose first record will be `first_seq`,
     /// atomically replacing any WAL in `dir`: [`prepare`](Self::prepare)
     /// then [`install`](Self::install).
-    pub(crate) fn create(dir: &Path, first_seq: u64) -> io::Result<Wal> {
-        let wal = Wal::prepare(dir, first_seq)?;
+    pub(crate) fn create(dir: &Path, first_seq: u64, direct: bool) -> io::Result<Wal> {
+        let wal = Wal::prepare(dir, first_seq, direct)?;
         wal.install(dir)?;
         Ok(wal)
     }
 
     /// Writes a fresh, empty WAL whose first record will be `first_seq` to
-    /// a temporary file, and syncs it. Nothing changes under the WAL's
-    /// name yet.
-    pub(crate) fn prepare(dir: &Path, first_seq: u64) -> io::Result<Wal> {
-        let mut file = create_file(&dir.join(WAL_TMP_FILE))?;
-        let mut header = Vec::with_capacity(HEADER_LEN as usize);
-        header.extend_from_slice(&MAGIC);
-        header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        header.extend_from_slice(&first_seq.to_le_bytes());
-        let crc = crc32c(&header);
-        header.extend_from_slice(&crc.to_le_bytes());
-        file.write_all(&header)?;
-        file.sync_all()?;
-        Ok(Wal {
+    /// a temporary file, preallocated and synced. Nothing changes under
+    /// the WAL's name yet.
+    pub(crate) fn prepare(dir: &Path, first_seq: u64, direct: bool) -> io::Result<Wal> {
+        let (file, direct) = open_synchronous(&dir.join(WAL_TMP_FILE), true, direct)?;
+        let mut wal = Wal {
             file,
-            size: HEADER_LEN,
-        })
+            direct,
+            size: 0,
+            allocated: 0,
+            stage: AlignedBuf::zeroed(BLOCK),
+            zeros: None,
+        };
+        let header = file_header(FORMAT_VERSION, first_seq);
+        wal.staged(header.len()).copy_from_slice(&header);
+        wal.write_staged(header.len())?;
+        wal.file.sync_all()?;
+        Ok(wal)
     }
 
     /// Renames a prepared WAL over the WAL of `dir`, and syncs the
@@ -121,177 +248,284 @@ impl Wal {
         sync_dir(dir)
     }
 
-    /// Opens an existing WAL for appending after its first `valid_len`
-    /// bytes, cutting anything after them (a torn write) durably.
-    pub(crate) fn reopen(path: &Path, valid_len: u64) -> io::Result<Wal> {
-        let mut file = OpenOptions::new().write(true).open(path)?;
-        if file.metadata()?.len() != valid_len {
-            file.set_len(valid_len)?;
-            file.sync_all()?;
+    /// Opens an existing version 2 WAL for appending after its first
+    /// `valid_len` bytes. Bytes after them up to `dirty_end` (a torn
+    /// write) are zeroed durably first, and a file length that is not a
+    /// whole number of blocks is completed with zeros.
+    pub(crate) fn reopen(
+        path: &Path,
+        valid_len: u64,
+        dirty_end: u64,
+        direct: bool,
+    ) -> io::Result<Wal> {
+        let mut plain = OpenOptions::new().read(true).write(true).open(path)?;
+        let len = plain.metadata()?.len();
+        let mut changed = false;
+        if dirty_end > valid_len {
+            plain.write_all_at(&vec![0; (dirty_end - valid_len) as usize], valid_len)?;
+            changed = true;
         }
-        file.seek(SeekFrom::Start(valid_len))?;
+        if len % BLOCK as u64 != 0 {
+            plain.write_all_at(&vec![0; (round_up(len) - len) as usize], len)?;
+            changed = true;
+        }
+        if changed {
+            plain.flush()?;
+            plain.sync_all()?;
+        }
+        let mut stage = AlignedBuf::zeroed(BLOCK);
+        let tail_start = round_down(valid_len);
+        let tail = (valid_len - tail_start) as usize;
+        plain.read_exact_at(&mut stage.bytes_mut()[..tail], tail_start)?;
+        drop(plain);
+        let (file, direct) = open_synchronous(path, false, direct)?;
         Ok(Wal {
             file,
+            direct,
             size: valid_len,
+            allocated: round_up(len),
+            stage,
+            zeros: None,
         })
     }
 
-    /// Appends already framed records and makes them durable (one
-    /// `fdatasync`).
-    pub(crate) fn append(&mut self, frames: &[u8]) -> io::Result<()> {
-        self.file.write_all(frames)?;
-        self.file.sync_data()?;
-        self.size += frames.len() as u64;
-        Ok(())
+    /// Appends already framed records as one batch (several if they exceed
+    /// [`MAX_BATCH_LEN`]) and makes them durable with one synchronous
+    /// write.
+    pub(crate) fn append<'a, I>(&mut self, frames: I) -> io::Result<()>
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+    {
+        let tail = self.tail();
+        let mut pos = tail;
+        let mut batch_start: Option<usize> = None;
+        for frame in frames {
+            let start_new = match batch_start {
+                None => true,
+                Some(start) => pos - start - BATCH_HEADER_LEN + frame.len() > MAX_BATCH_LEN,
+            };
+            if start_new {
+                if let Some(start) = batch_start {
+                    seal_batch(&mut self.stage.bytes_mut()[start..pos]);
+                }
+                self.stage
+                    .reserve(pos + BATCH_HEADER_LEN + frame.len(), pos);
+                batch_start = Some(pos);
+                pos += BATCH_HEADER_LEN;
+            } else {
+                self.stage.reserve(pos + frame.len(), pos);
+            }
+            self.stage.bytes_mut()[pos..pos + frame.len()].copy_from_slice(frame);
+            pos += frame.len();
+        }
+        let Some(start) = batch_start else {
+            return Ok(());
+        };
+        seal_batch(&mut self.stage.bytes_mut()[start..pos]);
+        self.write_staged(pos - tail)
     }
 
-    /// Bytes in the file.
+    /// Bytes of header and batches in the file.
     pub(crate) fn size(&self) -> u64 {
         self.size
     }
+
+    /// Whether writes bypass the page cache.
+    pub(crate) fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// Bytes of the partial last block, at the start of `stage`.
+    fn tail(&self) -> usize {
+        (self.size - round_down(self.size)) as usize
+    }
+
+    /// Room for `len` bytes after the partial last block in `stage`.
+    fn staged(&mut self, len: usize) -> &mut [u8] {
+        let tail = self.tail();
+        self.stage.reserve(tail + len, tail);
+        &mut self.stage.bytes_mut()[tail..tail + len]
+    }
+
+    /// Writes the `len` bytes laid out after the partial last block in
+    /// `stage`, with that block, as whole blocks padded with zeros.
+    fn write_staged(&mut self, len: usize) -> io::Result<()> {
+        let start = round_down(self.size);
+        let tail = self.tail();
+        let end = self.size + len as u64;
+        self.preallocate(end)?;
+        let padded = (round_up(end) - start) as usize;
+        self.stage.bytes_mut()[tail + len..padded].fill(0);
+        write_at(
+            &self.file,
+            &mut self.direct,
+            &self.stage.bytes()[..padded],
+            start,
+        )?;
+        self.size = end;
+        let new_start = round_down(end);
+        let new_tail = (end - new_start) as usize;
+        let from = (new_start - start) as usize;
+        if self.stage.capacity() > KEEP_STAGE_BYTES {
+            let mut small = AlignedBuf::zeroed(BLOCK);
+            small.bytes_mut()[..new_tail]
+                .copy_from_slice(&self.stage.bytes()[from..from + new_tail]);
+            self.stage = small;
+        } else {
+            self.stage.bytes_mut().copy_within(from..from + new_tail, 0);
+        }
+        Ok(())
+    }
+
+    /// Makes sure the file is preallocated (zeros written and synced) up to
+    /// at least `end`, extending it in steps.
+    fn preallocate(&mut self, end: u64) -> io::Result<()> {
+        if end <= self.allocated {
+            return Ok(());
+        }
+        let step = self.allocated.clamp(INITIAL_ALLOCATION, MAX_EXTENSION);
+        let target = round_up(end).max(self.allocated + step);
+        let zeros = self.zeros.get_or_insert_with(|| AlignedBuf::zeroed(BLOCK));
+        zeros.reserve((target - self.allocated).min(MAX_EXTENSION) as usize, 0);
+        let mut offset = self.allocated;
+        while offset < target {
+            let n = ((target - offset) as usize).min(zeros.capacity());
+            write_at(&self.file, &mut self.direct, &zeros.bytes()[..n], offset)?;
+            offset += n as u64;
+        }
+        self.allocated = target;
+        Ok(())
+    }
 }
 
-/// What [`read`] found in a WAL file.
-#[derive(Debug)]
-pub(crate) struct WalContents {
-    /// Sequence number of the first record.
-    pub(crate) first_seq: u64,
-    /// The records, with the byte offset of their frame.
-    pub(crate) records: Vec<(u64, Record)>,
-    /// Bytes of header and whole, valid frames.
-    pub(crate) valid_len: u64,
-    /// Bytes after them: a torn final write, to be cut off.
-    pub(crate) torn_len: u64,
-}
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
 
-/// Reads and checks a whole WAL file. A final frame cut short (by a crash
-/// during its write, so never acknowledged) or a zero-filled tail is
-/// reported in `torn_len`; any other damage is an error naming the offset.
-pub(crate) fn read(path: &Path) -> Result<WalContents, OpenError> {
-    let mut data = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut data))
-        .map_err(io_err(path, "read"))?;
-    let corrupt = |offset: u64, problem| OpenError::Corrupt {
-        path: path.to_path_buf(),
-        offset,
-        problem,
-    };
-    let first_seq = parse_header(&data).map_err(|(offset, problem)| corrupt(offset, problem))?;
-    let mut records = Vec::new();
-    let mut pos = HEADER_LEN as usize;
-    let torn_at = loop {
-        let rest = &data[pos..];
-        if rest.is_empty() {
-            break None;
+    use super::*;
+
+    fn batches(data: &[u8]) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let mut pos = HEADER_LEN as usize;
+        while data[pos..pos + 4] == BATCH_MAGIC {
+            let len = u32::from_le_bytes(data[pos + 4..pos + 8].try_into().unwrap()) as usize;
+            out.push((pos, len));
+            pos += BATCH_HEADER_LEN + len;
         }
-        if rest.len() < FRAME_HEADER_LEN {
-            break Some(pos);
-        }
-        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        let stored = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
-        if len == 0 {
-            if rest.iter().all(|b| *b == 0) {
-                break Some(pos);
+        out
+    }
+
+    /// Every write lands where it belongs, whole blocks only, in both modes;
+    /// the file is preallocated with zeros past the end of the log.
+    #[test]
+    fn appends_lay_out_batches_over_preallocated_zeros() {
+        for direct in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut wal = Wal::create(dir.path(), 7, direct).unwrap();
+            assert!(direct || !wal.is_direct());
+            let mut expected = file_header(FORMAT_VERSION, 7).to_vec();
+            let mut sizes = Vec::new();
+            for i in 0..300usize {
+                let frames: Vec<Vec<u8>> = (0..i % 5)
+                    .map(|j| frame(&vec![(i + j) as u8 | 1; 1 + (i * 37 + j * 11) % 900]))
+                    .collect();
+                wal.append(frames.iter().map(Vec::as_slice)).unwrap();
+                if !frames.is_empty() {
+                    let mut batch = vec![0; BATCH_HEADER_LEN];
+                    for f in &frames {
+                        batch.extend_from_slice(f);
+                    }
+                    seal_batch(&mut batch);
+                    sizes.push(batch.len() - BATCH_HEADER_LEN);
+                    expected.extend_from_slice(&batch);
+                }
+                assert_eq!(wal.size(), expected.len() as u64);
             }
-            return Err(corrupt(pos as u64, Corruption::EmptyRecord));
+            let data = std::fs::read(path(dir.path())).unwrap();
+            assert_eq!(&data[..expected.len()], &expected[..]);
+            assert!(data[expected.len()..].iter().all(|b| *b == 0));
+            assert_eq!(data.len() % BLOCK, 0);
+            assert!(data.len() as u64 >= round_up(expected.len() as u64));
+            let found: Vec<usize> = batches(&data).iter().map(|b| b.1).collect();
+            assert_eq!(found, sizes);
         }
-        if len > MAX_RECORD_LEN {
-            return Err(corrupt(
-                pos as u64,
-                Corruption::BadLength {
-                    declared: len as u64,
-                    present: (rest.len() - 8) as u64,
-                },
-            ));
-        }
-        if rest.len() - FRAME_HEADER_LEN < len {
-            // The frame runs past the end of the file: a torn final write,
-            // unless a whole valid frame follows its header, which proves
-            // the length field itself is damaged.
-            if let Some(next) = find_frame(&data, pos + FRAME_HEADER_LEN) {
-                return Err(corrupt(
-                    pos as u64,
-                    Corruption::BadLength {
-                        declared: len as u64,
-                        present: (next - pos - FRAME_HEADER_LEN) as u64,
-                    },
-                ));
-            }
-            break Some(pos);
-        }
-        let payload = &rest[FRAME_HEADER_LEN..FRAME_HEADER_LEN + len];
-        let computed = crc32c(payload);
-        if computed != stored {
-            return Err(corrupt(
-                pos as u64,
-                Corruption::ChecksumMismatch { stored, computed },
-            ));
-        }
-        let record =
-            decode_record(payload).map_err(|e| corrupt(pos as u64, Corruption::Undecodable(e)))?;
-        records.push((pos as u64, record));
-        pos += FRAME_HEADER_LEN + len;
-    };
-    let valid_len = torn_at.unwrap_or(data.len()) as u64;
-    Ok(WalContents {
-        first_seq,
-        records,
-        valid_len,
-        torn_len: data.len() as u64 - valid_len,
-    })
-}
+    }
 
-/// The offset of the first whole frame with a matching checksum starting
-/// at or after `from`, if any. A torn final write has no frame after it;
-/// random bytes match a checksum once in 2^32 tries.
-fn find_frame(data: &[u8], from: usize) -> Option<usize> {
-    (from..data.len().saturating_sub(FRAME_HEADER_LEN)).find(|&p| {
-        let len = u32::from_le_bytes([data[p], data[p + 1], data[p + 2], data[p + 3]]) as usize;
-        let start = p + FRAME_HEADER_LEN;
-        if len == 0 || len > MAX_RECORD_LEN || len > data.len() - start {
-            return false;
-        }
-        let stored = u32::from_le_bytes([data[p + 4], data[p + 5], data[p + 6], data[p + 7]]);
-        crc32c(&data[start..start + len]) == stored
-    })
-}
+    /// A commit larger than a batch may hold is split, in one write.
+    #[test]
+    fn large_commits_are_split_into_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut wal = Wal::create(dir.path(), 1, true).unwrap();
+        let big = frame(&vec![5; MAX_RECORD_LEN]);
+        let small = frame(b"x");
+        wal.append([big.as_slice(), big.as_slice(), small.as_slice()])
+            .unwrap();
+        let data = std::fs::read(path(dir.path())).unwrap();
+        let found: Vec<usize> = batches(&data).iter().map(|b| b.1).collect();
+        assert_eq!(found, vec![big.len(), big.len() + small.len()]);
+        assert_eq!(wal.stage.capacity(), BLOCK, "the big buffer was let go");
+    }
 
-/// Checks the header; returns the first record's sequence number, or the
-/// offset and nature of the damage.
-fn parse_header(data: &[u8]) -> Result<u64, (u64, Corruption)> {
-    if data.len() < HEADER_LEN as usize {
-        // A header is written whole to a temporary file before the WAL
-        // exists under its name, so a short one is damage.
-        if !MAGIC.starts_with(&data[..data.len().min(8)]) {
-            return Err((0, Corruption::BadMagic));
-        }
-        return Err((0, Corruption::ShortHeader));
-    }
-    if data[..8] != MAGIC {
-        return Err((0, Corruption::BadMagic));
-    }
-    let version = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
-    if version != FORMAT_VERSION {
-        return Err((
-            8,
-            Corruption::UnsupportedVersion {
-                found: version,
-                supported: FORMAT_VERSION,
-            },
-        ));
-    }
-    let stored = u32::from_le_bytes([data[20], data[21], data[22], data[23]]);
-    let computed = crc32c(&data[..20]);
-    if stored != computed {
-        return Err((20, Corruption::ChecksumMismatch { stored, computed }));
-    }
-    let mut seq = [0u8; 8];
-    seq.copy_from_slice(&data[12..20]);
-    Ok(u64::from_le_bytes(seq))
-}
+    /// Reopening zeroes a torn write, completes a partial last block, and
+    /// goes on appending where the valid log ends.
+    #[test]
+    fn reopen_zeroes_the_torn_tail_and_continues() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut wal = Wal::create(dir.path(), 1, true).unwrap();
+        let first = frame(&[1; 5000]);
+        wal.append([first.as_slice()]).unwrap();
+        let valid = wal.size();
+        drop(wal);
+        let p = path(dir.path());
+        let mut data = std::fs::read(&p).unwrap();
+        data[valid as usize..valid as usize + 100].fill(0xEE);
+        data.truncate(data.len() - 10);
+        std::fs::write(&p, &data).unwrap();
 
-/// The path of the WAL in `dir`.
-pub(crate) fn path(dir: &Path) -> PathBuf {
-    dir.join(WAL_FILE)
+        let mut wal = Wal::reopen(&p, valid, valid + 100, true).unwrap();
+        let second = frame(&[2; 10]);
+        wal.append([second.as_slice()]).unwrap();
+        let data = std::fs::read(&p).unwrap();
+        assert_eq!(data.len() % BLOCK, 0);
+        let found: Vec<usize> = batches(&data).iter().map(|b| b.1).collect();
+        assert_eq!(found, vec![first.len(), second.len()]);
+        assert!(data[wal.size() as usize..].iter().all(|b| *b == 0));
+    }
+
+    /// The fallback when `O_DIRECT` writes are refused keeps the file
+    /// usable: turned off on the open file, the same writes go through.
+    #[test]
+    fn refused_direct_write_falls_back_to_the_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, mut direct) = open_synchronous(&dir.path().join("f"), true, true).unwrap();
+        if !direct {
+            eprintln!(
+                "the file system of {} refuses O_DIRECT: nothing to test",
+                dir.path().display()
+            );
+            return;
+        }
+        let flags = rustix::fs::fcntl_getfl(&file).unwrap();
+        assert!(flags.contains(OFlags::DIRECT));
+        assert_eq!(
+            flags.bits() & libc::O_SYNC as u32,
+            libc::O_DSYNC as u32,
+            "O_DSYNC, not O_SYNC"
+        );
+        // A misaligned O_DIRECT write is refused with EINVAL (by ext4, xfs
+        // and btrfs).
+        write_at(&file, &mut direct, b"abc", 1).unwrap();
+        assert!(
+            !direct,
+            "the misaligned write went through without falling back"
+        );
+        let flags = rustix::fs::fcntl_getfl(&file).unwrap();
+        assert!(!flags.contains(OFlags::DIRECT));
+        assert_eq!(
+            flags.bits() & libc::O_SYNC as u32,
+            libc::O_DSYNC as u32,
+            "O_DSYNC, not O_SYNC"
+        );
+        assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), b"\0abc");
+    }
 }

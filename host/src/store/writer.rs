@@ -9,7 +9,8 @@ use metropolis_core::time::Instant;
 
 use super::commit::CommitPolicy;
 use super::error::{Corruption, OpenError, io_err};
-use super::wal::{self, Wal};
+use super::wal::{self, FORMAT_VERSION_1, Wal};
+use super::wal_read;
 use super::{Completions, Queued, Shared, State, StoreOptions, snapshot};
 
 /// The state rebuilt from the directory.
@@ -25,7 +26,9 @@ pub(super) struct Recovered {
 
 /// Loads the snapshot and replays the WAL of `dir`; cuts a torn tail off
 /// the WAL; creates the WAL of a fresh directory.
-pub(super) fn recover(dir: &Path, now: Instant) -> Result<Recovered, OpenError> {
+/// A version 1 WAL is replaced by a snapshot and a fresh version 2 WAL.
+/// `direct`: see [`StoreOptions::direct_io`].
+pub(super) fn recover(dir: &Path, now: Instant, direct: bool) -> Result<Recovered, OpenError> {
     let snap = snapshot::read(dir)?;
     let (mut mem, snapshot_seq) = match snap {
         Some((seq, snap)) => (MemStore::from_snapshot(snap, now), seq),
@@ -40,7 +43,7 @@ pub(super) fn recover(dir: &Path, now: Instant) -> Result<Recovered, OpenError> 
                 problem: Corruption::MissingWal,
             });
         }
-        let wal = Wal::create(dir, 1).map_err(io_err(&wal_path, "create"))?;
+        let wal = Wal::create(dir, 1, direct).map_err(io_err(&wal_path, "create"))?;
         return Ok(Recovered {
             mem,
             last_seq: 0,
@@ -48,7 +51,7 @@ pub(super) fn recover(dir: &Path, now: Instant) -> Result<Recovered, OpenError> 
             replayed: 0,
         });
     }
-    let contents = wal::read(&wal_path)?;
+    let contents = wal_read::read(&wal_path)?;
     if contents.first_seq == 0 || contents.first_seq > snapshot_seq + 1 {
         return Err(OpenError::Corrupt {
             path: wal_path,
@@ -75,7 +78,7 @@ pub(super) fn recover(dir: &Path, now: Instant) -> Result<Recovered, OpenError> 
     let last_in_wal = seq - 1;
     if contents.torn_len > 0 {
         tracing::warn!(
-            "{}: cutting off {} bytes at offset {}: an unfinished write from a crash, never acknowledged",
+            "{}: discarding {} bytes at offset {}: an unfinished write from a crash, never acknowledged",
             wal_path.display(),
             contents.torn_len,
             contents.valid_len
@@ -84,9 +87,26 @@ pub(super) fn recover(dir: &Path, now: Instant) -> Result<Recovered, OpenError> 
     let wal = if last_in_wal <= snapshot_seq {
         // Everything in the WAL is in the snapshot (a crash between writing
         // a snapshot and starting the next WAL): start the next WAL now.
-        Wal::create(dir, snapshot_seq + 1).map_err(io_err(&wal_path, "create"))?
+        Wal::create(dir, snapshot_seq + 1, direct).map_err(io_err(&wal_path, "create"))?
+    } else if contents.version == FORMAT_VERSION_1 {
+        // A WAL of the first format: its records go into a snapshot, and
+        // the log continues in the current format.
+        snapshot::write(dir, last_in_wal, &mem.snapshot())
+            .map_err(io_err(&snapshot::path(dir), "write"))?;
+        tracing::info!(
+            "{}: converted a version 1 WAL (records up to {last_in_wal}) into a snapshot and a version {} WAL",
+            wal_path.display(),
+            wal::FORMAT_VERSION
+        );
+        Wal::create(dir, last_in_wal + 1, direct).map_err(io_err(&wal_path, "create"))?
     } else {
-        Wal::reopen(&wal_path, contents.valid_len).map_err(io_err(&wal_path, "reopen"))?
+        Wal::reopen(
+            &wal_path,
+            contents.valid_len,
+            contents.valid_len + contents.torn_len,
+            direct,
+        )
+        .map_err(io_err(&wal_path, "reopen"))?
     };
     Ok(Recovered {
         mem,
@@ -96,7 +116,7 @@ pub(super) fn recover(dir: &Path, now: Instant) -> Result<Recovered, OpenError> 
     })
 }
 
-/// Capacity kept by the writer's reused buffers between batches: a rare
+/// Capacity kept by the writer's reused queue between batches: a rare
 /// large batch does not pin its memory.
 const KEEP_BUFFER_BYTES: usize = 1 << 20;
 
@@ -107,8 +127,6 @@ pub(super) struct Writer {
     options: StoreOptions,
     /// WAL size at which the next snapshot is due.
     snapshot_at: u64,
-    /// The frames of a batch, concatenated for one `write` (reused).
-    frames: Vec<u8>,
     /// An empty queue swapped with the state's at each batch, so that
     /// neither reallocates under load.
     spare: Vec<Queued>,
@@ -128,7 +146,6 @@ impl Writer {
             wal,
             options,
             snapshot_at,
-            frames: Vec::new(),
             spare: Vec::new(),
             done: Completions::default(),
         }
@@ -232,21 +249,7 @@ impl Writer {
             (self.wal.size() + bytes as u64 >= self.snapshot_at).then(|| state.mem.snapshot());
         drop(state);
 
-        let result = match batch.as_slice() {
-            [one] => self.wal.append(&one.frame),
-            _ => {
-                self.frames.clear();
-                self.frames.reserve(bytes);
-                for q in &batch {
-                    self.frames.extend_from_slice(&q.frame);
-                }
-                let result = self.wal.append(&self.frames);
-                if self.frames.capacity() > KEEP_BUFFER_BYTES {
-                    self.frames = Vec::new();
-                }
-                result
-            }
-        };
+        let result = self.wal.append(batch.iter().map(|q| q.frame.as_slice()));
         let mut state = shared.lock();
         if let Err(e) = result {
             state.fail(format!(
@@ -282,7 +285,7 @@ impl Writer {
             self.snapshot_at = self.wal.size() + self.options.snapshot_threshold;
             return;
         }
-        let wal = match Wal::prepare(&self.dir, last_seq + 1) {
+        let wal = match Wal::prepare(&self.dir, last_seq + 1, self.options.direct_io) {
             Ok(wal) => wal,
             Err(e) => {
                 // The old WAL is untouched and still in use: go on with it.
