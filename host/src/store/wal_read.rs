@@ -534,4 +534,74 @@ mod tests {
             (0, Corruption::BadMagic)
         ));
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// A file of batches holding `sizes[i]` records each; returns it
+        /// (zero-padded) and each batch's extent.
+        fn layout(sizes: &[usize]) -> (Vec<u8>, Vec<(usize, usize)>) {
+            let mut data = file_header(FORMAT_VERSION, 1).to_vec();
+            let mut extents = Vec::new();
+            let mut n = 0;
+            for &k in sizes {
+                let start = data.len();
+                data.extend_from_slice(&batch(n, n + k as i64));
+                extents.push((start, data.len()));
+                n += k as i64;
+            }
+            data.resize(data.len() + 3000, 0);
+            (data, extents)
+        }
+
+        proptest! {
+            /// Whatever subset of the last batch's 512-byte sectors reached
+            /// the disk, the open keeps exactly the batches before it (or
+            /// all of them, if every sector did).
+            #[test]
+            fn a_torn_last_batch_never_costs_an_earlier_one(
+                sizes in prop::collection::vec(1usize..40, 1..8),
+                lost in prop::collection::vec(any::<bool>(), 64),
+            ) {
+                let (mut data, extents) = layout(&sizes);
+                let (last, end) = *extents.last().unwrap();
+                let mut sector = last / 512;
+                while sector * 512 < end {
+                    if lost[sector % lost.len()] {
+                        let from = (sector * 512).max(last);
+                        let to = ((sector + 1) * 512).min(end);
+                        data[from..to].fill(0);
+                    }
+                    sector += 1;
+                }
+                let contents = parse(&data).unwrap();
+                let before: usize = sizes[..sizes.len() - 1].iter().sum();
+                let all: usize = sizes.iter().sum();
+                if contents.valid_len == last as u64 {
+                    prop_assert_eq!(contents.records.len(), before);
+                } else {
+                    prop_assert_eq!(contents.valid_len, end as u64);
+                    prop_assert_eq!(contents.records.len(), all);
+                }
+            }
+
+            /// A flipped bit in any batch but the last is refused, at that
+            /// batch's offset.
+            #[test]
+            fn damage_to_an_earlier_batch_is_always_refused(
+                sizes in prop::collection::vec(1usize..20, 2..8),
+                which in any::<prop::sample::Index>(),
+                at in any::<prop::sample::Index>(),
+                bit in 0u8..8,
+            ) {
+                let (mut data, extents) = layout(&sizes);
+                let (start, end) = extents[which.index(extents.len() - 1)];
+                data[start + at.index(end - start)] ^= 1 << bit;
+                let (offset, _) = parse(&data).unwrap_err();
+                prop_assert_eq!(offset, start as u64);
+            }
+        }
+    }
 }
