@@ -48,7 +48,7 @@ pub enum Corruption {
     UnsupportedVersion {
         /// The version found.
         found: u32,
-        /// The version this build reads.
+        /// The newest version this build reads.
         supported: u32,
     },
     /// The file ends before its header does.
@@ -95,7 +95,7 @@ impl fmt::Display for Corruption {
             Corruption::UnsupportedVersion { found, supported } => {
                 write!(
                     f,
-                    "format version {found} is not supported (this build reads version {supported})"
+                    "format version {found} is not supported (this build reads versions up to {supported})"
                 )
             }
             Corruption::ShortHeader => write!(f, "the file is shorter than its header"),
