@@ -209,7 +209,10 @@ fn a_dropped_import_leaves_nothing() {
     // The import's thread creates its staging directory as it takes the
     // first chunks, which the future may have handed over before.
     while staging_dirs(&dir).is_empty() {
-        assert!(Instant::now() < deadline, "the import never started staging");
+        assert!(
+            Instant::now() < deadline,
+            "the import never started staging"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!(staging_dirs(&dir).len(), 1, "the import is staging");
