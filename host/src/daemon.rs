@@ -97,7 +97,7 @@ pub struct Config {
     #[arg(long, default_value = "120", value_name = "SECONDS")]
     pub agent_lost_after: u64,
     /// Path of the local UNIX socket (mode 0600; callers are this node).
-    /// Default: <data-dir>/curator.sock.
+    /// Default: `<data-dir>/curator.sock`.
     #[arg(long)]
     pub socket: Option<PathBuf>,
     /// Extra names or IP addresses put in this node's certificate on first
@@ -163,7 +163,7 @@ pub struct Config {
     pub trace_instances: bool,
     /// Import LoadImage archives into containerd at this socket (through
     /// its `ctr` client) instead of the default store, an OCI image layout
-    /// under <data-dir>/images.
+    /// under `<data-dir>/images`.
     #[arg(long, value_name = "PATH")]
     pub containerd_socket: Option<PathBuf>,
     /// The containerd namespace images go to.

@@ -95,7 +95,7 @@ impl ContainerdConfig {
     }
 }
 
-/// The containerd image store. See the [module docs](self).
+/// The containerd image store. See the module docs (`images::containerd`).
 #[derive(Clone, Debug)]
 pub struct ContainerdStore {
     inner: Arc<Inner>,

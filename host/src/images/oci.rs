@@ -87,7 +87,7 @@ pub struct StoredImage {
     pub manifest: Descriptor,
 }
 
-/// The on-disk OCI image layout store. See the [module docs](self).
+/// The on-disk OCI image layout store. See the module docs (`images::oci`).
 #[derive(Clone, Debug)]
 pub struct OciLayoutStore {
     inner: Arc<Inner>,
