@@ -24,8 +24,9 @@ pub(super) struct Recovered {
     pub(super) replayed: usize,
 }
 
-/// Loads the snapshot and replays the WAL of `dir`; cuts a torn tail off
-/// the WAL; creates the WAL of a fresh directory.
+/// Loads the snapshot and replays the WAL of `dir`; zeroes a torn final
+/// batch (or, in a version 1 WAL, ignores a torn tail); creates the WAL of
+/// a fresh directory.
 /// A version 1 WAL is replaced by a snapshot and a fresh version 2 WAL.
 /// `direct`: see [`StoreOptions::direct_io`].
 pub(super) fn recover(dir: &Path, now: Instant, direct: bool) -> Result<Recovered, OpenError> {
