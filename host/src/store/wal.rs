@@ -39,7 +39,7 @@
 //! snapshot and continues in a version 2 WAL.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -80,9 +80,10 @@ pub(crate) const MAX_RECORD_LEN: usize = 64 << 20;
 const INITIAL_ALLOCATION: u64 = 16 << 10;
 /// The largest step of preallocation.
 const MAX_EXTENSION: u64 = 2 << 20;
-/// Capacity of the staging buffer kept between commits: a rare large
-/// commit does not pin its memory.
-const KEEP_STAGE_BYTES: usize = 1 << 20;
+/// Capacity the writer's reused buffers (this staging buffer, the writer
+/// thread's queue) keep between commits: a rare large commit does not pin
+/// its memory.
+pub(crate) const KEEP_BUFFER_BYTES: usize = 1 << 20;
 
 /// An empty frame with room for a payload of `payload_len` bytes: its
 /// header is reserved, for [`seal_frame`] to fill once the payload has been
@@ -258,7 +259,7 @@ impl Wal {
         dirty_end: u64,
         direct: bool,
     ) -> io::Result<Wal> {
-        let mut plain = OpenOptions::new().read(true).write(true).open(path)?;
+        let plain = OpenOptions::new().read(true).write(true).open(path)?;
         let len = plain.metadata()?.len();
         let mut changed = false;
         if dirty_end > valid_len {
@@ -270,7 +271,6 @@ impl Wal {
             changed = true;
         }
         if changed {
-            plain.flush()?;
             plain.sync_all()?;
         }
         let mut stage = AlignedBuf::zeroed(BLOCK);
@@ -366,7 +366,7 @@ impl Wal {
         let new_start = round_down(end);
         let new_tail = (end - new_start) as usize;
         let from = (new_start - start) as usize;
-        if self.stage.capacity() > KEEP_STAGE_BYTES {
+        if self.stage.capacity() > KEEP_BUFFER_BYTES {
             let mut small = AlignedBuf::zeroed(BLOCK);
             small.bytes_mut()[..new_tail]
                 .copy_from_slice(&self.stage.bytes()[from..from + new_tail]);

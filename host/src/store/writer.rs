@@ -9,7 +9,7 @@ use metropolis_core::time::Instant;
 
 use super::commit::CommitPolicy;
 use super::error::{Corruption, OpenError, io_err};
-use super::wal::{self, FORMAT_VERSION_1, Wal};
+use super::wal::{self, FORMAT_VERSION_1, KEEP_BUFFER_BYTES, Wal};
 use super::wal_read;
 use super::{Completions, Queued, Shared, State, StoreOptions, snapshot};
 
@@ -116,10 +116,6 @@ pub(super) fn recover(dir: &Path, now: Instant, direct: bool) -> Result<Recovere
         replayed,
     })
 }
-
-/// Capacity kept by the writer's reused queue between batches: a rare
-/// large batch does not pin its memory.
-const KEEP_BUFFER_BYTES: usize = 1 << 20;
 
 /// The writer thread's own state.
 pub(super) struct Writer {
