@@ -165,7 +165,8 @@ impl fmt::Display for NodeIdError {
         };
         write!(
             f,
-            "node ID {input:?} must be {NODE_ID_PREFIX:?} followed by {NODE_ID_HEX_LEN} lowercase hex characters"
+            "node ID {} must be {NODE_ID_PREFIX:?} followed by {NODE_ID_HEX_LEN} lowercase hex characters",
+            crate::quote::quoted(input)
         )?;
         match self {
             NodeIdError::MissingPrefix { .. } => {

@@ -19,6 +19,7 @@ pub mod leadership;
 pub mod logtree;
 pub mod ports;
 pub mod provisioning;
+pub mod quote;
 pub mod service;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]

@@ -183,6 +183,9 @@ pub struct Config {
     /// Running as one of several curator instances over etcd.
     #[command(flatten)]
     pub cluster: ClusterFlags,
+    /// Limits on connections and requests at every listener.
+    #[command(flatten)]
+    pub edge: crate::edge::flags::EdgeFlags,
     /// The log tree the debug service serves; set by the daemon's entry
     /// point (see [`init_logging`]). None: a tree of its own that only
     /// receives what the embedder appends.
@@ -405,6 +408,8 @@ pub struct NodeServices {
     debug: Option<DebugService>,
     /// How long connections may drain on shutdown.
     pub shutdown_grace: std::time::Duration,
+    /// The limits of each listener and its connections.
+    pub edge: crate::edge::EdgeLimits,
     cache: WatchCache,
     /// The embedded store, closed with the services; `None` when elected.
     store: Option<Arc<EmbeddedStore>>,
@@ -546,10 +551,13 @@ impl NodeServices {
             std::time::Duration::from_secs(config.agent_lost_after),
         );
         let mut router = Router::new()
+            .with_limits(config.edge.request_limits())
             .with_service(curator.curator_server())
             .with_service(curator.management_server())
             .with_service(provisioning.machine_management_server());
-        let mut agent_router = Router::new().with_service(provisioning.agent_callback_server());
+        let mut agent_router = Router::new()
+            .with_limits(config.edge.request_limits())
+            .with_service(provisioning.agent_callback_server());
         if let Some(routing) = routing {
             // A follower forwards agents' heartbeats to the leader's curator
             // port, where only a forwarded call can carry an agent identity.
@@ -582,7 +590,11 @@ impl NodeServices {
                     ..DebugPorts::new(logs.clone())
                 });
                 (
-                    Some(Router::new().with_service(debug.server())),
+                    Some(
+                        Router::new()
+                            .with_limits(config.edge.request_limits())
+                            .with_service(debug.server()),
+                    ),
                     Some(debug),
                 )
             }
@@ -604,6 +616,7 @@ impl NodeServices {
             logs,
             debug,
             shutdown_grace: std::time::Duration::from_secs(config.shutdown_grace),
+            edge: config.edge.limits(),
             cache,
             store: embedded,
             election: std::sync::Mutex::new(None),

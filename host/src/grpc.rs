@@ -8,39 +8,54 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
 use metropolis_core::service::forward::CuratorPeer;
 
+use crate::edge::{EdgeLimits, SharedTimer, TimerHandle};
 use crate::peer::Peer;
 use metropolis_core::service::Router;
 use tonic::body::Body;
 
 /// Limits applied to every served connection.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Default)]
 pub struct ServeOptions {
-    /// Largest HTTP/2 header list accepted.
-    pub max_header_list_size: u32,
-    /// Concurrent streams per connection.
-    pub max_concurrent_streams: u32,
+    /// The connection limits (streams, header list, idle timeout,
+    /// keepalive).
+    pub limits: EdgeLimits,
+    /// The runtime's timer; without one, no idle timeout and no keepalive.
+    pub timer: Option<SharedTimer>,
 }
 
-impl Default for ServeOptions {
-    fn default() -> Self {
+impl ServeOptions {
+    /// `limits`, timed by `timer`.
+    pub fn new(limits: EdgeLimits, timer: SharedTimer) -> Self {
         ServeOptions {
-            max_header_list_size: 64 * 1024,
-            max_concurrent_streams: 1024,
+            limits,
+            timer: Some(timer),
         }
     }
 }
+
+/// How long a connection closed for idleness may take to drain (its peer
+/// answering the GOAWAY's PING) before it is dropped.
+const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(10);
 
 /// Serves `router` on one connection whose peer is `peer` (an
 /// [`Identity`](metropolis_core::identity::Identity) converts into one), until the
 /// peer goes away or `shutdown` resolves (then the connection drains
 /// gracefully: in-flight calls finish, no new ones start).
+///
+/// With a timer in `options`: HTTP/2 keepalive PINGs as the limits say,
+/// and a connection with no open call for the idle timeout (counted from
+/// its start, so also one that never sends the HTTP/2 preface) is sent
+/// GOAWAY and dropped if it has not closed [`IDLE_CLOSE_GRACE`] later.
 pub async fn serve_connection<IO, E>(
     io: IO,
     peer: impl Into<Peer>,
@@ -59,30 +74,158 @@ where
 {
     let Peer { identity, curator } = peer.into();
     let curator = curator.map(CuratorPeer);
+    let limits = &options.limits;
+    let idle = options.timer.clone().zip(limits.idle_timeout);
+    let calls = idle.as_ref().map(|_| Arc::new(Calls::default()));
+    let counted = calls.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let mut request = request.map(Body::new);
         request.extensions_mut().insert(identity.clone());
         if let Some(curator) = &curator {
             request.extensions_mut().insert(curator.clone());
         }
+        let open = counted.as_ref().map(|calls| calls.open());
         let response = router.call(request);
-        Box::pin(async move { Ok::<_, Infallible>(response.await) }) as BoxFuture<'static, _>
+        Box::pin(async move {
+            let response = response.await;
+            Ok::<_, Infallible>(match open {
+                Some(open) => response.map(|body| {
+                    Body::new(CountedBody {
+                        inner: body,
+                        _open: open,
+                    })
+                }),
+                None => response,
+            })
+        }) as BoxFuture<'static, _>
     });
     let mut builder = hyper::server::conn::http2::Builder::new(executor);
     builder
-        .max_header_list_size(options.max_header_list_size)
-        .max_concurrent_streams(options.max_concurrent_streams);
+        .max_header_list_size(limits.max_header_list_size)
+        .max_concurrent_streams(limits.max_concurrent_streams);
+    if let (Some(timer), Some(interval)) = (&options.timer, limits.keepalive_interval) {
+        builder
+            .timer(TimerHandle(timer.clone()))
+            .keep_alive_interval(interval)
+            .keep_alive_timeout(limits.keepalive_timeout);
+    }
     let connection = builder.serve_connection(io, service);
     let mut connection = std::pin::pin!(connection);
     let mut shutdown = std::pin::pin!(shutdown);
-    drive_until_shutdown(connection.as_mut(), shutdown.as_mut()).await
+    let idle = idle.zip(calls).map(|((timer, timeout), calls)| IdleWatch {
+        sleep: timer.sleep(timeout),
+        timer,
+        timeout,
+        calls,
+        seen: 0,
+        closing: false,
+    });
+    drive_until_shutdown(connection.as_mut(), shutdown.as_mut(), idle).await
+}
+
+/// The calls of one connection, for its idle timeout.
+#[derive(Default)]
+struct Calls {
+    /// Calls whose response has not ended.
+    open: AtomicUsize,
+    /// Calls ever started.
+    started: AtomicU64,
+}
+
+impl Calls {
+    fn open(self: &Arc<Self>) -> OpenCall {
+        self.started.fetch_add(1, Ordering::Relaxed);
+        self.open.fetch_add(1, Ordering::Relaxed);
+        OpenCall(self.clone())
+    }
+}
+
+/// Held by a call's response body until it ends.
+struct OpenCall(Arc<Calls>);
+
+impl Drop for OpenCall {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A response body counted as an open call while it lives.
+struct CountedBody {
+    inner: Body,
+    _open: OpenCall,
+}
+
+impl http_body::Body for CountedBody {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The idle timeout of one connection.
+struct IdleWatch {
+    timer: SharedTimer,
+    timeout: Duration,
+    sleep: Pin<Box<dyn hyper::rt::Sleep>>,
+    calls: Arc<Calls>,
+    /// `calls.started` when the sleep was armed.
+    seen: u64,
+    /// GOAWAY sent; the sleep is the drain deadline.
+    closing: bool,
+}
+
+/// What the idle watch says when its sleep ends.
+enum IdleVerdict {
+    /// Still in use: keep serving.
+    Busy,
+    /// Idle for the whole timeout: start closing.
+    Idle,
+    /// Closing took too long: drop the connection.
+    Drop,
+}
+
+impl IdleWatch {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<IdleVerdict> {
+        if self.sleep.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        if self.closing {
+            return Poll::Ready(IdleVerdict::Drop);
+        }
+        let started = self.calls.started.load(Ordering::Relaxed);
+        let open = self.calls.open.load(Ordering::Relaxed);
+        if open == 0 && started == self.seen {
+            self.closing = true;
+            self.sleep = self.timer.sleep(IDLE_CLOSE_GRACE);
+            return Poll::Ready(IdleVerdict::Idle);
+        }
+        self.seen = started;
+        self.sleep = self.timer.sleep(self.timeout);
+        Poll::Ready(IdleVerdict::Busy)
+    }
 }
 
 /// Drives `connection` until it ends; when `shutdown` fires first, starts a
 /// graceful shutdown and keeps driving until the connection has drained.
+/// With an idle watch, an idle connection is shut down gracefully too, and
+/// dropped when it does not drain in time.
 async fn drive_until_shutdown<C, S>(
     mut connection: Pin<&mut C>,
     mut shutdown: Pin<&mut S>,
+    mut idle: Option<IdleWatch>,
 ) -> Result<(), hyper::Error>
 where
     C: Future<Output = Result<(), hyper::Error>> + GracefulConnection,
@@ -93,6 +236,22 @@ where
         if !shutting_down && shutdown.as_mut().poll(cx).is_ready() {
             shutting_down = true;
             connection.as_mut().graceful();
+        }
+        if let Some(watch) = &mut idle {
+            loop {
+                match watch.poll(cx) {
+                    Poll::Pending => break,
+                    Poll::Ready(IdleVerdict::Busy) => {}
+                    Poll::Ready(IdleVerdict::Idle) => {
+                        tracing::debug!("closing an idle connection");
+                        connection.as_mut().graceful();
+                    }
+                    Poll::Ready(IdleVerdict::Drop) => {
+                        tracing::debug!("dropping an idle connection that did not close");
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+            }
         }
         connection.as_mut().poll(cx)
     })

@@ -8,6 +8,7 @@ pub mod clock;
 pub mod cluster;
 pub mod connect;
 pub mod daemon;
+pub mod edge;
 pub mod grpc;
 pub mod images;
 pub mod logs;

@@ -1,4 +1,5 @@
-//! The local UNIX socket's file: stale-socket replacement and mode 0600.
+//! The local UNIX socket's file: stale-socket replacement and mode 0600
+//! from the moment it appears at its path.
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -31,4 +32,67 @@ pub fn prepare_socket_path(path: &Path) -> io::Result<()> {
 /// local socket act as this node.
 pub fn restrict_socket(path: &Path) -> io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+}
+
+/// Binds a UNIX listener at `path` (replacing a stale socket) whose file
+/// has mode 0600 from the moment it exists at `path`: the socket is bound
+/// inside a fresh directory of mode 0700 beside `path`, restricted there,
+/// then renamed into place (a bound socket keeps working when renamed).
+/// So no other user can connect in the window between `bind` and `chmod`,
+/// whatever the process umask. Nonblocking, ready for a runtime to adopt.
+pub fn bind_private(path: &Path) -> io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::DirBuilderExt;
+    prepare_socket_path(path)?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path.file_name().ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidInput, "the socket path names no file")
+    })?;
+    let private = dir.join(format!(
+        ".{}.{}.bind",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    // A directory left by a crashed start of this same PID is stale.
+    let _ = std::fs::remove_dir_all(&private);
+    std::fs::DirBuilder::new().mode(0o700).create(&private)?;
+    let staged = private.join("s");
+    let bound = (|| {
+        let listener = std::os::unix::net::UnixListener::bind(&staged)?;
+        restrict_socket(&staged)?;
+        std::fs::rename(&staged, path)?;
+        listener.set_nonblocking(true)?;
+        Ok(listener)
+    })();
+    let _ = std::fs::remove_file(&staged);
+    let _ = std::fs::remove_dir(&private);
+    bound
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_socket_appears_with_mode_0600_and_accepts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("curator.sock");
+        let listener = bind_private(&path).unwrap();
+        let mode = std::fs::symlink_metadata(&path)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        std::os::unix::net::UnixStream::connect(&path).unwrap();
+        listener.set_nonblocking(false).unwrap();
+        assert!(listener.accept().is_ok());
+        // Nothing is left beside it; a second bind replaces the stale socket.
+        drop(listener);
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1);
+        bind_private(&path).unwrap();
+    }
 }

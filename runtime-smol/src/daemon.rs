@@ -61,6 +61,7 @@ pub async fn start(
             let task = executor.spawn(listen::serve_plain(
                 tcp,
                 router.clone(),
+                node.edge.clone(),
                 executor.clone(),
                 shutdown.clone(),
             ));
@@ -73,6 +74,7 @@ pub async fn start(
         node.tls.clone(),
         Arc::new(AgentClassifier),
         node.agent_router.clone(),
+        node.edge.clone(),
         executor.clone(),
         shutdown.clone(),
     ));
@@ -81,6 +83,7 @@ pub async fn start(
         node.socket.clone(),
         node.node_id.clone(),
         node.router.clone(),
+        node.edge.clone(),
         executor.clone(),
         shutdown.clone(),
     ));
@@ -89,6 +92,7 @@ pub async fn start(
         node.tls.clone(),
         node.classifier.clone(),
         node.router.clone(),
+        node.edge.clone(),
         executor.clone(),
         shutdown,
     ));

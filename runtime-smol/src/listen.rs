@@ -1,34 +1,36 @@
 //! Listeners on smol: the local UNIX socket (the caller is this node) and
 //! TCP with TLS 1.3 (the caller is whoever its client certificate says).
+//! The accept loop, its limits and the connection limits are
+//! [`metropolis_host::edge`]'s; this file supplies smol's sockets, TLS
+//! accept and timer.
 
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures::FutureExt;
 use futures_rustls::TlsAcceptor;
 use metropolis_core::identity::{Identity, NodeId};
 use metropolis_core::service::Router;
+use metropolis_host::edge::{EdgeLimits, SharedTimer, accept_until, with_timeout};
 use metropolis_host::grpc::{ServeOptions, serve_connection};
 use metropolis_host::peer::{Classify, Peer};
 use metropolis_host::shutdown::Shutdown;
-use metropolis_host::shutdown::TaskTracker;
-use metropolis_host::socket::{prepare_socket_path, restrict_socket};
 use smol::net::TcpListener;
 use smol::net::unix::UnixListener;
 
-use crate::rt::{FuturesIo, SmolExecutor};
+use crate::rt::{FuturesIo, SmolExecutor, SmolTimer};
 use crate::stream::DrainAware;
 
-/// Binds the local UNIX socket at `path` with mode 0600, replacing a stale
-/// socket file left by a previous run.
+/// Binds the local UNIX socket at `path` with mode 0600 (from the moment
+/// it exists), replacing a stale socket file left by a previous run.
 pub fn bind_unix(path: &Path) -> io::Result<UnixListener> {
-    prepare_socket_path(path)?;
-    let listener = UnixListener::bind(path)?;
-    restrict_socket(path)?;
-    Ok(listener)
+    UnixListener::try_from(metropolis_host::socket::bind_private(path)?)
+}
+
+/// smol's timer, as the edge and hyper take it.
+pub fn timer() -> SharedTimer {
+    Arc::new(SmolTimer)
 }
 
 /// Serves one accepted connection until it ends or drains after shutdown.
@@ -37,11 +39,11 @@ async fn serve<IO>(
     peer: impl Into<Peer>,
     router: Router,
     ex: SmolExecutor,
+    options: ServeOptions,
     shutdown: Shutdown,
 ) where
     IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
-    let options = ServeOptions::default();
     if let Err(e) = serve_connection(io, peer, router, ex, options, shutdown.wait()).await {
         tracing::debug!(error = %e, "connection ended with an error");
     }
@@ -52,67 +54,37 @@ pub async fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
-/// A connection's task, as [`accept_until`] runs it.
-type ConnectionTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-/// Accepts connections with `accept` until `shutdown` fires, running
-/// `handle` for each on its own task on `executor`; returns the tracker of
-/// those tasks (wait on it to let open connections finish their calls).
-/// `what` names the listener in logs.
-async fn accept_until<S, P, F>(
-    what: &str,
-    mut accept: impl FnMut() -> F,
-    executor: &SmolExecutor,
-    shutdown: &Shutdown,
-    handle: impl Fn(S, P) -> ConnectionTask,
-) -> TaskTracker
-where
-    F: std::future::Future<Output = io::Result<(S, P)>>,
-{
-    let connections = TaskTracker::new();
-    let accept_loop = async {
-        loop {
-            match accept().await {
-                Ok((stream, peer)) => {
-                    let token = connections.token();
-                    let connection = handle(stream, peer);
-                    executor
-                        .spawn(async move {
-                            let _token = token;
-                            connection.await;
-                        })
-                        .detach();
-                }
-                Err(e) => tracing::warn!(error = %e, "accept on {what} failed"),
-            }
-        }
-    };
-    futures::select! {
-        _ = accept_loop.fuse() => {}
-        _ = shutdown.clone().wait().fuse() => {}
-    }
-    connections
-}
-
 /// Serves `router` on the UNIX socket; every caller is node `me`.
 pub async fn serve_unix(
     listener: UnixListener,
     path: PathBuf,
     me: NodeId,
     router: Router,
+    limits: EdgeLimits,
     executor: SmolExecutor,
     shutdown: Shutdown,
 ) {
+    let timer = timer();
     let connections = accept_until(
         "local socket",
         || listener.accept(),
-        &executor,
+        &limits,
+        &timer,
+        |task| executor.spawn(task).detach(),
         &shutdown,
         |stream: smol::net::unix::UnixStream, _| {
             let io = FuturesIo::new(DrainAware::new(stream));
             let identity = Identity::Node(me.clone());
             let ex = executor.clone();
-            Box::pin(serve(io, identity, router.clone(), ex, shutdown.clone()))
+            let options = ServeOptions::new(limits.clone(), timer.clone());
+            Box::pin(serve(
+                io,
+                identity,
+                router.clone(),
+                ex,
+                options,
+                shutdown.clone(),
+            ))
         },
     )
     .await;
@@ -128,14 +100,18 @@ pub async fn serve_tls(
     tls: Arc<rustls::ServerConfig>,
     classifier: Arc<dyn Classify>,
     router: Router,
+    limits: EdgeLimits,
     executor: SmolExecutor,
     shutdown: Shutdown,
 ) {
     let acceptor = TlsAcceptor::from(tls);
+    let timer = timer();
     let connections = accept_until(
         "TLS listener",
         || listener.accept(),
-        &executor,
+        &limits,
+        &timer,
+        |task| executor.spawn(task).detach(),
         &shutdown,
         |tcp: smol::net::TcpStream, peer_addr: SocketAddr| {
             let _ = tcp.set_nodelay(true);
@@ -146,13 +122,11 @@ pub async fn serve_tls(
                 shutdown.clone(),
                 executor.clone(),
             );
+            let options = ServeOptions::new(limits.clone(), timer.clone());
+            let (timer, handshake_timeout) = (timer.clone(), limits.handshake_timeout);
             Box::pin(async move {
-                let handshake = acceptor.accept(DrainAware::new(tcp)).map(Some);
-                let timeout = async {
-                    async_io::Timer::after(Duration::from_secs(10)).await;
-                    None
-                };
-                let stream = match smol::future::or(handshake, timeout).await {
+                let handshake = acceptor.accept(DrainAware::new(tcp));
+                let stream = match with_timeout(&timer, handshake_timeout, handshake).await {
                     Some(Ok(s)) => s,
                     Some(Err(e)) => {
                         tracing::debug!(%peer_addr, error = %e, "TLS handshake failed");
@@ -165,7 +139,7 @@ pub async fn serve_tls(
                 };
                 let peer = classifier.peer(stream.get_ref().1.peer_certificates());
                 tracing::debug!(%peer_addr, identity = %peer.identity, "TLS connection");
-                serve(FuturesIo::new(stream), peer, router, ex, shutdown).await;
+                serve(FuturesIo::new(stream), peer, router, ex, options, shutdown).await;
             })
         },
     )
@@ -179,13 +153,17 @@ pub async fn serve_tls(
 pub async fn serve_plain(
     listener: TcpListener,
     router: Router,
+    limits: EdgeLimits,
     executor: SmolExecutor,
     shutdown: Shutdown,
 ) {
+    let timer = timer();
     let connections = accept_until(
         "debug listener",
         || listener.accept(),
-        &executor,
+        &limits,
+        &timer,
+        |task| executor.spawn(task).detach(),
         &shutdown,
         |tcp: smol::net::TcpStream, peer: SocketAddr| {
             let _ = tcp.set_nodelay(true);
@@ -193,7 +171,15 @@ pub async fn serve_plain(
             let io = FuturesIo::new(DrainAware::new(tcp));
             let ex = executor.clone();
             let identity = Identity::Unauthenticated;
-            Box::pin(serve(io, identity, router.clone(), ex, shutdown.clone()))
+            let options = ServeOptions::new(limits.clone(), timer.clone());
+            Box::pin(serve(
+                io,
+                identity,
+                router.clone(),
+                ex,
+                options,
+                shutdown.clone(),
+            ))
         },
     )
     .await;

@@ -57,3 +57,30 @@ impl Spawner for SmolExecutor {
         SmolExecutor::spawn(self, task).detach();
     }
 }
+
+/// async-io's timers as hyper's (and the edge's) timer.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SmolTimer;
+
+/// One sleep of [`SmolTimer`].
+struct SmolSleep(async_io::Timer);
+
+impl Future for SmolSleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        Pin::new(&mut self.0).poll(cx).map(|_| ())
+    }
+}
+
+impl hyper::rt::Sleep for SmolSleep {}
+
+impl hyper::rt::Timer for SmolTimer {
+    fn sleep(&self, duration: std::time::Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(SmolSleep(async_io::Timer::after(duration)))
+    }
+
+    fn sleep_until(&self, deadline: std::time::Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(SmolSleep(async_io::Timer::at(deadline)))
+    }
+}

@@ -54,7 +54,12 @@ pub async fn start(node: &NodeServices, shutdown: Shutdown) -> Result<Serving, D
                 .map_err(|e| format!("{addr}: cannot listen for the debug service: {e}"))?;
             let bound = tcp.local_addr()?;
             node.log_debug_serving(bound);
-            let task = tokio::spawn(listen::serve_plain(tcp, router.clone(), shutdown.clone()));
+            let task = tokio::spawn(listen::serve_plain(
+                tcp,
+                router.clone(),
+                node.edge.clone(),
+                shutdown.clone(),
+            ));
             (Some(bound), Some(task))
         }
         _ => (None, None),
@@ -64,6 +69,7 @@ pub async fn start(node: &NodeServices, shutdown: Shutdown) -> Result<Serving, D
         node.tls.clone(),
         Arc::new(AgentClassifier),
         node.agent_router.clone(),
+        node.edge.clone(),
         shutdown.clone(),
     ));
     let unix_task = tokio::spawn(listen::serve_unix(
@@ -71,6 +77,7 @@ pub async fn start(node: &NodeServices, shutdown: Shutdown) -> Result<Serving, D
         node.socket.clone(),
         node.node_id.clone(),
         node.router.clone(),
+        node.edge.clone(),
         shutdown.clone(),
     ));
     let tls_task = tokio::spawn(listen::serve_tls(
@@ -78,6 +85,7 @@ pub async fn start(node: &NodeServices, shutdown: Shutdown) -> Result<Serving, D
         node.tls.clone(),
         node.classifier.clone(),
         node.router.clone(),
+        node.edge.clone(),
         shutdown,
     ));
     Ok(Serving {

@@ -1,5 +1,8 @@
 //! Listeners: the local UNIX socket (the caller is this node) and TCP with
-//! TLS 1.3 (the caller is whoever its client certificate says).
+//! TLS 1.3 (the caller is whoever its client certificate says). The accept
+//! loop, its limits and the connection limits are
+//! [`metropolis_host::edge`]'s; this file supplies tokio's sockets, TLS
+//! accept and timer.
 
 use std::io;
 use std::net::SocketAddr;
@@ -8,64 +11,30 @@ use std::sync::Arc;
 
 use metropolis_core::identity::{Identity, NodeId};
 use metropolis_core::service::Router;
+use metropolis_host::edge::{EdgeLimits, SharedTimer, accept_until, with_timeout};
 use metropolis_host::grpc::{ServeOptions, serve_connection};
 use metropolis_host::peer::{Classify, Peer};
-use metropolis_host::socket::{prepare_socket_path, restrict_socket};
 use tokio::net::{TcpListener, UnixListener};
 use tokio_rustls::TlsAcceptor;
 
 use crate::coalesce::YieldBeforeWrite;
 use crate::rt::{TokioExecutor, TokioIo};
 
-use metropolis_host::shutdown::TaskTracker;
 pub use metropolis_host::shutdown::{Shutdown, ShutdownTrigger, shutdown_pair};
 
-/// Binds the local UNIX socket at `path` with mode 0600, replacing a stale
-/// socket file left by a previous run.
+/// Binds the local UNIX socket at `path` with mode 0600 (from the moment
+/// it exists), replacing a stale socket file left by a previous run.
 pub fn bind_unix(path: &Path) -> io::Result<UnixListener> {
-    prepare_socket_path(path)?;
-    let listener = UnixListener::bind(path)?;
-    restrict_socket(path)?;
-    Ok(listener)
+    UnixListener::from_std(metropolis_host::socket::bind_private(path)?)
 }
 
-/// A connection's task, as [`accept_until`] runs it.
-type ConnectionTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+/// tokio's timer, as the edge and hyper take it.
+pub fn timer() -> SharedTimer {
+    Arc::new(hyper_util::rt::TokioTimer::new())
+}
 
-/// Accepts connections with `accept` until `shutdown` fires, running
-/// `handle` for each on its own task; returns the tracker of those tasks
-/// (wait on it to let open connections finish their calls). `what` names
-/// the listener in logs.
-async fn accept_until<S, P, F>(
-    what: &str,
-    mut accept: impl FnMut() -> F,
-    shutdown: &Shutdown,
-    handle: impl Fn(S, P) -> ConnectionTask,
-) -> TaskTracker
-where
-    F: std::future::Future<Output = io::Result<(S, P)>>,
-{
-    let connections = TaskTracker::new();
-    let accept_loop = async {
-        loop {
-            match accept().await {
-                Ok((stream, peer)) => {
-                    let token = connections.token();
-                    let connection = handle(stream, peer);
-                    tokio::spawn(async move {
-                        let _token = token;
-                        connection.await;
-                    });
-                }
-                Err(e) => tracing::warn!(error = %e, "accept on {what} failed"),
-            }
-        }
-    };
-    tokio::select! {
-        _ = accept_loop => {}
-        _ = shutdown.clone().wait() => {}
-    }
-    connections
+fn spawn(task: futures::future::BoxFuture<'static, ()>) {
+    tokio::spawn(task);
 }
 
 /// Serves `router` on the UNIX socket; every caller is node `me`.
@@ -74,16 +43,28 @@ pub async fn serve_unix(
     path: PathBuf,
     me: NodeId,
     router: Router,
+    limits: EdgeLimits,
     shutdown: Shutdown,
 ) {
+    let timer = timer();
     let connections = accept_until(
         "local socket",
         || listener.accept(),
+        &limits,
+        &timer,
+        spawn,
         &shutdown,
         |stream, _| {
             let io = TokioIo::new(YieldBeforeWrite::new(stream));
             let identity = Identity::Node(me.clone());
-            Box::pin(serve(io, identity, router.clone(), shutdown.clone()))
+            let options = ServeOptions::new(limits.clone(), timer.clone());
+            Box::pin(serve(
+                io,
+                identity,
+                router.clone(),
+                options,
+                shutdown.clone(),
+            ))
         },
     )
     .await;
@@ -93,12 +74,16 @@ pub async fn serve_unix(
 }
 
 /// Serves one accepted connection until it ends or drains after shutdown.
-async fn serve<IO>(io: IO, peer: impl Into<Peer>, router: Router, shutdown: Shutdown)
-where
+async fn serve<IO>(
+    io: IO,
+    peer: impl Into<Peer>,
+    router: Router,
+    options: ServeOptions,
+    shutdown: Shutdown,
+) where
     IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let done = shutdown.wait();
-    let options = ServeOptions::default();
     if let Err(e) = serve_connection(io, peer, router, TokioExecutor::new(), options, done).await {
         tracing::debug!(error = %e, "connection ended with an error");
     }
@@ -117,12 +102,17 @@ pub async fn serve_tls(
     tls: Arc<rustls::ServerConfig>,
     classifier: Arc<dyn Classify>,
     router: Router,
+    limits: EdgeLimits,
     shutdown: Shutdown,
 ) {
     let acceptor = TlsAcceptor::from(tls);
+    let timer = timer();
     let connections = accept_until(
         "TLS listener",
         || listener.accept(),
+        &limits,
+        &timer,
+        spawn,
         &shutdown,
         |tcp: tokio::net::TcpStream, peer_addr: SocketAddr| {
             let _ = tcp.set_nodelay(true);
@@ -132,16 +122,17 @@ pub async fn serve_tls(
                 classifier.clone(),
                 shutdown.clone(),
             );
+            let options = ServeOptions::new(limits.clone(), timer.clone());
+            let (timer, handshake_timeout) = (timer.clone(), limits.handshake_timeout);
             Box::pin(async move {
-                let handshake =
-                    tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp));
+                let handshake = with_timeout(&timer, handshake_timeout, acceptor.accept(tcp));
                 let stream = match handshake.await {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
+                    Some(Ok(s)) => s,
+                    Some(Err(e)) => {
                         tracing::debug!(%peer_addr, error = %e, "TLS handshake failed");
                         return;
                     }
-                    Err(_) => {
+                    None => {
                         tracing::debug!(%peer_addr, "TLS handshake timed out");
                         return;
                     }
@@ -149,7 +140,7 @@ pub async fn serve_tls(
                 let peer = classifier.peer(stream.get_ref().1.peer_certificates());
                 tracing::debug!(%peer_addr, identity = %peer.identity, "TLS connection");
                 let io = TokioIo::new(YieldBeforeWrite::new(stream));
-                serve(io, peer, router, shutdown).await;
+                serve(io, peer, router, options, shutdown).await;
             })
         },
     )
@@ -160,19 +151,30 @@ pub async fn serve_tls(
 /// Serves `router` over plain TCP (HTTP/2 without TLS); every caller is
 /// unauthenticated. Only for the debug service, which is unauthenticated
 /// by contract.
-pub async fn serve_plain(listener: TcpListener, router: Router, shutdown: Shutdown) {
+pub async fn serve_plain(
+    listener: TcpListener,
+    router: Router,
+    limits: EdgeLimits,
+    shutdown: Shutdown,
+) {
+    let timer = timer();
     let connections = accept_until(
         "debug listener",
         || listener.accept(),
+        &limits,
+        &timer,
+        spawn,
         &shutdown,
         |tcp: tokio::net::TcpStream, peer: SocketAddr| {
             let _ = tcp.set_nodelay(true);
             tracing::debug!(%peer, "debug connection");
             let io = TokioIo::new(YieldBeforeWrite::new(tcp));
+            let options = ServeOptions::new(limits.clone(), timer.clone());
             Box::pin(serve(
                 io,
                 Identity::Unauthenticated,
                 router.clone(),
+                options,
                 shutdown.clone(),
             ))
         },

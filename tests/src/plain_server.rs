@@ -31,7 +31,10 @@ impl PlainServer {
                         .unwrap();
                 let addr = tcp.local_addr().unwrap();
                 tokio::spawn(metropolis_runtime_tokio::listen::serve_plain(
-                    tcp, router, shutdown,
+                    tcp,
+                    router,
+                    metropolis_host::edge::EdgeLimits::default(),
+                    shutdown,
                 ));
                 PlainServer {
                     addr,
@@ -52,7 +55,11 @@ impl PlainServer {
                         .unwrap();
                         tx.send(tcp.local_addr().unwrap()).unwrap();
                         metropolis_runtime_smol::listen::serve_plain(
-                            tcp, router, executor, shutdown,
+                            tcp,
+                            router,
+                            metropolis_host::edge::EdgeLimits::default(),
+                            executor,
+                            shutdown,
                         )
                         .await;
                     }));

@@ -63,6 +63,7 @@ async fn follower(
         socket.clone(),
         me,
         router,
+        metropolis_host::edge::EdgeLimits::default(),
         shutdown,
     ));
     (socket, trigger)

@@ -29,7 +29,8 @@ impl std::fmt::Display for StatusError {
             StatusError::BadAddress(a) => {
                 write!(
                     f,
-                    "status.external_address: {a:?} is not an IPv4 or IPv6 address"
+                    "status.external_address: {} is not an IPv4 or IPv6 address",
+                    crate::quote::quoted(a)
                 )
             }
             StatusError::TooLarge(n) => {

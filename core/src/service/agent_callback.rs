@@ -58,7 +58,8 @@ fn check_machine_id(id: &str) -> Result<(), Status> {
         Ok(())
     } else {
         Err(Status::invalid_argument(format!(
-            "machine_id: {id:?} is not a UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, hexadecimal)"
+            "machine_id: {} is not a UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, hexadecimal)",
+            crate::quote::quoted(id)
         )))
     }
 }
@@ -142,9 +143,7 @@ impl ProvisioningService {
     ) -> impl Future<Output = Result<EncodedHeartbeatResponse, Status>> + Send + use<> {
         let checked = match caller {
             Identity::Agent(key) => check_machine_id(&request.machine_id).map(|()| *key),
-            _ => Err(Status::unauthenticated(
-                "agents present a self-signed client certificate with their Ed25519 agent key",
-            )),
+            _ => Err(not_an_agent()),
         };
         let store = self.store.clone();
         let now = self.clock.now_unix_ms();
@@ -310,6 +309,13 @@ impl machine_management_server::MachineManagement for ProvisioningService {
     }
 }
 
+/// The answer to a Heartbeat from a caller without an agent certificate.
+fn not_an_agent() -> Status {
+    Status::unauthenticated(
+        "agents present a self-signed client certificate with their Ed25519 agent key",
+    )
+}
+
 /// The AgentCallback service as an HTTP/2 handler: `Heartbeat` through
 /// tonic's unary machinery, with a response type that carries the stored
 /// installation request byte-for-byte.
@@ -325,6 +331,16 @@ impl NamedService for AgentCallbackHttp {
 impl GrpcService for AgentCallbackHttp {
     fn call(&self, request: Request<Body>) -> BoxFuture<'static, Response<Body>> {
         match super::router::method_name(&request) {
+            // A caller without an agent certificate is refused before its
+            // body is read: it can make the server hold nothing.
+            "Heartbeat"
+                if !matches!(
+                    request.extensions().get::<Identity>(),
+                    Some(Identity::Agent(_))
+                ) =>
+            {
+                super::router::refuse(not_an_agent())
+            }
             "Heartbeat" => {
                 let service = self.service.clone();
                 Box::pin(unary::serve(

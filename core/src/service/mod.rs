@@ -5,6 +5,7 @@
 //! [`Router`] over its sockets and inserts each connection's
 //! [`Identity`](crate::identity::Identity) into the request extensions.
 
+pub mod admission;
 mod agent_callback;
 mod cas;
 mod curator;
@@ -17,6 +18,7 @@ mod router;
 mod unary;
 mod watch_cache;
 
+pub use admission::RequestLimits;
 pub use agent_callback::{
     AgentCallbackHttp, MACHINES_PREFIX, ProvisioningService, is_uuid, machine_key,
 };

@@ -13,10 +13,12 @@ use tonic::server::NamedService;
 
 use futures::future::Either;
 
+use super::admission::RequestLimits;
 use super::forward::{Destination, Routing, forward, grpc_timeout, on_behalf_of};
 use super::routed_body::RoutedBody;
 use crate::identity::{AuthzError, Identity, authorize};
 use crate::leadership::LeadershipError;
+use crate::quote::{cap_encoded_message, quoted};
 
 /// A gRPC service the router can call: any tonic-generated server.
 pub trait GrpcService: Send + Sync + 'static {
@@ -50,10 +52,24 @@ pub(crate) fn refuse(status: tonic::Status) -> BoxFuture<'static, Response<Body>
     Box::pin(futures::future::ready(status.into_http()))
 }
 
+/// Caps a trailers-only answer's `grpc-message` (see
+/// [`quote`](crate::quote)): the last guard against a message that quotes
+/// too much of what the caller sent.
+fn cap_status_message(mut response: Response<Body>) -> Response<Body> {
+    if let Some(value) = response.headers().get("grpc-message")
+        && let Some(capped) = cap_encoded_message(value.as_bytes())
+        && let Ok(capped) = http::HeaderValue::from_bytes(&capped)
+    {
+        response.headers_mut().insert("grpc-message", capped);
+    }
+    response
+}
+
 /// The answer to a call of `method`, which `service` does not have.
 pub(crate) fn no_such_method(service: &str, method: &str) -> BoxFuture<'static, Response<Body>> {
     refuse(tonic::Status::unimplemented(format!(
-        "{service} has no method {method}"
+        "{service} has no method {}",
+        quoted(method)
     )))
 }
 
@@ -79,10 +95,14 @@ pub(crate) fn method_name<B>(request: &Request<B>) -> &str {
 /// behalf of a caller (the `x-metropolis-on-behalf-of` header) is accepted
 /// only from a connection marked [`CuratorPeer`](super::forward::CuratorPeer),
 /// authorized as that caller, and never forwarded again.
+///
+/// Every request body it passes on is held to the router's
+/// [`RequestLimits`] (message size per method, bytes in flight).
 #[derive(Clone, Default)]
 pub struct Router {
     services: Arc<BTreeMap<&'static str, Arc<dyn GrpcService>>>,
     routing: Option<Arc<dyn Routing>>,
+    limits: RequestLimits,
 }
 
 impl Router {
@@ -104,8 +124,26 @@ impl Router {
         self
     }
 
+    /// Holds request bodies to `limits` instead of the defaults
+    /// ([`RequestLimits::default`]). Routers that share a `RequestLimits`
+    /// share its budget.
+    pub fn with_limits(mut self, limits: RequestLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits request bodies are held to.
+    pub fn limits(&self) -> &RequestLimits {
+        &self.limits
+    }
+
     /// Handles one call.
-    pub fn call(&self, mut request: Request<Body>) -> BoxFuture<'static, Response<Body>> {
+    pub fn call(&self, request: Request<Body>) -> BoxFuture<'static, Response<Body>> {
+        use futures::FutureExt;
+        Box::pin(self.dispatch(request).map(cap_status_message))
+    }
+
+    fn dispatch(&self, mut request: Request<Body>) -> BoxFuture<'static, Response<Body>> {
         let forwarded = match on_behalf_of(&mut request) {
             None => false,
             Some(Ok(identity)) => {
@@ -121,7 +159,7 @@ impl Router {
             .next()
             .unwrap_or_default();
         let Some(service) = self.services.get(service_name).cloned() else {
-            let status = tonic::Status::unimplemented(format!("no service at {path}"));
+            let status = tonic::Status::unimplemented(format!("no service at {}", quoted(path)));
             return refuse(status);
         };
         if let Some(rule) = authorization::policy(path).and_then(|p| p.rule) {
@@ -138,6 +176,12 @@ impl Router {
                 return refuse(status);
             }
         }
+        let limits = &self.limits;
+        let request = {
+            let (parts, body) = request.into_parts();
+            let body = limits.admit(parts.uri.path(), body);
+            Request::from_parts(parts, body)
+        };
         let Some(routing) = self.routing.clone() else {
             return service.call(request);
         };

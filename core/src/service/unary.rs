@@ -110,7 +110,7 @@ async fn read_message<M: prost::Message + Default>(
     {
         return Err(Status::unimplemented(format!(
             "request compressed with {}: this server supports no compression",
-            String::from_utf8_lossy(encoding.as_bytes())
+            crate::quote::quoted_bytes(encoding.as_bytes())
         )));
     }
     let mut received = Received::default();

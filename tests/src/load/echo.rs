@@ -108,7 +108,12 @@ pub async fn serve(args: EchoArgs) -> Result<()> {
         let _ = stdin_tx.send(());
     });
     let server = tokio::spawn(listen::serve_tls(
-        listener, tls, classifier, router, shutdown,
+        listener,
+        tls,
+        classifier,
+        router,
+        metropolis_host::edge::EdgeLimits::default(),
+        shutdown,
     ));
     tokio::select! {
         _ = stdin_rx => eprintln!("serve-echo: standard input closed, stopping"),

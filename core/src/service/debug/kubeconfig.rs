@@ -28,7 +28,8 @@ fn check_name(field: &str, value: &str) -> Result<(), Status> {
     }
     if let Some(c) = value.chars().find(|c| c.is_control()) {
         return Err(Status::invalid_argument(format!(
-            "{field}: {value:?} contains the control character {c:?}"
+            "{field}: {} contains the control character {c:?}",
+            crate::quote::quoted(value)
         )));
     }
     Ok(())
