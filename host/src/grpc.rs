@@ -44,7 +44,8 @@ impl ServeOptions {
 }
 
 /// How long a connection closed for idleness may take to drain (its peer
-/// answering the GOAWAY's PING) before it is dropped.
+/// answering the GOAWAY's PING) before it is dropped: this, or the idle
+/// timeout when shorter.
 const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(10);
 
 /// Serves `router` on one connection whose peer is `peer` (an
@@ -55,7 +56,8 @@ const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(10);
 /// With a timer in `options`: HTTP/2 keepalive PINGs as the limits say,
 /// and a connection with no open call for the idle timeout (counted from
 /// its start, so also one that never sends the HTTP/2 preface) is sent
-/// GOAWAY and dropped if it has not closed [`IDLE_CLOSE_GRACE`] later.
+/// GOAWAY and dropped if it has not closed [`IDLE_CLOSE_GRACE`] (or the
+/// idle timeout, when shorter) later.
 pub async fn serve_connection<IO, E>(
     io: IO,
     peer: impl Into<Peer>,
@@ -209,7 +211,7 @@ impl IdleWatch {
         let open = self.calls.open.load(Ordering::Relaxed);
         if open == 0 && started == self.seen {
             self.closing = true;
-            self.sleep = self.timer.sleep(IDLE_CLOSE_GRACE);
+            self.sleep = self.timer.sleep(IDLE_CLOSE_GRACE.min(self.timeout));
             return Poll::Ready(IdleVerdict::Idle);
         }
         self.seen = started;

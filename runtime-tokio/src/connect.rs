@@ -34,8 +34,8 @@ pub async fn tls(addr: &str, config: Arc<rustls::ClientConfig>) -> Result<Channe
     handshake(addr, stream).await
 }
 
-/// The TLS connection under [`tls`].
-async fn tls_stream(
+/// The TLS connection under [`tls`]: handshake done, no HTTP/2 yet.
+pub async fn tls_stream(
     addr: &str,
     config: Arc<rustls::ClientConfig>,
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, ConnectError> {

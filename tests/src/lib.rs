@@ -115,6 +115,15 @@ impl Daemon {
         panic!("metropolisd could not bind free ports in 4 attempts")
     }
 
+    /// Starts a daemon with `extra` flags and waits until it serves.
+    pub fn start_with(data_dir: &Path, runtime: RuntimeKind, extra: &[&str]) -> Daemon {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        Self::start_retrying(|| {
+            let addr = format!("127.0.0.1:{}", free_port());
+            Self::spawn_with(data_dir, addr, runtime, &extra)
+        })
+    }
+
     /// Starts a daemon listening on `addr` and waits until it serves.
     pub fn start_at(data_dir: &Path, addr: String, runtime: RuntimeKind) -> Daemon {
         let mut d = Self::spawn(data_dir, addr, runtime);
@@ -187,6 +196,11 @@ impl Daemon {
             elected,
             log,
         }
+    }
+
+    /// The daemon's process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).expect("the daemon runs")
     }
 
     /// What the daemon logged so far.

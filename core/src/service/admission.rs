@@ -147,7 +147,9 @@ impl Budget {
     }
 
     fn release(&self, n: usize) {
-        self.used.fetch_sub(n, Ordering::AcqRel);
+        if n > 0 {
+            self.used.fetch_sub(n, Ordering::AcqRel);
+        }
     }
 }
 
@@ -258,6 +260,8 @@ impl AdmittedBody {
         framer.feed(data, |step| {
             match step {
                 Step::Began(len) => {
+                    // The previous message is with the decoder now.
+                    budget.release(std::mem::take(reserved));
                     if !budget.try_reserve(len) {
                         return Err(Status::resource_exhausted(format!(
                             "the server is receiving too many request bytes at once \
@@ -268,10 +272,9 @@ impl AdmittedBody {
                     }
                     *reserved = len;
                 }
-                Step::Ended => {
-                    budget.release(*reserved);
-                    *reserved = 0;
-                }
+                // Held until the next message begins or the body ends: a
+                // unary call keeps its message until the body ends.
+                Step::Ended => {}
             }
             Ok(())
         })

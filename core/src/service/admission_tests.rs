@@ -106,26 +106,28 @@ fn the_budget_bounds_messages_held_at_once_and_is_returned() {
 }
 
 #[test]
-fn a_complete_message_returns_its_reservation_before_the_body_ends() {
+fn a_complete_message_holds_its_reservation_until_the_next_begins() {
     let limits = RequestLimits::default().with_in_flight_bytes(1000);
     let m = message(600);
-    let mut admitted = limits.admit(METHOD, body(vec![m.clone(), m[..5].to_vec()]));
-    let f = std::pin::Pin::new(&mut admitted)
-        .frame()
-        .now_or_never()
-        .unwrap();
-    assert!(f.unwrap().is_ok());
-    assert_eq!(limits.in_flight(), 0, "the whole first message has passed");
-    let f = std::pin::Pin::new(&mut admitted)
-        .frame()
-        .now_or_never()
-        .unwrap();
-    assert!(f.unwrap().is_ok());
+    let next = message(300)[..5].to_vec();
+    let mut admitted = limits.admit(METHOD, body(vec![m.clone(), next]));
+    let mut poll = || {
+        std::pin::Pin::new(&mut admitted)
+            .frame()
+            .now_or_never()
+            .unwrap()
+            .map(|f| f.is_ok())
+    };
+    assert_eq!(poll(), Some(true));
     assert_eq!(
         limits.in_flight(),
         600,
-        "the second message's prefix reserved"
+        "a unary call holds its message until the body ends"
     );
+    assert_eq!(poll(), Some(true));
+    assert_eq!(limits.in_flight(), 300, "the next message took over");
+    assert_eq!(poll(), None);
+    assert_eq!(limits.in_flight(), 0, "the body ended");
 }
 
 #[test]
