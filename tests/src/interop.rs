@@ -139,7 +139,16 @@ impl Stack {
             .output();
         let why = match out {
             Ok(out) if out.status.success() => return Ok(()),
-            Ok(out) => tail(&String::from_utf8_lossy(&out.stderr), 600),
+            Ok(out) => {
+                // The line that names what is missing (Python's last,
+                // Node's first), else the tail.
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                stderr
+                    .lines()
+                    .find(|l| l.contains("Error"))
+                    .map(|l| tail(l, 600))
+                    .unwrap_or_else(|| tail(&stderr, 600))
+            }
             Err(e) => format!("cannot run it: {e}"),
         };
         Err(format!(
