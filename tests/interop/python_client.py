@@ -26,7 +26,7 @@ import traceback
 
 import grpc
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from cryptography.x509.oid import NameOID
 from google.protobuf import descriptor_pb2
