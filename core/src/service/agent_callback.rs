@@ -331,16 +331,6 @@ impl NamedService for AgentCallbackHttp {
 impl GrpcService for AgentCallbackHttp {
     fn call(&self, request: Request<Body>) -> BoxFuture<'static, Response<Body>> {
         match super::router::method_name(&request) {
-            // A caller without an agent certificate is refused before its
-            // body is read: it can make the server hold nothing.
-            "Heartbeat"
-                if !matches!(
-                    request.extensions().get::<Identity>(),
-                    Some(Identity::Agent(_))
-                ) =>
-            {
-                super::router::refuse(not_an_agent())
-            }
             "Heartbeat" => {
                 let service = self.service.clone();
                 Box::pin(unary::serve(
@@ -352,6 +342,20 @@ impl GrpcService for AgentCallbackHttp {
             }
             other => super::router::no_such_method(Self::NAME, other),
         }
+    }
+
+    /// A Heartbeat from a caller without an agent certificate is refused
+    /// before its body is read or forwarded: it can make no instance hold
+    /// anything.
+    fn precheck(&self, request: &Request<Body>) -> Result<(), Status> {
+        let is_agent = matches!(
+            request.extensions().get::<Identity>(),
+            Some(Identity::Agent(_))
+        );
+        if super::router::method_name(request) == "Heartbeat" && !is_agent {
+            return Err(not_an_agent());
+        }
+        Ok(())
     }
 }
 

@@ -24,6 +24,15 @@ use crate::quote::{cap_encoded_message, quoted};
 pub trait GrpcService: Send + Sync + 'static {
     /// Handles one call.
     fn call(&self, request: Request<Body>) -> BoxFuture<'static, Response<Body>>;
+
+    /// Checks a call before its body is read and before it is routed
+    /// (served here or forwarded to the leader): the status refusing it,
+    /// for a caller the service never serves. By default every call
+    /// passes.
+    fn precheck(&self, request: &Request<Body>) -> Result<(), tonic::Status> {
+        let _ = request;
+        Ok(())
+    }
 }
 
 impl<S> GrpcService for S
@@ -175,6 +184,9 @@ impl Router {
                 };
                 return refuse(status);
             }
+        }
+        if let Err(status) = service.precheck(&request) {
+            return refuse(status);
         }
         let limits = &self.limits;
         let request = {
