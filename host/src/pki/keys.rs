@@ -10,7 +10,8 @@
 use std::path::Path;
 
 use rcgen::{KeyPair, PKCS_ED25519, PublicKeyData};
-use rustls::pki_types::PrivatePkcs8KeyDer;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 
 use super::{PkiError, files};
 
@@ -108,7 +109,7 @@ pub fn generate_ed25519_key() -> Result<(String, [u8; 32]), PkiError> {
 /// key in *ring*'s PKCS#8 v2 form (what earlier versions wrote); `None`
 /// when it is anything else (already v1, another type of key). An error
 /// when `key_pem` is no usable private key; `origin` names it.
-pub fn ed25519_key_pem_v1(origin: &str, key_pem: &str) -> Result<Option<String>, PkiError> {
+pub(crate) fn ed25519_key_pem_v1(origin: &str, key_pem: &str) -> Result<Option<String>, PkiError> {
     let key = KeyPair::from_pem(key_pem)
         .map_err(|e| PkiError::invalid(origin, format!("not a usable private key: {e}")))?;
     if !is_ed25519_pkcs8_v2(&key.serialize_der()) {
@@ -126,6 +127,14 @@ pub fn upgrade_key_file(path: &Path) -> Result<bool, PkiError> {
         return Ok(false);
     }
     let pem = files::read_private(path)?;
+    // Anything but a v2 Ed25519 key is left as it is, for its reader to
+    // judge (rustls also reads SEC1 and PKCS#1 keys, which rcgen does not).
+    let Ok(PrivateKeyDer::Pkcs8(der)) = PrivateKeyDer::from_pem_slice(pem.as_bytes()) else {
+        return Ok(false);
+    };
+    if !is_ed25519_pkcs8_v2(der.secret_pkcs8_der()) {
+        return Ok(false);
+    }
     match ed25519_key_pem_v1(&path.display().to_string(), &pem)? {
         None => Ok(false),
         Some(v1) => {
@@ -138,8 +147,6 @@ pub fn upgrade_key_file(path: &Path) -> Result<bool, PkiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rustls::pki_types::PrivateKeyDer;
-    use rustls::pki_types::pem::PemObject;
 
     fn der_of(pem: &str) -> Vec<u8> {
         match PrivateKeyDer::from_pem_slice(pem.as_bytes()).expect("PEM key") {
@@ -203,6 +210,37 @@ mod tests {
         );
         let err = ed25519_key_pem_v1("test key", "garbage").expect_err("garbage refused");
         assert!(err.to_string().starts_with("test key: "), "{err}");
+    }
+
+    #[test]
+    fn only_v2_key_files_are_rewritten() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("key.pem");
+        assert!(!upgrade_key_file(&path).expect("missing is fine"));
+        let v2 = KeyPair::generate_for(&PKCS_ED25519).expect("key");
+        std::fs::write(&path, v2.serialize_pem()).expect("write");
+        assert!(upgrade_key_file(&path).expect("upgrade"));
+        let pem = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(der_of(&pem)[..16], V1_PREFIX);
+        assert!(!upgrade_key_file(&path).expect("v1 stays"));
+        // A SEC1 EC key (the ECPrivateKey inside ring's P-256 PKCS#8),
+        // which rustls reads and rcgen does not, is left alone.
+        let p256 = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+        let ec_private_key = &p256.serialize_der()[29..];
+        assert_eq!(ec_private_key[..2], [0x30, 0x6b]);
+        use base64::Engine as _;
+        let sec1 = format!(
+            "-----BEGIN EC PRIVATE KEY-----\n{}\n-----END EC PRIVATE KEY-----\n",
+            base64::engine::general_purpose::STANDARD.encode(ec_private_key)
+        );
+        assert!(matches!(
+            PrivateKeyDer::from_pem_slice(sec1.as_bytes()),
+            Ok(PrivateKeyDer::Sec1(_))
+        ));
+        assert!(KeyPair::from_pem(&sec1).is_err(), "rcgen refuses SEC1");
+        std::fs::write(&path, &sec1).expect("write");
+        assert!(!upgrade_key_file(&path).expect("left alone"));
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), sec1);
     }
 
     #[test]
