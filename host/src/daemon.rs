@@ -3,8 +3,10 @@
 //! Each runtime crate adds listeners, signals and its executor.
 //!
 //! On first start with an empty data directory it creates the cluster CA,
-//! this node's Ed25519 identity and certificate, and an owner credential,
-//! and registers this node as the first node of the cluster.
+//! this node's Ed25519 identity and certificate (and an ECDSA P-256 server
+//! certificate of the same identity, for TLS clients without Ed25519), and
+//! an owner credential, and registers this node as the first node of the
+//! cluster.
 
 use std::net::SocketAddr;
 use std::os::unix::fs::DirBuilderExt;
@@ -31,7 +33,8 @@ use crate::cluster::{ClusterFlags, Dialer, Elected, StartElection};
 use crate::images::{ContainerdConfig, ContainerdStore, OciLayoutOptions, OciLayoutStore};
 use crate::peer::PeerClassifier;
 use crate::pki::{
-    ClientAuth, ClusterCa, Credentials, DebugKubeconfigs, KubernetesCa, server_config,
+    CA_KEY_FILE, ClientAuth, ClusterCa, Credentials, DebugKubeconfigs, KubernetesCa, P256Status,
+    load_or_issue_p256, node_server_config, upgrade_key_file,
 };
 use crate::store::{EmbeddedStore, StoreOptions};
 use crate::upstream::Dial;
@@ -270,6 +273,9 @@ impl CertIssuer for Issuer {
 pub struct NodePki {
     ca: ClusterCa,
     node: Credentials,
+    /// The ECDSA P-256 twin of `node`'s certificate, for TLS clients
+    /// without Ed25519.
+    node_p256: Credentials,
     node_id: NodeId,
     node_key: [u8; 32],
 }
@@ -315,6 +321,17 @@ fn create_data_dir(config: &Config) -> Result<(), DaemonError> {
 }
 
 fn load_or_create_pki(layout: &Layout, extra_sans: &[String]) -> Result<NodePki, DaemonError> {
+    // Earlier versions wrote Ed25519 keys as PKCS#8 v2, which OpenSSL and
+    // BoringSSL refuse: the same keys, rewritten as v1.
+    for key in [
+        layout.pki.join(CA_KEY_FILE),
+        Credentials::key_path(&layout.pki, "node"),
+        Credentials::key_path(&layout.owner, "owner"),
+    ] {
+        if upgrade_key_file(&key)? {
+            tracing::info!(file = %key.display(), "rewrote the Ed25519 key as PKCS#8 v1");
+        }
+    }
     let ca_cert = layout.pki.join("ca.pem");
     let ca = if ca_cert.exists() {
         ClusterCa::read_from_dir(&layout.pki)?
@@ -349,11 +366,24 @@ fn load_or_create_pki(layout: &Layout, extra_sans: &[String]) -> Result<NodePki,
         owner.write_to_dir(&layout.owner, "owner")?;
         tracing::info!(dir = %layout.owner.display(), "created the owner credential");
     }
+    let (node_p256, status) = load_or_issue_p256(&layout.pki, &ca, &node)?;
+    match status {
+        P256Status::Kept => {}
+        P256Status::Created => {
+            tracing::info!(
+                "created this node's P-256 server certificate (for TLS clients without Ed25519)"
+            );
+        }
+        P256Status::Reissued { reason } => {
+            tracing::info!(%reason, "reissued this node's P-256 server certificate");
+        }
+    }
     let node_key = node.ed25519_public_key()?;
     let node_id = NodeId::from_public_key(&node_key);
     Ok(NodePki {
         ca,
         node,
+        node_p256,
         node_id,
         node_key,
     })
@@ -599,7 +629,7 @@ impl NodeServices {
                 )
             }
         };
-        let tls = server_config(&pki.node, ClientAuth::Deferred)?;
+        let tls = node_server_config(&pki.node, &pki.node_p256, ClientAuth::Deferred)?;
         let classifier = Arc::new(PeerClassifier::new(pki.ca.cert_der())?);
         Ok(NodeServices {
             node_id: pki.node_id,

@@ -9,11 +9,10 @@ use super::PkiError;
 /// identifies the agent by its key).
 pub const AGENT_COMMON_NAME: &str = "metropolis agent";
 
-/// A new Ed25519 agent key, PKCS#8 PEM.
+/// A new Ed25519 agent key, PKCS#8 v1 PEM (see
+/// [`generate_ed25519_key`](super::generate_ed25519_key)).
 pub fn generate_agent_key() -> Result<String, PkiError> {
-    let key =
-        KeyPair::generate_for(&PKCS_ED25519).map_err(PkiError::crypto("generate the agent key"))?;
-    Ok(key.serialize_pem())
+    Ok(super::keys::generate_ed25519("generate the agent key")?.serialize_pem())
 }
 
 /// A self-signed certificate (PEM) for the Ed25519 agent key in `key_pem`,

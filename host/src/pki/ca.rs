@@ -19,7 +19,7 @@ use x509_parser::asn1_rs::Tag;
 use x509_parser::extensions::ParsedExtension;
 
 use super::credentials::{first_cert, key_from_pem};
-use super::{CA_CERT_FILE, Credentials, PkiError, files};
+use super::{CA_CERT_FILE, Credentials, PkiError, files, keys};
 
 /// The subject common name of the cluster CA certificates this module
 /// generates.
@@ -72,7 +72,8 @@ impl PublicKeyData for Ed25519PublicKey {
 }
 
 impl ClusterCa {
-    /// Generates a new cluster CA: a fresh Ed25519 key and a self-signed CA
+    /// Generates a new cluster CA: a fresh Ed25519 key (PKCS#8 v1) and a
+    /// self-signed CA
     /// certificate with common name [`CA_COMMON_NAME`], valid for
     /// [`CA_VALIDITY`], that may sign end-entity certificates only (path
     /// length 0).
@@ -82,13 +83,17 @@ impl ClusterCa {
 
     /// Generates a CA like [`ClusterCa::generate`], with another common
     /// name and key algorithm (e.g. ECDSA P-256 for a CA that software
-    /// without Ed25519 support must accept).
+    /// without Ed25519 support must accept). Ed25519 keys are PKCS#8 v1,
+    /// ECDSA keys *ring*'s PKCS#8 (also version 0).
     pub fn generate_with(
         common_name: &str,
         algorithm: &'static SignatureAlgorithm,
     ) -> Result<ClusterCa, PkiError> {
-        let key =
-            KeyPair::generate_for(algorithm).map_err(PkiError::crypto("generate the CA key"))?;
+        let key = if algorithm == &PKCS_ED25519 {
+            keys::generate_ed25519("generate the CA key")?
+        } else {
+            KeyPair::generate_for(algorithm).map_err(PkiError::crypto("generate the CA key"))?
+        };
         let now = unix_now();
         let mut params = CertificateParams::default();
         params.distinguished_name = DistinguishedName::new();
@@ -243,8 +248,8 @@ impl ClusterCa {
         self.0.cert_der.clone()
     }
 
-    /// Issues credentials for a new node: a fresh Ed25519 key, and a
-    /// certificate whose common name is the node ID derived from it. The
+    /// Issues credentials for a new node: a fresh Ed25519 key (PKCS#8 v1),
+    /// and a certificate whose common name is the node ID derived from it. The
     /// certificate serves both as TLS server and client certificate; its
     /// subject alternative names are the node ID (DNS), `localhost`,
     /// 127.0.0.1, ::1, and each of `extra_sans`, an IP address or a DNS
@@ -269,8 +274,7 @@ impl ClusterCa {
         extra_sans: &[String],
         curator: bool,
     ) -> Result<(Credentials, NodeId), PkiError> {
-        let key = KeyPair::generate_for(&PKCS_ED25519)
-            .map_err(PkiError::crypto("generate a node key"))?;
+        let key = keys::generate_ed25519("generate a node key")?;
         let raw = <[u8; 32]>::try_from(key.public_key_raw()).map_err(|_| {
             PkiError::invalid(
                 "generated node key",
@@ -333,12 +337,12 @@ impl ClusterCa {
         self.sign(&params, &Ed25519PublicKey(*public_key))
     }
 
-    /// Issues credentials for the cluster owner: a fresh Ed25519 key and a
+    /// Issues credentials for the cluster owner: a fresh Ed25519 key
+    /// (PKCS#8 v1) and a
     /// client certificate with common name [`OWNER_COMMON_NAME`] and
     /// organization [`OWNER_ORGANIZATION`].
     pub fn issue_owner(&self) -> Result<Credentials, PkiError> {
-        let key = KeyPair::generate_for(&PKCS_ED25519)
-            .map_err(PkiError::crypto("generate the owner key"))?;
+        let key = keys::generate_ed25519("generate the owner key")?;
         let mut dn = DistinguishedName::new();
         dn.push(DnType::OrganizationName, OWNER_ORGANIZATION);
         dn.push(DnType::CommonName, OWNER_COMMON_NAME);
@@ -400,7 +404,14 @@ impl ClusterCa {
         &self.0.issuer
     }
 
-    fn sign(
+    /// The CA certificate's expiry, seconds since the Unix epoch.
+    pub(crate) fn not_after(&self) -> u64 {
+        self.0.not_after
+    }
+
+    /// Signs `params` for `key` and checks that the issuer name comes out
+    /// as the CA's subject; the certificate, PEM.
+    pub(crate) fn sign(
         &self,
         params: &CertificateParams,
         key: &impl PublicKeyData,
@@ -430,8 +441,9 @@ impl fmt::Debug for ClusterCa {
     }
 }
 
-/// The subject of a loaded CA certificate, for issuing under it.
-fn distinguished_name(
+/// The subject of a parsed certificate, for issuing under it (a CA's) or
+/// with it (a certificate reissued for another key).
+pub(crate) fn distinguished_name(
     name: &x509_parser::x509::X509Name<'_>,
     origin: &str,
 ) -> Result<DistinguishedName, PkiError> {
@@ -525,7 +537,7 @@ fn parse_san(s: &str) -> Result<SanType, PkiError> {
     Ok(SanType::DnsName(ia5(s)?))
 }
 
-fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -538,7 +550,7 @@ fn set_validity(params: &mut CertificateParams, not_before: u64, not_after: u64)
     params.not_after = epoch + Duration::from_secs(not_after);
 }
 
-fn format_unix(secs: u64) -> String {
+pub(crate) fn format_unix(secs: u64) -> String {
     let t = rcgen::date_time_ymd(1970, 1, 1) + Duration::from_secs(secs);
     t.to_string()
 }

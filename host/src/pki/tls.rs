@@ -16,6 +16,9 @@ use rustls::{
     SignatureScheme,
 };
 
+use rustls::sign::CertifiedKey;
+
+use super::cert_resolver::NodeCertResolver;
 use super::credentials::certs_from_pem;
 use super::{Credentials, PkiError};
 
@@ -111,21 +114,7 @@ pub fn server_config(
     client_auth: ClientAuth,
 ) -> Result<Arc<ServerConfig>, PkiError> {
     let provider = provider();
-    let verifier: Arc<dyn rustls::server::danger::ClientCertVerifier> = match client_auth {
-        ClientAuth::Deferred => Arc::new(DeferredClientAuth {
-            algorithms: provider.signature_verification_algorithms,
-        }),
-        ClientAuth::Required | ClientAuth::Optional => {
-            let roots = Arc::new(root_store(&creds.ca_pem, "CA certificate PEM")?);
-            let mut verifier = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
-            if client_auth == ClientAuth::Optional {
-                verifier = verifier.allow_unauthenticated();
-            }
-            verifier
-                .build()
-                .map_err(PkiError::tls("client certificate verifier"))?
-        }
-    };
+    let verifier = client_verifier(&creds.ca_pem, client_auth, &provider)?;
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(PkiError::tls("TLS server configuration"))?
@@ -134,6 +123,56 @@ pub fn server_config(
         .map_err(PkiError::tls("TLS server configuration"))?;
     config.alpn_protocols = vec![ALPN_H2.to_vec()];
     Ok(Arc::new(config))
+}
+
+/// A TLS 1.3 server configuration (ALPN `h2`) like [`server_config`] for a
+/// node with two server certificates of the same identity: `node` (its
+/// Ed25519 certificate) for clients that offer Ed25519 signatures, `p256`
+/// (its ECDSA P-256 certificate) for the others, such as BoringSSL. Client
+/// certificates are trusted as `client_auth` says, against `node`'s CA.
+pub fn node_server_config(
+    node: &Credentials,
+    p256: &Credentials,
+    client_auth: ClientAuth,
+) -> Result<Arc<ServerConfig>, PkiError> {
+    let provider = provider();
+    let verifier = client_verifier(&node.ca_pem, client_auth, &provider)?;
+    let certified = |creds: &Credentials| {
+        CertifiedKey::from_der(creds.chain_der()?, creds.key_der()?, &provider)
+            .map_err(PkiError::tls("server certificate"))
+    };
+    let resolver = NodeCertResolver::new(certified(node)?, certified(p256)?)?;
+    let mut config = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(PkiError::tls("TLS server configuration"))?
+        .with_client_cert_verifier(verifier)
+        .with_cert_resolver(Arc::new(resolver));
+    config.alpn_protocols = vec![ALPN_H2.to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// How a server checks client certificates, as `client_auth` says,
+/// trusting the CA certificates in `ca_pem`.
+fn client_verifier(
+    ca_pem: &str,
+    client_auth: ClientAuth,
+    provider: &Arc<CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, PkiError> {
+    Ok(match client_auth {
+        ClientAuth::Deferred => Arc::new(DeferredClientAuth {
+            algorithms: provider.signature_verification_algorithms,
+        }),
+        ClientAuth::Required | ClientAuth::Optional => {
+            let roots = Arc::new(root_store(ca_pem, "CA certificate PEM")?);
+            let mut verifier = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
+            if client_auth == ClientAuth::Optional {
+                verifier = verifier.allow_unauthenticated();
+            }
+            verifier
+                .build()
+                .map_err(PkiError::tls("client certificate verifier"))?
+        }
+    })
 }
 
 /// A TLS 1.3 client configuration (ALPN `h2`) that presents `creds`'

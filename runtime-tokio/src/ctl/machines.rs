@@ -199,10 +199,11 @@ pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), Cl
             let key = match (agent_pubkey, generate_key) {
                 (Some(hexkey), _) => hex_key(&hexkey)?,
                 (None, Some(path)) => {
-                    let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519)?;
-                    write_private(&path, &pair.serialize_pem())?;
+                    // PKCS#8 v1: OpenSSL and BoringSSL read it too.
+                    let (key_pem, public) = metropolis_host::pki::generate_ed25519_key()?;
+                    write_private(&path, &key_pem)?;
                     outln!("agent key written to {}", path.display());
-                    pair.public_key_raw().to_vec()
+                    public.to_vec()
                 }
                 (None, None) => return Err("give --agent-pubkey HEX or --generate-key FILE".into()),
             };

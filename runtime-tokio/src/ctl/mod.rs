@@ -306,18 +306,19 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Node(NodeCommand::Add { out }) => {
-            let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519)?;
+            // PKCS#8 v1: OpenSSL and BoringSSL read it too.
+            let (key_pem, public) = metropolis_host::pki::generate_ed25519_key()?;
             let mut mgmt = NodeManagementClient::with_origin(conn.channel, Channel::origin());
             let resp = mgmt
                 .add_node(AddNodeRequest {
-                    public_key: key.public_key_raw().to_vec().into(),
+                    public_key: public.to_vec().into(),
                 })
                 .await
                 .map_err(status_error)?
                 .into_inner();
             let creds = Credentials::from_parts(
                 String::from_utf8(resp.certificate.to_vec())?,
-                key.serialize_pem(),
+                key_pem,
                 String::from_utf8(resp.ca_certificate.to_vec())?,
             );
             creds.write_to_dir(&out, "node")?;
