@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod connect;
 pub mod daemon;
 pub mod grpc;
+pub mod h2_authority;
 pub mod images;
 pub mod logs;
 pub mod peer;
