@@ -82,6 +82,7 @@ pub async fn serve_unix(
         &shutdown,
         |stream, _| {
             let io = TokioIo::new(YieldBeforeWrite::new(stream));
+            let io = metropolis_host::h2_authority::RewriteAuthority::new(io);
             let identity = Identity::Node(me.clone());
             Box::pin(serve(io, identity, router.clone(), shutdown.clone()))
         },
