@@ -53,11 +53,17 @@
 //! list exceeds h2's 64 KiB limit may end the connection (h2 bounds the
 //! CONTINUATION frames of a block) where h2 would only refuse the stream.
 //!
-//! Cost, per header block on a local-socket connection (release build):
-//! DECODE_COST. Other frames pass without a copy when a read holds
-//! whole frames; bytes behind a held-back header block in the same read
-//! are copied once more. Memory: a block under way is held, at most
-//! [`MAX_BLOCK`] bytes, plus the mirrored dynamic table (4 KiB).
+//! Cost, per header block of a local-socket connection: the block is
+//! copied once more (held until complete) and HPACK-decoded, Huffman
+//! strings included, about 1 µs for a gRPC request of 8 fields; once
+//! rewriting, it is also re-encoded, about 1.5 µs in all, and what h2
+//! reads grows from the client's 8 to 15 bytes (fields indexed) to about
+//! 150 (literals). (Measured over 200,000 requests on a loaded 2-core
+//! machine, this crate at opt-level 3.) Other frames pass in place when
+//! a read holds whole frames; bytes behind a held-back header block in
+//! the same read are copied once more. Memory: the block under way, at
+//! most [`MAX_BLOCK`] bytes and released after a large one, and the
+//! mirrored dynamic table, at most 4 KiB.
 
 mod hpack;
 mod huffman;
