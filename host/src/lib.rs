@@ -10,6 +10,7 @@ pub mod connect;
 pub mod daemon;
 pub mod edge;
 pub mod grpc;
+pub mod h2_authority;
 pub mod images;
 pub mod logs;
 pub mod peer;

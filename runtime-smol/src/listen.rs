@@ -74,6 +74,7 @@ pub async fn serve_unix(
         &shutdown,
         |stream: smol::net::unix::UnixStream, _| {
             let io = FuturesIo::new(DrainAware::new(stream));
+            let io = metropolis_host::h2_authority::RewriteAuthority::new(io);
             let identity = Identity::Node(me.clone());
             let ex = executor.clone();
             let options = ServeOptions::new(limits.clone(), timer.clone());

@@ -56,6 +56,7 @@ pub async fn serve_unix(
         &shutdown,
         |stream, _| {
             let io = TokioIo::new(YieldBeforeWrite::new(stream));
+            let io = metropolis_host::h2_authority::RewriteAuthority::new(io);
             let identity = Identity::Node(me.clone());
             let options = ServeOptions::new(limits.clone(), timer.clone());
             Box::pin(serve(
