@@ -79,9 +79,14 @@ pub(crate) fn method_name<B>(request: &Request<B>) -> &str {
 /// behalf of a caller (the `x-metropolis-on-behalf-of` header) is accepted
 /// only from a connection marked [`CuratorPeer`](super::forward::CuratorPeer),
 /// authorized as that caller, and never forwarded again.
+///
+/// Services added with [`with_local_service`](Self::with_local_service)
+/// (health checking, reflection) skip all of that: every instance answers
+/// them itself, at once, for any caller.
 #[derive(Clone, Default)]
 pub struct Router {
     services: Arc<BTreeMap<&'static str, Arc<dyn GrpcService>>>,
+    local: Arc<BTreeMap<&'static str, Arc<dyn GrpcService>>>,
     routing: Option<Arc<dyn Routing>>,
 }
 
@@ -95,6 +100,21 @@ impl Router {
     pub fn with_service<S: GrpcService + NamedService>(mut self, service: S) -> Self {
         Arc::make_mut(&mut self.services).insert(S::NAME, Arc::new(service));
         self
+    }
+
+    /// Adds a tonic-generated server, under its proto service name, that
+    /// this instance answers itself: without authorization (the caller
+    /// may be anonymous) and never routed (not forwarded to a leader, not
+    /// held while none is known, not ended when the role changes).
+    pub fn with_local_service<S: GrpcService + NamedService>(mut self, service: S) -> Self {
+        Arc::make_mut(&mut self.local).insert(S::NAME, Arc::new(service));
+        self
+    }
+
+    /// The proto names of the services added with
+    /// [`with_service`](Self::with_service), in order.
+    pub fn service_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.services.keys().copied()
     }
 
     /// Forwards authorized calls to the leader `routing` names, when it
@@ -120,6 +140,9 @@ impl Router {
             .split('/')
             .next()
             .unwrap_or_default();
+        if let Some(local) = self.local.get(service_name) {
+            return local.call(request);
+        }
         let Some(service) = self.services.get(service_name).cloned() else {
             let status = tonic::Status::unimplemented(format!("no service at {path}"));
             return refuse(status);
