@@ -188,10 +188,8 @@ async fn every_listener_answers_health_and_reflection(runtime: RuntimeKind) {
     let rest: Vec<_> = tokio::time::timeout(Duration::from_secs(5), open_watch.collect())
         .await
         .expect("the Watch ended");
-    for item in &rest {
-        if let Ok(status) = item {
-            assert_eq!(status.status(), ServingStatus::NotServing, "{rest:?}");
-        }
+    for status in rest.iter().flatten() {
+        assert_eq!(status.status(), ServingStatus::NotServing, "{rest:?}");
     }
 }
 
