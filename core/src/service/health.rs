@@ -148,7 +148,7 @@ impl HealthMonitor {
     /// `Ok` while every condition holds and the instance runs; otherwise
     /// why it cannot serve.
     pub fn status(&self) -> Result<(), String> {
-        if self.signal.lock().shutting_down {
+        if self.shutting_down() {
             return Err("this instance is shutting down".to_owned());
         }
         match self.conditions.iter().find_map(|c| c.unready()) {
@@ -163,6 +163,10 @@ impl HealthMonitor {
     pub fn shut_down(&self) {
         self.signal.changed(true);
         self.closer.close_all();
+    }
+
+    fn shutting_down(&self) -> bool {
+        self.signal.lock().shutting_down
     }
 
     /// Ends the open-ended streams of the services this monitor serves.
@@ -212,19 +216,16 @@ impl HealthService {
 
     /// The status of `service`; `None`: unknown here.
     fn status_of(&self, service: &str) -> Option<ServingStatus> {
-        let status = if self.inner.served.contains(service) {
-            self.inner.monitor.status()
+        let serving = if self.inner.served.contains(service) {
+            self.inner.monitor.status().is_ok()
         } else if self.inner.local.contains(service) {
-            match self.inner.monitor.signal.lock().shutting_down {
-                true => Err(String::new()),
-                false => Ok(()),
-            }
+            !self.inner.monitor.shutting_down()
         } else {
             return None;
         };
-        Some(match status {
-            Ok(()) => ServingStatus::Serving,
-            Err(_) => ServingStatus::NotServing,
+        Some(match serving {
+            true => ServingStatus::Serving,
+            false => ServingStatus::NotServing,
         })
     }
 }
