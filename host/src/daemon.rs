@@ -24,7 +24,8 @@ use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub};
 use metropolis_core::service::elected::FencedStore;
 use metropolis_core::service::forward::Routing;
 use metropolis_core::service::{
-    CuratorService, ProvisioningService, Router, WatchCache, WatchCacheOptions,
+    CuratorService, HealthMonitor, ProvisioningService, Readiness, Router, WatchCache,
+    WatchCacheOptions,
 };
 use metropolis_core::trace::Tracefs;
 use metropolis_proto::prelude::common;
@@ -441,6 +442,8 @@ pub struct NodeServices {
     /// The limits of each listener and its connections.
     pub edge: crate::edge::EdgeLimits,
     cache: WatchCache,
+    /// Health of every listener; shut down with the streams.
+    health: HealthMonitor,
     /// The embedded store, closed with the services; `None` when elected.
     store: Option<Arc<EmbeddedStore>>,
     /// Stops the election of an elected instance.
@@ -541,6 +544,13 @@ impl NodeServices {
         backend: Backend,
     ) -> Result<NodeServices, DaemonError> {
         let layout = Layout::new(&config.data_dir);
+        // What serving needs, for health checks: the embedded store not
+        // failed; an elected instance a known leader (the etcd store has
+        // no failed state of its own: a lost etcd loses the lease).
+        let ready: Arc<dyn Readiness> = match &backend {
+            Backend::Embedded(store) => Arc::new(store.health()),
+            Backend::Elected(elected) => Arc::new(elected.leadership.clone()),
+        };
         // Reads (the watch cache, this node's registration) go to the
         // store as is; the services' writes carry the leader's fence.
         let (raw, kv, embedded, routing): (Arc<dyn KvStore>, Arc<dyn KvStore>, _, _) = match backend
@@ -596,6 +606,13 @@ impl NodeServices {
                 .with_routing(routing.clone());
             agent_router = agent_router.with_routing(routing);
         }
+        // Health and reflection on every listener, answered by this
+        // instance for anyone; the debug listener needs neither store nor
+        // leader.
+        let health = HealthMonitor::new();
+        let curator_health = health.clone().with_condition(ready);
+        let router = router.with_health_and_reflection(&curator_health);
+        let agent_router = agent_router.with_health_and_reflection(&curator_health);
         let logs = config
             .logs
             .clone()
@@ -619,14 +636,11 @@ impl NodeServices {
                     },
                     ..DebugPorts::new(logs.clone())
                 });
-                (
-                    Some(
-                        Router::new()
-                            .with_limits(config.edge.request_limits())
-                            .with_service(debug.server()),
-                    ),
-                    Some(debug),
-                )
+                let router = Router::new()
+                    .with_limits(config.edge.request_limits())
+                    .with_service(debug.server())
+                    .with_health_and_reflection(&health);
+                (Some(router), Some(debug))
             }
         };
         let tls = node_server_config(&pki.node, &pki.node_p256, ClientAuth::Deferred)?;
@@ -648,6 +662,7 @@ impl NodeServices {
             shutdown_grace: std::time::Duration::from_secs(config.shutdown_grace),
             edge: config.edge.limits(),
             cache,
+            health,
             store: embedded,
             election: std::sync::Mutex::new(None),
         })
@@ -677,9 +692,12 @@ impl NodeServices {
     }
 
     /// Ends every open Watch stream with Unavailable ("curator backend
-    /// switched, request can be retried"), and the debug service's running
-    /// traces and followed logs; call first on shutdown.
+    /// switched, request can be retried"), the debug service's running
+    /// traces and followed logs, and the health Watch and reflection
+    /// streams (health says NOT_SERVING from then on); call first on
+    /// shutdown.
     pub fn end_streams(&self) {
+        self.health.shut_down();
         self.cache.close_all(tonic::Status::unavailable(
             "curator backend switched, request can be retried",
         ));

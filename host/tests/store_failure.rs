@@ -10,9 +10,13 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Wake, Waker};
 
 use bytes::Bytes;
 use common::*;
+use metropolis_core::service::Readiness;
 use metropolis_core::store::{KeyRange, Op, OpResult, StoreError, Txn};
 use metropolis_host::store::{EmbeddedStore, StoreOptions};
 
@@ -29,6 +33,16 @@ fn put_padded(key: &str) -> Txn {
     }
 }
 
+/// Counts its wake-ups.
+#[derive(Default)]
+struct Wakes(AtomicUsize);
+
+impl Wake for Wakes {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// The child's body: runs only when started by the test below.
 #[test]
 fn write_failure_child() {
@@ -36,6 +50,10 @@ fn write_failure_child() {
         return;
     };
     let store = EmbeddedStore::open(Path::new(&dir), StoreOptions::default()).unwrap();
+    let health = store.health();
+    let wakes = Arc::new(Wakes::default());
+    health.subscribe(Waker::from(wakes.clone()));
+    println!("ready-before {}", health.unready().is_none());
     for i in 0..100_000 {
         let key = format!("k{i}");
         match block_on(store.txn(put_padded(&key))) {
@@ -47,6 +65,8 @@ fn write_failure_child() {
             Err(e) => panic!("{e}"),
         }
     }
+    println!("health-woken {}", wakes.0.load(Ordering::SeqCst) > 0);
+    println!("unready {}", health.unready().unwrap_or_default());
     let later = block_on(store.txn(put_padded("later")));
     println!(
         "later-fails {}",
@@ -96,6 +116,12 @@ fn failed_write_fails_the_store_and_acknowledges_nothing_lost() {
         failed.contains("File too large") && failed.contains("wal"),
         "{failed}"
     );
+    assert!(stdout.contains("ready-before true"), "{stdout}");
+    assert!(stdout.contains("health-woken true"), "{stdout}");
+    assert!(
+        stdout.contains("unready the embedded store failed and accepts no more requests"),
+        "{stdout}"
+    );
     assert!(stdout.contains("later-fails true"), "{stdout}");
     assert!(stdout.contains("read-fails true"), "{stdout}");
     assert!(stdout.contains("close-fails true"), "{stdout}");
@@ -119,4 +145,9 @@ fn failed_write_fails_the_store_and_acknowledges_nothing_lost() {
     }
     // And the store works again.
     block_on(store.txn(put_padded("again"))).unwrap();
+    // Healthy until closed.
+    let health = store.health();
+    assert_eq!(health.unready(), None);
+    store.close().unwrap();
+    assert!(health.unready().unwrap().contains("closed"));
 }

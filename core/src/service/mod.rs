@@ -13,6 +13,9 @@ mod curator_http;
 pub mod debug;
 pub mod elected;
 pub mod forward;
+mod health;
+mod introspection;
+mod reflection;
 mod routed_body;
 mod router;
 mod unary;
@@ -24,8 +27,17 @@ pub use agent_callback::{
 };
 pub use curator::CuratorService;
 pub use curator_http::{CuratorHttp, WatchBody};
+pub use health::{HealthMonitor, HealthService, HealthWatch, Readiness};
+pub use introspection::INTROSPECTION_SERVICES;
+pub use reflection::ReflectionService;
 pub use router::{GrpcService, Router};
 pub use watch_cache::{WatchCache, WatchCacheOptions, WatchStream};
 
 #[cfg(test)]
 mod call_size_tests;
+#[cfg(test)]
+mod grpc_testing;
+#[cfg(test)]
+mod health_tests;
+#[cfg(test)]
+mod reflection_tests;

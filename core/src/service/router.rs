@@ -105,11 +105,16 @@ pub(crate) fn method_name<B>(request: &Request<B>) -> &str {
 /// only from a connection marked [`CuratorPeer`](super::forward::CuratorPeer),
 /// authorized as that caller, and never forwarded again.
 ///
+/// Services added with [`with_local_service`](Self::with_local_service)
+/// (health checking, reflection) skip all of that: every instance answers
+/// them itself, at once, for any caller.
+///
 /// Every request body it passes on is held to the router's
 /// [`RequestLimits`] (message size per method, bytes in flight).
 #[derive(Clone, Default)]
 pub struct Router {
     services: Arc<BTreeMap<&'static str, Arc<dyn GrpcService>>>,
+    local: Arc<BTreeMap<&'static str, Arc<dyn GrpcService>>>,
     routing: Option<Arc<dyn Routing>>,
     limits: RequestLimits,
 }
@@ -124,6 +129,21 @@ impl Router {
     pub fn with_service<S: GrpcService + NamedService>(mut self, service: S) -> Self {
         Arc::make_mut(&mut self.services).insert(S::NAME, Arc::new(service));
         self
+    }
+
+    /// Adds a tonic-generated server, under its proto service name, that
+    /// this instance answers itself: without authorization (the caller
+    /// may be anonymous) and never routed (not forwarded to a leader, not
+    /// held while none is known, not ended when the role changes).
+    pub fn with_local_service<S: GrpcService + NamedService>(mut self, service: S) -> Self {
+        Arc::make_mut(&mut self.local).insert(S::NAME, Arc::new(service));
+        self
+    }
+
+    /// The proto names of the services added with
+    /// [`with_service`](Self::with_service), in order.
+    pub fn service_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.services.keys().copied()
     }
 
     /// Forwards authorized calls to the leader `routing` names, when it
@@ -152,6 +172,13 @@ impl Router {
         Box::pin(self.dispatch(request).map(cap_status_message))
     }
 
+    /// `request` with its body held to the router's limits.
+    fn admit(&self, request: Request<Body>) -> Request<Body> {
+        let (parts, body) = request.into_parts();
+        let body = self.limits.admit(parts.uri.path(), body);
+        Request::from_parts(parts, body)
+    }
+
     fn dispatch(&self, mut request: Request<Body>) -> BoxFuture<'static, Response<Body>> {
         let forwarded = match on_behalf_of(&mut request) {
             None => false,
@@ -167,6 +194,9 @@ impl Router {
             .split('/')
             .next()
             .unwrap_or_default();
+        if let Some(local) = self.local.get(service_name) {
+            return local.call(self.admit(request));
+        }
         let Some(service) = self.services.get(service_name).cloned() else {
             let status = tonic::Status::unimplemented(format!("no service at {}", quoted(path)));
             return refuse(status);
@@ -188,12 +218,7 @@ impl Router {
         if let Err(status) = service.precheck(&request) {
             return refuse(status);
         }
-        let limits = &self.limits;
-        let request = {
-            let (parts, body) = request.into_parts();
-            let body = limits.admit(parts.uri.path(), body);
-            Request::from_parts(parts, body)
-        };
+        let request = self.admit(request);
         let Some(routing) = self.routing.clone() else {
             return service.call(request);
         };

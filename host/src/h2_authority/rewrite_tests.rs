@@ -309,7 +309,7 @@ fn self_dependent_headers_pass_as_they_came() {
 #[test]
 fn bounds_cover_what_the_server_accepts() {
     let serve = ServeOptions::default();
-    assert!(MAX_LIST >= 4 * serve.max_header_list_size as usize);
+    assert!(MAX_LIST >= 4 * serve.limits.max_header_list_size as usize);
 }
 
 /// One field of a random request: name, value, representation, Huffman.

@@ -114,6 +114,7 @@ use futures::channel::oneshot;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use metropolis_core::ports::{KvStore, WatchBatch};
+use metropolis_core::service::Readiness;
 use metropolis_core::store::{
     CompactedHistory, KeyRange, KeyValue, LeaseId, LeaseInfo, MemStore, Op, Record, Revision,
     StoreError, Txn, TxnResponse, WatchId, encode_record, encode_txn_record, txn_record_len,
@@ -253,6 +254,8 @@ struct State {
     /// Set by close: the writer drains the queue and stops.
     closed: bool,
     history_revisions: i64,
+    /// Woken whenever the store fails or closes ([`StoreHealth`]); kept.
+    health: Vec<Waker>,
 }
 
 impl State {
@@ -376,6 +379,13 @@ impl State {
             let _ = tx.send(Err(err.clone()));
         }
         self.wake_watchers();
+        self.wake_health();
+    }
+
+    fn wake_health(&self) {
+        for waker in &self.health {
+            waker.wake_by_ref();
+        }
     }
 
     fn wake_watchers(&mut self) {
@@ -526,6 +536,7 @@ impl EmbeddedStore {
             failure: None,
             closed: false,
             history_revisions: options.history_revisions,
+            health: Vec::new(),
         };
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
@@ -549,6 +560,16 @@ impl EmbeddedStore {
     /// The store's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Whether the store accepts requests, as a condition of this
+    /// instance's health ([`Readiness`]): unready once a write or sync
+    /// failed (the store then refuses every change for good) or once it
+    /// is closed.
+    pub fn health(&self) -> StoreHealth {
+        StoreHealth {
+            shared: self.shared.clone(),
+        }
     }
 
     /// The latest durable revision.
@@ -717,6 +738,7 @@ impl EmbeddedStore {
             let mut state = self.shared.lock();
             state.closed = true;
             state.wake_watchers();
+            state.wake_health();
         }
         self.shared.writer_wake.notify_one();
         let handle = self
@@ -737,6 +759,27 @@ impl EmbeddedStore {
                 "the embedded store is closed".into(),
             )));
         }
+    }
+}
+
+/// The health of an [`EmbeddedStore`], from [`EmbeddedStore::health`].
+/// It keeps the store's state (not its files or writer) alive.
+#[derive(Clone, Debug)]
+pub struct StoreHealth {
+    shared: Arc<Shared>,
+}
+
+impl Readiness for StoreHealth {
+    fn unready(&self) -> Option<String> {
+        match self.shared.lock().check_open() {
+            Ok(()) => None,
+            Err(StoreError::Unavailable(why)) => Some(why),
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
+    fn subscribe(&self, waker: Waker) {
+        self.shared.lock().health.push(waker);
     }
 }
 
