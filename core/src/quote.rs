@@ -76,6 +76,7 @@ pub fn cap_encoded_message(value: &[u8]) -> Option<Vec<u8>> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

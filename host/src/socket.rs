@@ -72,6 +72,7 @@ pub fn bind_private(path: &Path) -> io::Result<std::os::unix::net::UnixListener>
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;

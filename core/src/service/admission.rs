@@ -328,5 +328,6 @@ impl HttpBody for AdmittedBody {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 #[path = "admission_tests.rs"]
 mod tests;

@@ -88,6 +88,7 @@ fn is_transient(error: &io::Error) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

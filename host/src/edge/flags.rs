@@ -178,6 +178,7 @@ impl EdgeFlags {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

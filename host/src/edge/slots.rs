@@ -70,6 +70,7 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use futures::FutureExt;
