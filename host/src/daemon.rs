@@ -76,8 +76,11 @@ pub const DEFAULT_DEBUG_LISTEN: &str = "127.0.0.1:7837";
     long_about = "Metropolis node daemon.\n\n\
         On first start with an empty data directory it creates the cluster CA (pki/ca.pem, \
         pki/ca-key.pem), this node's Ed25519 identity and certificate (pki/node.pem, \
-        pki/node-key.pem), and an owner credential (owner/), with private keys in mode 0600, \
-        and registers this node. Later starts reuse them.\n\n\
+        pki/node-key.pem), a P-256 server certificate for clients without Ed25519 \
+        (pki/node-p256.pem, pki/node-p256-key.pem), and an owner credential (owner/), with \
+        private keys (PKCS#8 v1) in mode 0600, and registers this node. Later starts reuse \
+        them (the P-256 certificate is re-issued when it no longer matches).\n\n\
+        Every listener answers gRPC health checks and server reflection.\n\n\
         The embedded store (store/) is a write-ahead log with snapshots: an update is \
         acknowledged only once it is on disk. A corrupt store refuses to start, naming the file."
 )]
