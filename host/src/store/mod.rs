@@ -375,11 +375,12 @@ impl State {
         ));
         self.failure = Some(why);
         self.queue.clear();
+        // Health first: no caller learns of the failure before health does.
+        self.wake_health();
         for (_, tx) in self.waiters.drain(..) {
             let _ = tx.send(Err(err.clone()));
         }
         self.wake_watchers();
-        self.wake_health();
     }
 
     fn wake_health(&self) {
