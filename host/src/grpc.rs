@@ -132,12 +132,15 @@ struct Calls {
     open: AtomicUsize,
     /// Calls ever started.
     started: AtomicU64,
+    /// The connection's idle watch, woken when the last open call ends
+    /// (it does not poll its timer while calls are open).
+    idle: futures::task::AtomicWaker,
 }
 
 impl Calls {
     fn open(self: &Arc<Self>) -> OpenCall {
         self.started.fetch_add(1, Ordering::Relaxed);
-        self.open.fetch_add(1, Ordering::Relaxed);
+        self.open.fetch_add(1, Ordering::AcqRel);
         OpenCall(self.clone())
     }
 }
@@ -147,7 +150,9 @@ struct OpenCall(Arc<Calls>);
 
 impl Drop for OpenCall {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        if self.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.wake();
+        }
     }
 }
 
@@ -201,6 +206,14 @@ enum IdleVerdict {
 
 impl IdleWatch {
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<IdleVerdict> {
+        // While calls are open the connection is not idle: wait for the
+        // last one to end rather than polling the timer on every wake-up.
+        if !self.closing && self.calls.open.load(Ordering::Acquire) > 0 {
+            self.calls.idle.register(cx.waker());
+            if self.calls.open.load(Ordering::Acquire) > 0 {
+                return Poll::Pending;
+            }
+        }
         if self.sleep.as_mut().poll(cx).is_pending() {
             return Poll::Pending;
         }

@@ -387,3 +387,54 @@ against_both_runtimes!(
     silent_connections_are_closed,
     the_descriptor_limit_does_not_spin,
 );
+
+/// Through a follower (two instances elected over etcd, tokio and smol):
+/// a Heartbeat without an agent certificate is refused at once, before it
+/// is forwarded; an error quoting input is as bounded as the leader's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_refuses_and_bounds_as_the_leader_does() {
+    let etcd = metropolis_tests::etcd::Etcd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let c = metropolis_tests::cluster::Curators::start(
+        dir.path(),
+        &etcd.urls(),
+        &[RuntimeKind::Tokio, RuntimeKind::Smol],
+        &[],
+    );
+    let leader = c.leader(&etcd, Duration::from_secs(10)).await;
+    for f in c.followers(leader) {
+        let d = &c.daemons[f];
+        let ca = std::fs::read_to_string(d.data_dir.join("pki/ca.pem")).unwrap();
+        let mut channel = d.agent_channel(None, &ca).await;
+        let mut calls = Vec::new();
+        for _ in 0..20 {
+            calls.push(hold_open_call(&mut channel, 4 << 20, 1 << 20).await);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let statuses = answered(&mut calls).await;
+        assert_eq!(
+            statuses.iter().filter(|s| *s == "16").count(),
+            20,
+            "follower {f}: {statuses:?}"
+        );
+
+        let key = AgentKey::new(d);
+        let mut agent = AgentCallbackClient::with_origin(
+            d.agent_channel(Some(&key.creds), &key.creds.ca_pem).await,
+            Channel::origin(),
+        );
+        let e = agent
+            .heartbeat(agent::HeartbeatRequest {
+                machine_id: "é%".repeat(300 << 10),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "follower {f}");
+        assert!(
+            e.message().len() < 400,
+            "follower {f}: a {}-byte message",
+            e.message().len()
+        );
+    }
+}
