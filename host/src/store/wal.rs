@@ -22,8 +22,8 @@
 //! extents would need a metadata update at each write), so a commit
 //! overwrites blocks inside the file's size and needs no metadata; and it
 //! writes them with `O_DIRECT | O_DSYNC`: one device write and a flush,
-//! without the page cache. Measured on this project's VM (README,
-//! Performance): 61 µs and 20 µs of CPU per sync against 89 µs and 37 µs
+//! without the page cache. Measured on this project's VM (commit
+//! `f4df2cf`): 61 µs and 20 µs of CPU per sync against 89 µs and 37 µs
 //! for `write` + `fdatasync` over the same preallocated file.
 //!
 //! Direct I/O writes whole aligned blocks, so the block holding the end of

@@ -33,8 +33,7 @@ pub struct UpdateTlsArgs {
     /// round and adds each server's ceiling. On a 2-core machine 128 loops
     /// saturate the echo server; the daemon, whose calls each wait for a
     /// WAL sync, leaves the machine about 9 % idle at 128 but gains only
-    /// about 6 % more at 512, at four times the latency (README,
-    /// Performance).
+    /// about 6 % more at 512, at four times the latency (docs/performance.md).
     #[arg(long, value_delimiter = ',', default_values_t = [128])]
     pub clients: Vec<usize>,
     /// HTTP/2 connections over mutual TLS the clients are spread over
