@@ -157,22 +157,28 @@ async fn unregistered_agents_are_held_to_the_budget(rt: RuntimeKind) {
     );
 }
 
-/// Issue 17, item 6: errors quoting input quote a bounded prefix.
-async fn error_messages_quote_a_bounded_prefix(rt: RuntimeKind) {
-    let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(&dir.path().join("d"), rt);
-    let key = AgentKey::new(&d);
+/// A Heartbeat from an (unregistered) agent whose `machine_id` is 900 KiB
+/// of `é%`, which percent-encoding would triple; its error status.
+async fn heartbeat_with_a_huge_machine_id(d: &Daemon) -> tonic::Status {
+    let key = AgentKey::new(d);
     let mut agent = AgentCallbackClient::with_origin(
         d.agent_channel(Some(&key.creds), &key.creds.ca_pem).await,
         Channel::origin(),
     );
-    let e = agent
+    agent
         .heartbeat(agent::HeartbeatRequest {
             machine_id: "é%".repeat(300 << 10),
             ..Default::default()
         })
         .await
-        .unwrap_err();
+        .unwrap_err()
+}
+
+/// Issue 17, item 6: errors quoting input quote a bounded prefix.
+async fn error_messages_quote_a_bounded_prefix(rt: RuntimeKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("d"), rt);
+    let e = heartbeat_with_a_huge_machine_id(&d).await;
     assert_eq!(
         e.code(),
         Code::InvalidArgument,
@@ -418,18 +424,7 @@ async fn a_follower_refuses_and_bounds_as_the_leader_does() {
             "follower {f}: {statuses:?}"
         );
 
-        let key = AgentKey::new(d);
-        let mut agent = AgentCallbackClient::with_origin(
-            d.agent_channel(Some(&key.creds), &key.creds.ca_pem).await,
-            Channel::origin(),
-        );
-        let e = agent
-            .heartbeat(agent::HeartbeatRequest {
-                machine_id: "é%".repeat(300 << 10),
-                ..Default::default()
-            })
-            .await
-            .unwrap_err();
+        let e = heartbeat_with_a_huge_machine_id(d).await;
         assert_eq!(e.code(), Code::InvalidArgument, "follower {f}");
         assert!(
             e.message().len() < 400,
