@@ -10,8 +10,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
-use std::time::Duration;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use http::{Request, Response, Uri};
@@ -54,10 +54,12 @@ const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(10);
 /// gracefully: in-flight calls finish, no new ones start).
 ///
 /// With a timer in `options`: HTTP/2 keepalive PINGs as the limits say,
-/// and a connection with no open call for the idle timeout (counted from
-/// its start, so also one that never sends the HTTP/2 preface) is sent
-/// GOAWAY and dropped if it has not closed [`IDLE_CLOSE_GRACE`] (or the
-/// idle timeout, when shorter) later.
+/// and a connection with no open call is closed once a whole idle timeout
+/// passed without one starting (one to two timeouts after its last call
+/// ended; one timeout after its start when it never made a call, so also
+/// when it never sends the HTTP/2 preface): it is sent GOAWAY and dropped
+/// if it has not closed [`IDLE_CLOSE_GRACE`] (or the idle timeout, when
+/// shorter) later.
 pub async fn serve_connection<IO, E>(
     io: IO,
     peer: impl Into<Peer>,
@@ -114,33 +116,27 @@ where
     let connection = builder.serve_connection(io, service);
     let mut connection = std::pin::pin!(connection);
     let mut shutdown = std::pin::pin!(shutdown);
-    let idle = idle.zip(calls).map(|((timer, timeout), calls)| IdleWatch {
-        sleep: timer.sleep(timeout),
-        timer,
-        timeout,
-        calls,
-        seen: 0,
-        closing: false,
-    });
+    let idle = idle
+        .zip(calls)
+        .map(|((timer, timeout), calls)| IdleWatch::new(timer, timeout, calls));
     drive_until_shutdown(connection.as_mut(), shutdown.as_mut(), idle).await
 }
 
-/// The calls of one connection, for its idle timeout.
+/// The calls of one connection, for its idle timeout. Counting is all a
+/// call pays: nothing wakes the connection when a call ends, the idle
+/// watch looks at the counts only when its timer fires.
 #[derive(Default)]
 struct Calls {
     /// Calls whose response has not ended.
     open: AtomicUsize,
     /// Calls ever started.
     started: AtomicU64,
-    /// The connection's idle watch, woken when the last open call ends
-    /// (it does not poll its timer while calls are open).
-    idle: futures::task::AtomicWaker,
 }
 
 impl Calls {
     fn open(self: &Arc<Self>) -> OpenCall {
         self.started.fetch_add(1, Ordering::Relaxed);
-        self.open.fetch_add(1, Ordering::AcqRel);
+        self.open.fetch_add(1, Ordering::Relaxed);
         OpenCall(self.clone())
     }
 }
@@ -150,9 +146,7 @@ struct OpenCall(Arc<Calls>);
 
 impl Drop for OpenCall {
     fn drop(&mut self) {
-        if self.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.idle.wake();
-        }
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -182,11 +176,20 @@ impl http_body::Body for CountedBody {
     }
 }
 
-/// The idle timeout of one connection.
+/// The idle timeout of one connection: a timer that fires every `timeout`
+/// and, each time, compares the call counts with the last time. Idle means
+/// no call open now and none started since the timer was armed, so a
+/// connection is closed between one and two timeouts after its last call
+/// ended (one timeout after accept when it never made a call).
 struct IdleWatch {
     timer: SharedTimer,
     timeout: Duration,
     sleep: Pin<Box<dyn hyper::rt::Sleep>>,
+    /// When `sleep` ends.
+    deadline: Instant,
+    /// The waker `sleep` was last polled with: until the deadline, the
+    /// connection's other wake-ups need not poll the timer again.
+    registered: Option<Waker>,
     calls: Arc<Calls>,
     /// `calls.started` when the sleep was armed.
     seen: u64,
@@ -205,16 +208,38 @@ enum IdleVerdict {
 }
 
 impl IdleWatch {
+    fn new(timer: SharedTimer, timeout: Duration, calls: Arc<Calls>) -> Self {
+        IdleWatch {
+            sleep: timer.sleep(timeout),
+            deadline: timer.now() + timeout,
+            registered: None,
+            timer,
+            timeout,
+            calls,
+            seen: 0,
+            closing: false,
+        }
+    }
+
+    fn arm(&mut self, after: Duration) {
+        self.sleep = self.timer.sleep(after);
+        self.deadline = self.timer.now() + after;
+        self.registered = None;
+    }
+
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<IdleVerdict> {
-        // While calls are open the connection is not idle: wait for the
-        // last one to end rather than polling the timer on every wake-up.
-        if !self.closing && self.calls.open.load(Ordering::Acquire) > 0 {
-            self.calls.idle.register(cx.waker());
-            if self.calls.open.load(Ordering::Acquire) > 0 {
-                return Poll::Pending;
-            }
+        // The connection task is woken for every frame; the timer has this
+        // task's waker already and wakes it at the deadline.
+        if self
+            .registered
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+            && self.timer.now() < self.deadline
+        {
+            return Poll::Pending;
         }
         if self.sleep.as_mut().poll(cx).is_pending() {
+            self.registered = Some(cx.waker().clone());
             return Poll::Pending;
         }
         if self.closing {
@@ -224,11 +249,11 @@ impl IdleWatch {
         let open = self.calls.open.load(Ordering::Relaxed);
         if open == 0 && started == self.seen {
             self.closing = true;
-            self.sleep = self.timer.sleep(IDLE_CLOSE_GRACE.min(self.timeout));
+            self.arm(IDLE_CLOSE_GRACE.min(self.timeout));
             return Poll::Ready(IdleVerdict::Idle);
         }
         self.seen = started;
-        self.sleep = self.timer.sleep(self.timeout);
+        self.arm(self.timeout);
         Poll::Ready(IdleVerdict::Busy)
     }
 }

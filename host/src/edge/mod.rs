@@ -45,6 +45,10 @@ impl hyper::rt::Timer for TimerHandle {
     fn reset(&self, sleep: &mut Pin<Box<dyn hyper::rt::Sleep>>, new_deadline: Instant) {
         self.0.reset(sleep, new_deadline)
     }
+
+    fn now(&self) -> Instant {
+        self.0.now()
+    }
 }
 
 /// Limits of one listener and of each connection on it.
