@@ -66,7 +66,7 @@ async fn invalid_argument(rt: RuntimeKind) {
         .unwrap();
 }
 
-async fn permission_denied_and_not_found(rt: RuntimeKind) {
+async fn permission_denied_and_removed_nodes(rt: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(&dir.path().join("d"), rt);
     let me = d.node_id().to_string();
@@ -104,7 +104,8 @@ async fn permission_denied_and_not_found(rt: RuntimeKind) {
         .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
 
-    // A node that was removed still holds a valid certificate: NotFound.
+    // A node that was removed still holds a valid certificate, but is no
+    // longer a member: Unauthenticated (tests/tests/revocation.rs has more).
     let gone_dir = dir.path().join("gone");
     let gone = d.add_node(&gone_dir).await;
     let mut mgmt = metropolis_proto::metropolis::node::core::curator::proto::private::node_management_client::NodeManagementClient::with_origin(
@@ -123,7 +124,7 @@ async fn permission_denied_and_not_found(rt: RuntimeKind) {
         .update_node_status(update(gone.as_str(), status("10.0.0.4")))
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
 
     // A node may not manage nodes.
     let mut mgmt_as_node = metropolis_proto::metropolis::node::core::curator::proto::private::node_management_client::NodeManagementClient::with_origin(
@@ -201,6 +202,6 @@ async fn unauthenticated(rt: RuntimeKind) {
 
 against_both_runtimes_and_etcd!(
     invalid_argument,
-    permission_denied_and_not_found,
+    permission_denied_and_removed_nodes,
     unauthenticated
 );

@@ -101,9 +101,14 @@ impl CuratorService {
 }
 
 impl CuratorService {
-    /// `Curator.Watch`: validates the request and opens a stream on the
-    /// shared watch cache.
-    pub fn open_watch(&self, request: curator::WatchRequest) -> Result<WatchStream, Status> {
+    /// `Curator.Watch` for `caller`: validates the request and opens a
+    /// stream on the shared watch cache. A node's stream lasts only while
+    /// the node is a member of the cluster.
+    pub fn open_watch(
+        &self,
+        caller: &Identity,
+        request: curator::WatchRequest,
+    ) -> Result<WatchStream, Status> {
         use curator::watch_request::Kind;
         match request.kind {
             None => Err(Status::invalid_argument(
@@ -113,14 +118,15 @@ impl CuratorService {
                 let id = NodeId::parse(&n.node_id).map_err(|e| {
                     Status::invalid_argument(format!("node_in_cluster.node_id: {e}"))
                 })?;
-                Ok(self.cache.watch_node(id.as_str()))
+                Ok(self.cache.watch_node_as(id.as_str(), caller))
             }
-            Some(Kind::NodesInCluster(_)) => Ok(self.cache.watch_nodes()),
+            Some(Kind::NodesInCluster(_)) => Ok(self.cache.watch_nodes_as(caller)),
         }
     }
 
     /// `Curator.UpdateNodeStatus` on behalf of `caller`: a node may update
-    /// only itself. The write is a compare-and-swap on the record's
+    /// only itself, and only while it is a member (a node without a record
+    /// was removed: Unauthenticated, as its certificate no longer counts). The write is a compare-and-swap on the record's
     /// revision; on conflict the failed transaction returns the current
     /// record and the update is retried on it.
     ///
@@ -152,7 +158,7 @@ async fn write_status(
     let key = node_key(&id);
     let mut status = Some(status);
     let what = || format!("node {id}");
-    super::cas::update(store.as_ref(), key, what, |kv| {
+    let written = super::cas::update(store.as_ref(), key, what, |kv| {
         let mut record = decode_record(kv).map_err(|e| Status::internal(e.to_string()))?;
         // Moved into the record for encoding and back out for a retry
         // after a lost compare-and-swap, instead of cloned per attempt.
@@ -161,7 +167,12 @@ async fn write_status(
         status = record.status.take();
         Ok((value, ()))
     })
-    .await
+    .await;
+    // The caller is node `id` (checked before): no record, no member.
+    written.map_err(|e| match e.code() {
+        tonic::Code::NotFound => super::watch_cache::not_a_member(id.as_str()),
+        _ => e,
+    })
 }
 
 /// Checks an `UpdateNodeStatus` request from `caller`: the node it names

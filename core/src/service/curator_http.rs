@@ -25,6 +25,7 @@ use tonic::server::NamedService;
 
 use super::router::GrpcService;
 use super::unary::{self, MAX_REQUEST_BYTES};
+use crate::identity::Identity;
 use tonic_prost::ProstCodec;
 
 use super::curator::CuratorService;
@@ -73,6 +74,11 @@ impl GrpcService for CuratorHttp {
 }
 
 async fn watch(service: CuratorService, request: Request<Body>) -> Response<Body> {
+    let caller = request
+        .extensions()
+        .get::<Identity>()
+        .cloned()
+        .unwrap_or(Identity::Unauthenticated);
     let body = request.into_body();
     let mut codec = ProstCodec::<curator::WatchEvent, curator::WatchRequest>::default();
     let mut messages = Streaming::new_request(codec.decoder(), body, None, Some(MAX_REQUEST_BYTES));
@@ -81,7 +87,7 @@ async fn watch(service: CuratorService, request: Request<Body>) -> Response<Body
         Ok(None) => return Status::invalid_argument("no WatchRequest in the call").into_http(),
         Err(status) => return status.into_http(),
     };
-    match service.open_watch(request) {
+    match service.open_watch(&caller, request) {
         Ok(stream) => {
             let mut response = Response::new(Body::new(WatchBody {
                 stream: Some(stream),

@@ -11,6 +11,7 @@ use metropolis_proto::wire::EncodedWatchEvent;
 use tonic::Status;
 
 use crate::curator::{NODES_PREFIX, cached_node, id_from_key};
+use crate::identity::Identity;
 use crate::ports::{KvStore, Spawner};
 use crate::store::{EventKind, KeyRange, Op, OpResult, Revision, StoreError, Txn};
 use crate::watch::{MAX_EVENT_BYTES, NodeCache, NodeChange, NodeWatch, NodesWatch};
@@ -43,6 +44,9 @@ struct Slot {
     /// revision: the last node write acknowledged through this process
     /// when the stream opened (so a client sees its own writes).
     after: Revision,
+    /// The node that opened the stream, when a node did: the stream ends
+    /// with Unauthenticated once the cache no longer holds it.
+    member: Option<Arc<str>>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -82,7 +86,11 @@ impl Shared {
                     relevant
                 }
             };
-            if relevant && let Some(w) = slot.waker.take() {
+            let member_gone = matches!(change, NodeChange::Delete { id, .. }
+                if slot.member.as_deref() == Some(id.as_ref()));
+            if (relevant || member_gone)
+                && let Some(w) = slot.waker.take()
+            {
                 w.wake();
             }
         }
@@ -152,14 +160,31 @@ impl WatchCache {
 
     /// Opens a `NodesInCluster` stream.
     pub fn watch_nodes(&self) -> WatchStream {
-        let machine = Machine::Nodes(NodesWatch::new(self.options.max_event_bytes));
-        self.subscribe(|_| machine)
+        self.watch_nodes_as(&Identity::Owner)
     }
 
     /// Opens a `NodeInCluster` stream for node `id`.
     pub fn watch_node(&self, id: &str) -> WatchStream {
+        self.watch_node_as(id, &Identity::Owner)
+    }
+
+    /// Opens a `NodesInCluster` stream for `caller`. A node's stream ends
+    /// with Unauthenticated as soon as the cache no longer holds that node
+    /// (it was removed, or never was a member): a removed node's
+    /// certificate stops working for streams it opened before.
+    pub fn watch_nodes_as(&self, caller: &Identity) -> WatchStream {
+        let machine = Machine::Nodes(NodesWatch::new(self.options.max_event_bytes));
+        self.subscribe(member_of(caller), |_| machine)
+    }
+
+    /// Opens a `NodeInCluster` stream for node `id` on behalf of `caller`
+    /// (a node's stream ends as [`watch_nodes_as`](Self::watch_nodes_as)
+    /// says).
+    pub fn watch_node_as(&self, id: &str, caller: &Identity) -> WatchStream {
         let id: Arc<str> = Arc::from(id);
-        self.subscribe(|cache| Machine::Node(NodeWatch::new(id, cache)))
+        self.subscribe(member_of(caller), |cache| {
+            Machine::Node(NodeWatch::new(id, cache))
+        })
     }
 
     /// Number of open streams.
@@ -178,7 +203,11 @@ impl WatchCache {
         shared.end_all(&status);
     }
 
-    fn subscribe(&self, make: impl FnOnce(&NodeCache) -> Machine) -> WatchStream {
+    fn subscribe(
+        &self,
+        member: Option<Arc<str>>,
+        make: impl FnOnce(&NodeCache) -> Machine,
+    ) -> WatchStream {
         let mut shared = lock(&self.shared);
         let id = shared.next_stream;
         shared.next_stream += 1;
@@ -191,6 +220,7 @@ impl WatchCache {
                 waker: None,
                 end: None,
                 after,
+                member,
             },
         );
         if shared.state == State::Idle {
@@ -204,6 +234,22 @@ impl WatchCache {
             id,
         }
     }
+}
+
+/// The node whose membership a stream opened by `caller` depends on.
+fn member_of(caller: &Identity) -> Option<Arc<str>> {
+    match caller {
+        Identity::Node(id) => Some(Arc::from(id.as_str())),
+        _ => None,
+    }
+}
+
+/// The status that ends the streams of a node that is not a member.
+pub(crate) fn not_a_member(id: &str) -> Status {
+    Status::unauthenticated(format!(
+        "node {id} is not a member of the cluster (removed, or never added): \
+         its certificate is no longer accepted"
+    ))
 }
 
 fn to_change(event: &crate::store::Event) -> Option<NodeChange> {
@@ -437,6 +483,13 @@ impl Stream for WatchStream {
             return Poll::Ready(Some(Err(status)));
         }
         if s.state == State::Ready && s.cache.revision() >= slot.after {
+            if let Some(member) = &slot.member
+                && s.cache.get(member).is_none()
+            {
+                let status = not_a_member(member);
+                s.streams.remove(&self.id);
+                return Poll::Ready(Some(Err(status)));
+            }
             let event = match &mut slot.machine {
                 Machine::Nodes(m) => m.poll_event(&s.cache),
                 Machine::Node(m) => m.poll_event(),

@@ -140,3 +140,66 @@ fn a_stream_waits_for_the_writes_acknowledged_before_it_opened() {
     let change = ex.next_event(&mut first);
     assert_eq!(change.nodes.len(), 1, "{change:?}");
 }
+
+/// A stream a node opened lasts while the node is a member: it ends with
+/// Unauthenticated when the node is deleted (also when the delete is not an
+/// event the stream would send), and at once when the node is unknown. The
+/// owner's stream is unaffected.
+#[test]
+fn a_node_s_streams_end_when_it_is_removed() {
+    let store = Arc::new(Lagging {
+        store: Mutex::new(MemStore::new()),
+        watchers: Mutex::new(Vec::new()),
+    });
+    let tasks = Arc::new(Tasks::default());
+    let mut ex = Executor {
+        pool: LocalPool::new(),
+        tasks: tasks.clone(),
+    };
+    let cache = WatchCache::new(store.clone(), tasks, WatchCacheOptions::default());
+    let curator = CuratorService::new(cache.track_writes(store.clone()), cache.clone(), None);
+    let (x, y) = (
+        NodeId::from_public_key(&[7; 32]),
+        NodeId::from_public_key(&[8; 32]),
+    );
+    for (id, key) in [(&x, [7; 32]), (&y, [8; 32])] {
+        let register = curator.register_node(
+            id,
+            &key,
+            common::NodeRoles::default(),
+            common::NodeState::Up,
+        );
+        assert!(ex.pool.run_until(register).unwrap());
+    }
+    let revision = store.store.lock().unwrap().revision();
+    store.deliver(revision);
+    let as_x = Identity::Node(x.clone());
+    let mut nodes = cache.watch_nodes_as(&as_x);
+    assert_eq!(ex.next_event(&mut nodes).nodes.len(), 2);
+    let mut of_y = cache.watch_node_as(y.as_str(), &as_x);
+    assert_eq!(ex.next_event(&mut of_y).nodes.len(), 1);
+    let mut owners = cache.watch_nodes();
+    assert_eq!(ex.next_event(&mut owners).nodes.len(), 2);
+
+    let delete = Txn {
+        success: vec![Op::Delete(KeyRange::Key(crate::curator::node_key(&x)))],
+        ..Default::default()
+    };
+    ex.pool.run_until(store.txn(delete)).unwrap();
+    let revision = store.store.lock().unwrap().revision();
+    store.deliver(revision);
+    ex.settle();
+    for stream in [&mut nodes, &mut of_y] {
+        let end = ex.pool.run_until(stream.next()).unwrap().unwrap_err();
+        assert_eq!(end.code(), tonic::Code::Unauthenticated, "{end:?}");
+        assert!(end.message().contains(x.as_str()), "{end:?}");
+        assert!(ex.pool.run_until(stream.next()).is_none());
+    }
+    let tombstone = ex.next_event(&mut owners);
+    assert_eq!(tombstone.tombstones, vec![x.to_string()], "{tombstone:?}");
+    // Opened after the removal: ended at once, before any event.
+    let mut late = cache.watch_nodes_as(&as_x);
+    ex.settle();
+    let end = ex.pool.run_until(late.next()).unwrap().unwrap_err();
+    assert_eq!(end.code(), tonic::Code::Unauthenticated, "{end:?}");
+}
