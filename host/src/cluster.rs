@@ -58,6 +58,14 @@ pub struct ClusterFlags {
     /// same for every instance of one cluster).
     #[arg(long, default_value = DEFAULT_ELECTION_PREFIX, value_name = "PREFIX")]
     pub election_prefix: String,
+    /// Join an existing cluster with the join bundle in DIR (written by
+    /// `metroctl node add --curator --out DIR` on a host of an existing
+    /// instance): its cluster CA is installed into an empty --data-dir at
+    /// the first start. Every instance of a cluster must hold the same CA;
+    /// one with another refuses to start. Delete the bundle once joined:
+    /// it holds the CA key.
+    #[arg(long, value_name = "DIR", requires = "etcd")]
+    pub join: Option<std::path::PathBuf>,
 }
 
 impl ClusterFlags {
@@ -168,6 +176,7 @@ mod tests {
             leader_wait: 10,
             etcd_request_timeout: 5,
             election_prefix: DEFAULT_ELECTION_PREFIX.into(),
+            join: None,
         }
     }
 

@@ -292,7 +292,12 @@ impl NodePki {
     /// leader).
     pub fn load_or_create(config: &Config) -> Result<NodePki, DaemonError> {
         create_data_dir(config)?;
-        load_or_create_pki(&Layout::new(&config.data_dir), &config.extra_sans)
+        let layout = Layout::new(&config.data_dir);
+        if let Some(bundle) = &config.cluster.join {
+            create_private_dir(&layout.pki)?;
+            crate::join::install_bundle(bundle, &layout.pki)?;
+        }
+        load_or_create_pki(&layout, &config.extra_sans)
     }
 
     /// This node's ID.
@@ -308,6 +313,15 @@ impl NodePki {
             &self.node.ca_pem,
         )?)
     }
+}
+
+/// Creates `dir` (and its parents) with mode 0700 if missing.
+fn create_private_dir(dir: &Path) -> Result<(), DaemonError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("{}: cannot create the directory: {e}", dir.display()).into())
 }
 
 fn create_data_dir(config: &Config) -> Result<(), DaemonError> {
@@ -453,6 +467,17 @@ pub struct NodeServices {
     election: std::sync::Mutex<Option<futures::future::BoxFuture<'static, ()>>>,
 }
 
+/// The error a daemon stops with after [`NodeServices::fatal`] resolved
+/// with `why`.
+pub fn fatal_error(why: &str) -> DaemonError {
+    format!(
+        "stopped serving: the embedded store failed: {why}. Every acknowledged \
+         write is on disk; fix the cause (free space on the data directory's \
+         file system, or check the disk) and start metropolisd again"
+    )
+    .into()
+}
+
 /// Where a node's state lives.
 enum Backend {
     Embedded(Arc<EmbeddedStore>),
@@ -506,6 +531,11 @@ impl NodeServices {
         let dial: Dial =
             Arc::new(move |node_id, address| dialer.dial(node_id, address, client.clone()));
         let handle = start(config, &pki, dial).await?;
+        if let Err(e) = crate::join::check_cluster_ca(handle.elected.store.as_ref(), &pki.ca).await
+        {
+            handle.stop.await;
+            return Err(e);
+        }
         let mut node = Self::prepare_elected(config, spawner, pki, handle.elected).await?;
         node.election = std::sync::Mutex::new(Some(handle.stop));
         Ok(node)
@@ -692,6 +722,34 @@ impl NodeServices {
             owner_credential = %self.owner_dir.display(),
             "curator serving"
         );
+    }
+
+    /// Resolves with the cause once this instance can no longer serve at
+    /// all: its embedded store failed (a write or sync of the WAL failed,
+    /// e.g. ENOSPC or EIO), after which it would refuse every change for
+    /// good. The runtimes then stop serving and exit non-zero, so that a
+    /// supervisor restarts the daemon: the restart recovers every
+    /// acknowledged write from the WAL, which a failed store in a running
+    /// process never retries (after a failed sync the page cache is not to
+    /// be trusted). Never resolves for an elected instance: a lost etcd
+    /// loses the lease and the instance campaigns again.
+    pub fn fatal(&self) -> futures::future::BoxFuture<'static, String> {
+        let Some(store) = &self.store else {
+            return Box::pin(futures::future::pending());
+        };
+        let health = store.health();
+        let mut subscribed = false;
+        Box::pin(futures::future::poll_fn(move |cx| {
+            if !subscribed {
+                // Woken at every failure or close from now on.
+                health.subscribe(cx.waker().clone());
+                subscribed = true;
+            }
+            match health.failure() {
+                Some(why) => std::task::Poll::Ready(why),
+                None => std::task::Poll::Pending,
+            }
+        }))
     }
 
     /// Ends every open Watch stream with Unavailable ("curator backend

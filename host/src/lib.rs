@@ -12,6 +12,7 @@ pub mod edge;
 pub mod grpc;
 pub mod h2_authority;
 pub mod images;
+pub mod join;
 pub mod logs;
 pub mod peer;
 pub mod pki;

@@ -155,7 +155,11 @@ pub async fn run_with(
         async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
     let serving = start(&node, executor, shutdown).await?;
     node.log_serving(RuntimeKind::Smol, serving.tls_addr, serving.agent_addr);
-    signals.next().await;
+    let fatal = futures::future::select(signals.next(), node.fatal()).await;
+    let fatal = match fatal {
+        futures::future::Either::Left(_) => None,
+        futures::future::Either::Right((why, _)) => Some(why),
+    };
     tracing::info!("shutting down");
     node.resign().await;
     node.end_streams();
@@ -163,7 +167,10 @@ pub async fn run_with(
     serving.drain(node.shutdown_grace).await;
     node.close();
     tracing::info!("stopped");
-    Ok(())
+    match fatal {
+        Some(why) => Err(metropolis_host::daemon::fatal_error(&why)),
+        None => Ok(()),
+    }
 }
 
 /// Work each executor thread does periodically besides running tasks,

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metropolis_host::cluster::StartElection;
-use metropolis_host::daemon::{Config, DaemonError, NodeServices, RuntimeKind, init_logging};
+use metropolis_host::daemon::{
+    Config, DaemonError, NodeServices, RuntimeKind, fatal_error, init_logging,
+};
 
 use crate::connect::TokioDialer;
 use metropolis_host::peer::AgentClassifier;
@@ -142,7 +144,10 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     let signals = signals()?;
     let serving = start(&node, shutdown).await?;
     node.log_serving(RuntimeKind::Tokio, serving.tls_addr, serving.agent_addr);
-    signals.await;
+    let fatal = tokio::select! {
+        () = signals => None,
+        why = node.fatal() => Some(why),
+    };
     tracing::info!("shutting down");
     node.resign().await;
     node.end_streams();
@@ -150,7 +155,10 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     serving.drain(node.shutdown_grace).await;
     node.close();
     tracing::info!("stopped");
-    Ok(())
+    match fatal {
+        Some(why) => Err(fatal_error(&why)),
+        None => Ok(()),
+    }
 }
 
 /// Installs the SIGTERM/SIGINT handlers; the future resolves on either.

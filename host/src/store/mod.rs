@@ -770,6 +770,14 @@ pub struct StoreHealth {
     shared: Arc<Shared>,
 }
 
+impl StoreHealth {
+    /// Why the store failed (a WAL write or sync failed), if it did;
+    /// `None` while it works and once it was closed without failing.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.lock().failure.clone()
+    }
+}
+
 impl Readiness for StoreHealth {
     fn unready(&self) -> Option<String> {
         match self.shared.lock().check_open() {

@@ -146,11 +146,21 @@ enum StatusCommand {
 #[derive(Subcommand, Debug)]
 enum NodeCommand {
     /// Create a node: generate its key here, have the curator register it
-    /// and issue its certificate, and write the credential bundle.
+    /// and issue its certificate, and write the credential bundle. With
+    /// --curator: write the join bundle of a new curator instance instead.
     Add {
-        /// Directory for the bundle (node.pem, node-key.pem mode 0600, ca.pem).
+        /// Directory for the bundle (node.pem, node-key.pem mode 0600,
+        /// ca.pem; with --curator: ca.pem and ca-key.pem mode 0600).
         #[arg(long)]
         out: PathBuf,
+        /// Write a join bundle for a new curator instance (`metropolisd
+        /// --join DIR --etcd ...`): the cluster CA of the instance whose
+        /// --data-dir this is, read from its pki/ directory, so run it on
+        /// that instance's host with access to the data directory. Needs
+        /// no connection: the CA key never crosses the network. The bundle
+        /// holds the CA key: carry it safely, delete it once joined.
+        #[arg(long)]
+        curator: bool,
     },
     /// List the nodes of the cluster.
     List {
@@ -225,6 +235,17 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Trace(args) => return debug::trace(endpoint, args).await,
         Command::LoadImage(args) => return debug::load_image(endpoint, args).await,
         Command::Kubeconfig(args) => return debug::kubeconfig(endpoint, args).await,
+        Command::Node(NodeCommand::Add { out, curator: true }) => {
+            let ca = metropolis_host::join::write_bundle(&cli.conn.data_dir.join("pki"), &out)?;
+            outln!(
+                "join bundle of the cluster CA (SHA-256 {}) in {}; on the new instance's host: \
+                 metropolisd --join {} --etcd ... with an empty --data-dir, then delete the bundle",
+                metropolis_host::join::fingerprint(&ca),
+                out.display(),
+                out.display()
+            );
+            return Ok(());
+        }
         other => other,
     };
     let conn = connect(&cli.conn).await?;
@@ -305,7 +326,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             output::print_nodes(&nodes, json);
             Ok(())
         }
-        Command::Node(NodeCommand::Add { out }) => {
+        Command::Node(NodeCommand::Add { out, .. }) => {
             // PKCS#8 v1: OpenSSL and BoringSSL read it too.
             let (key_pem, public) = metropolis_host::pki::generate_ed25519_key()?;
             let mut mgmt = NodeManagementClient::with_origin(conn.channel, Channel::origin());
