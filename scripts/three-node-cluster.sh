@@ -85,13 +85,14 @@ for i in 0 1 2; do
 done
 echo "etcd: $urls (logs in $dir/etcd-*.log)"
 
-# Curators: the first creates the cluster CA, the others share it.
+# Curators: the first creates the cluster CA, the others join with a bundle
+# of it (docs/operations.md, Adding a curator instance).
 addr() { echo "127.0.0.1:$((base + 10 + 10 * $1))"; }
 start_curator() {
     local i=$1
     "$daemon" --data-dir "$dir/curator-$i" --listen "$(addr "$i")" \
         --agent-listen "127.0.0.1:$((base + 11 + 10 * i))" \
-        --etcd "$urls" --lease-ttl "$lease_ttl" >>"$dir/curator-$i.log" 2>&1 &
+        --etcd "$urls" --lease-ttl "$lease_ttl" "${@:2}" >>"$dir/curator-$i.log" 2>&1 &
     curator_pids[$i]=$!
     pids+=($!)
 }
@@ -107,12 +108,13 @@ wait_for() {
 }
 declare -a curator_pids
 start_curator 0
-wait_for "curator-0's CA" test -f "$dir/curator-0/pki/ca-key.pem"
+wait_for "curator-0" "$metroctl" --data-dir "$dir/curator-0" node list
+# Kept for a rerun on the same directory; on real hosts, delete a bundle
+# once the instance joined (it holds the CA key).
+[ -f "$dir/join-bundle/ca.pem" ] ||
+    "$metroctl" --data-dir "$dir/curator-0" node add --curator --out "$dir/join-bundle" >/dev/null
 for i in 1 2; do
-    mkdir -p "$dir/curator-$i/pki"
-    chmod 700 "$dir/curator-$i"
-    cp "$dir/curator-0/pki/ca.pem" "$dir/curator-0/pki/ca-key.pem" "$dir/curator-$i/pki/"
-    start_curator "$i"
+    start_curator "$i" --join "$dir/join-bundle"
 done
 for i in 0 1 2; do
     wait_for "curator-$i" "$metroctl" --data-dir "$dir/curator-$i" node list
