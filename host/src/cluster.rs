@@ -3,6 +3,7 @@
 //! [`NodeServices::prepare_elected`](crate::daemon::NodeServices::prepare_elected).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use futures::future::BoxFuture;
 
 use crate::connect::ConnectError;
 use crate::daemon::{Config, DaemonError, NodePki};
+use crate::etcd_access::{EtcdAccess, EtcdAccessFlags, EtcdUserArg};
 use crate::grpc::Channel;
 use crate::upstream::Dial;
 
@@ -25,7 +27,8 @@ pub const DEFAULT_ELECTION_PREFIX: &str = "/metropolis/curator/leader/";
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ClusterFlags {
     /// etcd endpoints (comma-separated or repeated), e.g.
-    /// http://10.0.0.1:2379: keep the cluster's state in etcd and run as one
+    /// http://10.0.0.1:2379 (https:// with --etcd-cacert; see also
+    /// --etcd-user): keep the cluster's state in etcd and run as one
     /// of several curator instances, one of which is elected leader and
     /// serves while the others forward every call to it. Without it the
     /// embedded store under --data-dir is used and this instance serves
@@ -58,6 +61,36 @@ pub struct ClusterFlags {
     /// same for every instance of one cluster).
     #[arg(long, default_value = DEFAULT_ELECTION_PREFIX, value_name = "PREFIX")]
     pub election_prefix: String,
+    /// The CA certificate(s) (PEM) that signed etcd's server certificates,
+    /// as etcdctl's --cacert: talk TLS to etcd, trusting only these (not
+    /// the system's roots). Every --etcd URL must then be https://.
+    #[arg(long, value_name = "FILE", requires = "etcd")]
+    pub etcd_cacert: Option<PathBuf>,
+    /// This instance's client certificate (PEM; the certificate, then any
+    /// intermediates) for an etcd run with --client-cert-auth, as
+    /// etcdctl's --cert; needs --etcd-key and --etcd-cacert. With etcd's
+    /// authentication on and no --etcd-user, etcd takes the certificate's
+    /// common name as the user name.
+    #[arg(long, value_name = "FILE", requires_all = ["etcd_key", "etcd_cacert"])]
+    pub etcd_cert: Option<PathBuf>,
+    /// The private key of --etcd-cert (PEM: PKCS#8, PKCS#1 RSA or SEC1
+    /// EC), as etcdctl's --key.
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    pub etcd_key: Option<PathBuf>,
+    /// The etcd user to authenticate as (etcd's `auth enable`), as
+    /// etcdctl's --user: USER:PASSWORD, or USER with the password in
+    /// --etcd-password-file (a password on the command line is visible to
+    /// every local user in ps). etcd's token is renewed whenever etcd
+    /// says it expired. The user's roles need readwrite on the prefixes
+    /// /nodes/, /machines/, /cluster/ and --election-prefix.
+    #[arg(long, value_name = "USER[:PASSWORD]", requires = "etcd")]
+    pub etcd_user: Option<EtcdUserArg>,
+    /// A file holding the password of --etcd-user (the whole file less one
+    /// trailing newline; mode 0600), e.g. a systemd credential or a
+    /// mounted secret: it stays out of the command line and of the
+    /// environment, which the daemon's child processes inherit.
+    #[arg(long, value_name = "FILE", requires = "etcd_user")]
+    pub etcd_password_file: Option<PathBuf>,
     /// Join an existing cluster with the join bundle in DIR (written by
     /// `metroctl node add --curator --out DIR` on a host of an existing
     /// instance): its cluster CA is installed into an empty --data-dir at
@@ -65,13 +98,28 @@ pub struct ClusterFlags {
     /// one with another refuses to start. Delete the bundle once joined:
     /// it holds the CA key.
     #[arg(long, value_name = "DIR", requires = "etcd")]
-    pub join: Option<std::path::PathBuf>,
+    pub join: Option<PathBuf>,
 }
 
 impl ClusterFlags {
     /// Whether `--etcd` was given.
     pub fn enabled(&self) -> bool {
         !self.etcd.is_empty()
+    }
+
+    /// Reads and checks what the `--etcd-*` flags name (certificates, key,
+    /// password) and the endpoints' schemes; the error names the flag and
+    /// the file or endpoint.
+    pub fn etcd_access(&self) -> Result<EtcdAccess, DaemonError> {
+        let flags = EtcdAccessFlags {
+            endpoints: &self.etcd,
+            cacert: self.etcd_cacert.as_deref(),
+            cert: self.etcd_cert.as_deref(),
+            key: self.etcd_key.as_deref(),
+            user: self.etcd_user.as_ref().map(EtcdUserArg::as_str),
+            password_file: self.etcd_password_file.as_deref(),
+        };
+        Ok(flags.load()?)
     }
 
     /// The leadership configuration of node `node_id` listening on
@@ -176,7 +224,7 @@ mod tests {
             leader_wait: 10,
             etcd_request_timeout: 5,
             election_prefix: DEFAULT_ELECTION_PREFIX.into(),
-            join: None,
+            ..ClusterFlags::default()
         }
     }
 

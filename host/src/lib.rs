@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod connect;
 pub mod daemon;
 pub mod edge;
+pub mod etcd_access;
 pub mod grpc;
 pub mod h2_authority;
 pub mod images;

@@ -1,6 +1,8 @@
 //! A real etcd for tests: `etcd` (Debian package `etcd-server`) started on
 //! free loopback ports with temporary data directories, killed on drop;
-//! one member or a cluster of several.
+//! one member or a cluster of several, in the clear or serving its clients
+//! over TLS ([`EtcdOptions`]), and `etcdctl` (Debian package
+//! `etcd-client`) against it.
 //!
 //! Also compiled into `metropolis-runtime-tokio`'s etcd tests (through
 //! `#[path]`), so it uses nothing of this crate.
@@ -12,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use metropolis_runtime_tokio::etcd::EtcdConfig;
+use metropolis_runtime_tokio::etcd::{EtcdAccess, EtcdConfig};
 
 /// The etcd binary: `$ETCD_BIN`, else `etcd` on the PATH.
 fn etcd_bin() -> String {
@@ -33,12 +35,47 @@ struct Member {
     peer_port: u16,
 }
 
+/// The etcdctl binary: `$ETCDCTL_BIN`, else `etcdctl` on the PATH.
+fn etcdctl_bin() -> String {
+    std::env::var("ETCDCTL_BIN").unwrap_or_else(|_| "etcdctl".into())
+}
+
+/// TLS on the members' client URLs (the peer URLs stay plain: the members
+/// are on loopback).
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    /// The CA certificate clients are given, and (with
+    /// `client_cert_auth`) that client certificates must chain to
+    /// (`--trusted-ca-file`).
+    pub ca: PathBuf,
+    /// The server certificate (`--cert-file`), for 127.0.0.1.
+    pub cert: PathBuf,
+    /// Its key (`--key-file`).
+    pub key: PathBuf,
+    /// `--client-cert-auth`: clients must present a certificate.
+    pub client_cert_auth: bool,
+    /// The client certificate and key `etcdctl` presents.
+    pub etcdctl_cert: Option<(PathBuf, PathBuf)>,
+}
+
+/// How the members are started.
+#[derive(Clone, Debug, Default)]
+pub struct EtcdOptions {
+    /// TLS on the client URLs (then `https://`).
+    pub tls: Option<ServerTls>,
+    /// More flags for every member, e.g. `--auth-token-ttl=1`.
+    pub args: Vec<String>,
+}
+
 /// An etcd cluster of one or more members on loopback.
 pub struct Etcd {
     dir: tempfile::TempDir,
     /// This start attempt's directory under `dir`.
     base: PathBuf,
     members: Vec<Member>,
+    options: EtcdOptions,
+    /// The TLS and user of [`Etcd::config`].
+    access: EtcdAccess,
 }
 
 impl Etcd {
@@ -51,10 +88,18 @@ impl Etcd {
     /// Starts a cluster of `n` members and waits until each accepts
     /// connections.
     pub fn start_cluster(n: usize) -> Etcd {
+        Etcd::start_with(n, EtcdOptions::default())
+    }
+
+    /// Starts a cluster of `n` members as `options` say, and waits until
+    /// each accepts connections.
+    pub fn start_with(n: usize, options: EtcdOptions) -> Etcd {
         let mut etcd = Etcd {
             dir: tempfile::tempdir().expect("temporary directory"),
             base: PathBuf::new(),
             members: Vec::new(),
+            options,
+            access: EtcdAccess::default(),
         };
         for attempt in 0..3 {
             etcd.base = etcd.dir.path().join(format!("attempt-{attempt}"));
@@ -107,8 +152,19 @@ impl Etcd {
         let data_dir = self.data_dir(i);
         let m = &self.members[i];
         let peer = format!("http://127.0.0.1:{}", m.peer_port);
-        let client = format!("http://127.0.0.1:{}", m.client_port);
-        let child = Command::new(etcd_bin())
+        let client = format!("{}://127.0.0.1:{}", self.scheme(), m.client_port);
+        let mut command = Command::new(etcd_bin());
+        if let Some(tls) = &self.options.tls {
+            command
+                .arg(format!("--cert-file={}", tls.cert.display()))
+                .arg(format!("--key-file={}", tls.key.display()));
+            if tls.client_cert_auth {
+                command
+                    .arg("--client-cert-auth")
+                    .arg(format!("--trusted-ca-file={}", tls.ca.display()));
+            }
+        }
+        let child = command
             .arg(format!("--name={}", m.name))
             .arg(format!("--data-dir={}", data_dir.display()))
             .arg(format!("--listen-client-urls={client}"))
@@ -121,6 +177,7 @@ impl Etcd {
             .arg("--heartbeat-interval=10")
             .arg("--election-timeout=100")
             .arg("--logger=zap")
+            .args(&self.options.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
@@ -164,9 +221,65 @@ impl Etcd {
         self.member_url(0)
     }
 
+    /// The scheme of the client URLs: `https` with TLS.
+    fn scheme(&self) -> &'static str {
+        if self.options.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
     /// The client URL of member `i`.
     pub fn member_url(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.members[i].client_port)
+        format!(
+            "{}://127.0.0.1:{}",
+            self.scheme(),
+            self.members[i].client_port
+        )
+    }
+
+    /// Sets the TLS and user that [`config`](Self::config) connects with.
+    pub fn set_access(&mut self, access: EtcdAccess) {
+        self.access = access;
+    }
+
+    /// Runs `etcdctl` (v3 API) against every member with `args`, over TLS
+    /// with the CA and `etcdctl` certificate of [`ServerTls`]; its output.
+    pub fn etcdctl(&self, args: &[&str]) -> std::process::Output {
+        let mut command = Command::new(etcdctl_bin());
+        command
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.urls()))
+            .arg("--dial-timeout=5s")
+            .arg("--command-timeout=5s");
+        if let Some(tls) = &self.options.tls {
+            command.arg(format!("--cacert={}", tls.ca.display()));
+            if let Some((cert, key)) = &tls.etcdctl_cert {
+                command
+                    .arg(format!("--cert={}", cert.display()))
+                    .arg(format!("--key={}", key.display()));
+            }
+        }
+        match command.args(args).stdin(Stdio::null()).output() {
+            Ok(output) => output,
+            Err(e) => panic!(
+                "cannot run {}: {e} (install the Debian package etcd-client, or set ETCDCTL_BIN)",
+                etcdctl_bin()
+            ),
+        }
+    }
+
+    /// [`etcdctl`](Self::etcdctl), which must succeed; its standard output.
+    pub fn etcdctl_ok(&self, args: &[&str]) -> String {
+        let output = self.etcdctl(args);
+        assert!(
+            output.status.success(),
+            "etcdctl {args:?} failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
     /// Every member's client URL, comma-separated (as `--etcd` takes them).
@@ -178,9 +291,11 @@ impl Etcd {
     }
 
     /// A client configuration for every member, with a 2 s request
-    /// timeout and watches resumed for up to 3 s.
+    /// timeout, watches resumed for up to 3 s, and the TLS and user of
+    /// [`set_access`](Self::set_access).
     pub fn config(&self) -> EtcdConfig {
-        let mut config = EtcdConfig::new((0..self.members.len()).map(|i| self.member_url(i)));
+        let mut config = EtcdConfig::new((0..self.members.len()).map(|i| self.member_url(i)))
+            .with_access(self.access.clone());
         config.request_timeout = Duration::from_secs(2);
         config.watch_resume = Duration::from_secs(3);
         config.keep_alive_interval = Duration::from_secs(5);

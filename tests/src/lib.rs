@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod etcd;
+pub mod etcd_pki;
 pub mod interop;
 pub mod plain_server;
 pub mod registry;

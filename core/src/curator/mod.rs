@@ -18,9 +18,13 @@ use crate::watch::CachedNode;
 /// Key prefix of node records: `/nodes/<node id>`.
 pub const NODES_PREFIX: &[u8] = b"/nodes/";
 
-/// The key of the cluster CA certificate (PEM) in a store shared by several
-/// curator instances: written by the first instance, compared by every
-/// later one before it serves.
+/// The prefix of cluster-wide records (not nodes, not machines) in a store
+/// shared by several curator instances.
+pub const CLUSTER_PREFIX: &[u8] = b"/cluster/";
+
+/// The key of the cluster CA certificate (PEM), under [`CLUSTER_PREFIX`]:
+/// written by the first instance, compared by every later one before it
+/// serves.
 pub const CLUSTER_CA_KEY: &[u8] = b"/cluster/ca";
 
 /// Schema version of the node records this build writes.

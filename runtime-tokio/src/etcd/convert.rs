@@ -53,6 +53,76 @@ pub(super) fn never_sent(err: &ec::Error) -> bool {
         && describe(err).contains("tcp connect error")
 }
 
+/// Why etcd refused this client: failures that waiting does not cure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// The TLS handshake failed: etcd's certificate is not trusted (or not
+    /// for the endpoint's host), etcd refused this client's certificate or
+    /// its absence, or one side does not speak TLS.
+    Tls,
+    /// etcd refused the user name or password.
+    Credentials,
+    /// etcd's authentication is on, and this client named no user.
+    NoUser,
+    /// The user lacks a permission.
+    Permission,
+}
+
+/// Why etcd refused the client, if `err` says it did.
+pub(super) fn refusal(err: &ec::Error) -> Option<Refusal> {
+    if let ec::Error::GRpcStatus(status) = err {
+        let message = status.message();
+        match status.code() {
+            tonic::Code::PermissionDenied => return Some(Refusal::Permission),
+            tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition
+                if message.contains("authentication failed")
+                    || message.contains("user name not found") =>
+            {
+                return Some(Refusal::Credentials);
+            }
+            tonic::Code::InvalidArgument if message.contains("user name is empty") => {
+                return Some(Refusal::NoUser);
+            }
+            _ => {}
+        }
+    }
+    // A TLS alert etcd sent after the handshake (TLS 1.3 checks the
+    // client's certificate then) reaches here inside h2's error, which
+    // hides it from the source chain: only its text tells.
+    if describe(err).contains("received fatal alert") {
+        return Some(Refusal::Tls);
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = match err {
+        ec::Error::GRpcStatus(status) => std::error::Error::source(status),
+        other => std::error::Error::source(other),
+    };
+    while let Some(cause) = source {
+        // rustls' errors reach here inside an io::Error, whose `source`
+        // skips the error it wraps.
+        let tls = cause.is::<rustls::Error>()
+            || cause
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+                .is_some_and(|inner| inner.is::<rustls::Error>());
+        if tls {
+            return Some(Refusal::Tls);
+        }
+        source = cause.source();
+    }
+    None
+}
+
+/// Whether `err` says the connection was made and then closed or reset
+/// by etcd: with TLS 1.3, how etcd refusing a client certificate (or its
+/// absence) looks when its alert is lost in the race with the client's
+/// first write.
+pub(super) fn closed_by_peer(err: &ec::Error) -> bool {
+    let text = describe(err);
+    ["broken pipe", "connection closed", "connection reset"]
+        .iter()
+        .any(|sign| text.contains(sign))
+}
+
 /// Whether `err` is etcd (or the connection to it) answering Unavailable.
 pub(super) fn unavailable(err: &ec::Error) -> bool {
     matches!(err, ec::Error::GRpcStatus(status) if status.code() == tonic::Code::Unavailable)

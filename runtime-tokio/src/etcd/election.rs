@@ -68,16 +68,9 @@ impl Election {
     /// The election under `prefix`; a `/` is appended if it does not end
     /// with one. Nothing else should write under the prefix.
     pub fn new(store: &EtcdStore, prefix: impl Into<Bytes>) -> Election {
-        let mut prefix: Bytes = prefix.into();
-        if !prefix.ends_with(b"/") {
-            let mut p = BytesMut::with_capacity(prefix.len() + 1);
-            p.put_slice(&prefix);
-            p.put_u8(b'/');
-            prefix = p.freeze();
-        }
         Election {
             store: store.clone(),
-            prefix,
+            prefix: election_prefix(prefix.into()),
         }
     }
 
@@ -179,6 +172,18 @@ impl Election {
         }
         .boxed()
     }
+}
+
+/// `prefix` with a `/` appended if it does not end with one: the prefix
+/// [`Election::new`] campaigns under.
+pub(super) fn election_prefix(prefix: Bytes) -> Bytes {
+    if prefix.ends_with(b"/") {
+        return prefix;
+    }
+    let mut p = BytesMut::with_capacity(prefix.len() + 1);
+    p.put_slice(&prefix);
+    p.put_u8(b'/');
+    p.freeze()
 }
 
 /// `<prefix><lease in hex>`.

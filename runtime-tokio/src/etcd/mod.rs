@@ -88,6 +88,33 @@
 //! thread but still needs a tokio runtime somewhere to drive hyper's
 //! sockets and timers; it would run one lazily in the background anyway.
 //!
+//! ## Security: TLS and etcd's authentication
+//!
+//! [`EtcdConfig::tls`] turns on TLS (tonic's rustls over ring, the
+//! workspace's one TLS stack): etcd's server certificate must chain to
+//! the configured CA and name the endpoint's host; the client certificate,
+//! if any, answers etcd's `--client-cert-auth`. Only the given CA is
+//! trusted. [`EtcdConfig::user`] authenticates with etcd's
+//! `Authenticate` while connecting; every request then carries the token
+//! etcd gave, on one connection shared by the store, the leases, the
+//! watches and the election.
+//!
+//! etcd's tokens expire (a simple token after `--auth-token-ttl` of
+//! disuse, 300 s by default, and at every restart of the member that
+//! issued it; a JWT at its expiry). A unary call refused for an invalid
+//! token authenticates again and is made once more (etcd-client's
+//! automatic refresh; the refused call did nothing, so repeating it is
+//! safe). A watch cannot rely on that: etcd accepts the watch call and
+//! cancels the watch's creation, "invalid auth token" in the reason, so a
+//! watch canceled so authenticates again and is opened once more before
+//! the cancellation counts. Open watches and lease keep-alive streams are
+//! not checked again by etcd once open.
+//!
+//! A refusal (TLS handshake, wrong user or password, no user where
+//! authentication is on, a missing permission) is told apart from etcd
+//! being unreachable, so that the daemon fails at once instead of retrying
+//! (see `start.rs`).
+//!
 //! ## Limits (etcd 3.4)
 //!
 //! - A branch of a transaction may not put the same key twice, nor put a
@@ -128,9 +155,10 @@ use metropolis_core::store::{
 pub use driver::ElectionDriver;
 pub use election::{Election, FencedResponse, Leader, Observation, fence, fence_check};
 pub use lease::{GrantedLease, LeaseKeepAlive, LeaseRenewal};
+pub use metropolis_host::etcd_access::{EtcdAccess, EtcdClientCert, EtcdTls, EtcdUser};
 pub use start::etcd_election;
 
-use convert::Endpoints;
+use convert::{Endpoints, Refusal};
 use exec::Exec;
 
 /// How to reach etcd.
@@ -157,6 +185,14 @@ pub struct EtcdConfig {
     /// ends with `Unavailable` (default 10 s). Resuming delivers exactly
     /// the changes it missed, or `Compacted` if they are gone.
     pub watch_resume: Duration,
+    /// TLS (every endpoint `https://`): the CA trusted for etcd's server
+    /// certificates, and the client certificate for an etcd with
+    /// `--client-cert-auth`. `None`: plain HTTP.
+    pub tls: Option<EtcdTls>,
+    /// The etcd user to authenticate as (see "Security" in the module
+    /// documentation). `None`: no user (or, with a client certificate and
+    /// etcd's authentication on, the certificate's common name).
+    pub user: Option<EtcdUser>,
 }
 
 impl EtcdConfig {
@@ -169,13 +205,25 @@ impl EtcdConfig {
             keep_alive_timeout: Duration::from_secs(5),
             max_response_bytes: 256 << 20,
             watch_resume: Duration::from_secs(10),
+            tls: None,
+            user: None,
         }
+    }
+
+    /// This configuration with the TLS and user of `access`.
+    pub fn with_access(mut self, access: EtcdAccess) -> EtcdConfig {
+        self.tls = access.tls;
+        self.user = access.user;
+        self
     }
 }
 
 /// What the operations share: the client, its per-service clients with
 /// the response size limit, the endpoints for messages, the config.
 pub(crate) struct Inner {
+    /// For authenticating again ([`Inner::refresh_token`]); the
+    /// per-service clients share its token.
+    client: ec::Client,
     kv: ec::KvClient,
     watch: ec::WatchClient,
     lease: ec::LeaseClient,
@@ -234,6 +282,17 @@ impl Inner {
                 Ok(Ok(v)) => return Ok(v),
             }
         }
+    }
+
+    /// Authenticates again (with [`EtcdConfig::user`]), replacing the
+    /// token every request of this client carries. The unary calls do so
+    /// themselves when etcd says the token is invalid (etcd-client's
+    /// automatic refresh); a watch's creation does not fail the call (see
+    /// `RawWatch::open`).
+    async fn refresh_token(&self, what: &str) -> Result<(), StoreError> {
+        let client = self.client.clone();
+        self.timed(what, None, async move { client.refresh_token().await })
+            .await
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, StoreError> {
@@ -300,16 +359,14 @@ impl std::fmt::Debug for EtcdStore {
 
 impl EtcdStore {
     /// Connects on the caller's tokio runtime (fails with `Unavailable`
-    /// outside one). Succeeds once a member answered a status request
-    /// within the request timeout, so a wrong or dead endpoint is an
-    /// error here, naming it.
+    /// outside one). Succeeds once the user (if any) authenticated and a
+    /// member answered a status request within the request timeout, so a
+    /// wrong or dead endpoint, a failed TLS handshake or wrong
+    /// credentials are an error here, naming the endpoints.
     pub async fn connect(config: EtcdConfig) -> Result<EtcdStore, StoreError> {
-        let exec = Exec::current()?;
-        let inner = connect(config).await?;
-        Ok(EtcdStore {
-            inner: Arc::new(inner),
-            exec,
-        })
+        EtcdStore::connect_on(Exec::current()?, config)
+            .await
+            .map_err(|f| f.error)
     }
 
     /// Connects with a tokio runtime of its own (one worker thread), for
@@ -323,15 +380,44 @@ impl EtcdStore {
             Ok(exec) => exec,
             Err(e) => return futures::future::ready(Err(e)).boxed(),
         };
-        let connecting = exec.run(connect(config));
+        EtcdStore::connect_on(exec, config)
+            .map(|r| r.map_err(|f| f.error))
+            .boxed()
+    }
+
+    /// Connects with the client on `exec`, telling a refusal (see
+    /// [`ConnectFailure`]) from other failures.
+    fn connect_on(
+        exec: Exec,
+        config: EtcdConfig,
+    ) -> BoxFuture<'static, Result<EtcdStore, ConnectFailure>> {
+        // The outer result only says whether the runtime answered.
+        let connecting = exec.run(async move { Ok(connect(config).await) });
         async move {
-            let inner = connecting.await?;
+            let inner = connecting.await.map_err(ConnectFailure::other)??;
             Ok(EtcdStore {
                 inner: Arc::new(inner),
                 exec,
             })
         }
         .boxed()
+    }
+
+    /// Checks that this client may read and write every key under each of
+    /// `prefixes` (without writing anything): one transaction per prefix
+    /// whose success branch, never taken, puts the prefix, and whose
+    /// failure branch counts its keys. etcd checks the permissions of both
+    /// branches, so a user without readwrite on a prefix, or no user
+    /// where etcd's authentication is on, is refused here.
+    fn check_access(
+        &self,
+        prefixes: Vec<bytes::Bytes>,
+    ) -> BoxFuture<'static, Result<(), ConnectFailure>> {
+        let inner = self.inner.clone();
+        let checking = self
+            .exec
+            .run(async move { Ok(check_access(&inner, prefixes).await) });
+        async move { checking.await.map_err(ConnectFailure::other)? }.boxed()
     }
 
     /// The endpoints, comma-separated (as error messages name them).
@@ -460,17 +546,79 @@ impl EtcdStore {
     }
 }
 
-/// Connects to `config.endpoints` and checks that a member answers.
-async fn connect(config: EtcdConfig) -> Result<Inner, StoreError> {
-    let endpoints = Endpoints(Arc::from(config.endpoints.join(",")));
-    if config.endpoints.is_empty() {
-        return Err(StoreError::Unavailable("no etcd endpoint given".into()));
+/// A failed connection attempt ([`EtcdStore::connect_on`],
+/// [`EtcdStore::check_access`]): the error, and whether etcd refused this
+/// client, which trying again does not cure.
+#[derive(Debug)]
+struct ConnectFailure {
+    /// What failed, naming the endpoints.
+    error: StoreError,
+    /// Why etcd refused this client, if it did.
+    refused: Option<Refusal>,
+    /// Whether etcd closed the connection after it was made (see
+    /// [`convert::closed_by_peer`]).
+    closed: bool,
+}
+
+impl ConnectFailure {
+    /// A failure that is no refusal.
+    fn other(error: StoreError) -> ConnectFailure {
+        ConnectFailure {
+            error,
+            refused: None,
+            closed: false,
+        }
     }
-    let options = ec::ConnectOptions::new()
+
+    fn timed_out(endpoints: &Endpoints, what: &str, timeout: Duration) -> ConnectFailure {
+        ConnectFailure::other(endpoints.timed_out(what, timeout))
+    }
+
+    fn of(endpoints: &Endpoints, what: &str, e: &ec::Error) -> ConnectFailure {
+        ConnectFailure {
+            error: endpoints.error(what, None, e),
+            refused: convert::refusal(e),
+            closed: convert::closed_by_peer(e),
+        }
+    }
+}
+
+/// The connect options of `config`: timeouts, keep-alive, leader
+/// required, and its TLS and user. With a user, etcd-client
+/// authenticates while connecting, and again whenever a unary call is
+/// refused for an invalid or expired token (the call is then made once
+/// more, with the new token).
+fn connect_options(config: &EtcdConfig) -> ec::ConnectOptions {
+    let mut options = ec::ConnectOptions::new()
         .with_connect_timeout(config.request_timeout)
         .with_keep_alive(config.keep_alive_interval, config.keep_alive_timeout)
         .with_keep_alive_while_idle(true)
         .with_require_leader(true);
+    if let Some(tls) = &config.tls {
+        let mut t = ec::TlsOptions::new().ca_certificate(ec::Certificate::from_pem(&tls.ca_pem));
+        if let Some(client) = &tls.client {
+            t = t.identity(ec::Identity::from_pem(&client.cert_pem, &client.key_pem));
+        }
+        options = options.with_tls(t);
+    }
+    if let Some(user) = &config.user {
+        options = options
+            .with_user(user.name.clone(), user.password.clone())
+            .with_auto_token_refresh(true);
+    }
+    options
+}
+
+/// Connects to `config.endpoints` (authenticating, with a user) and checks
+/// that a member answers.
+async fn connect(config: EtcdConfig) -> Result<Inner, ConnectFailure> {
+    let endpoints = Endpoints(Arc::from(config.endpoints.join(",")));
+    if config.endpoints.is_empty() {
+        return Err(ConnectFailure::other(StoreError::Unavailable(
+            "no etcd endpoint given".into(),
+        )));
+    }
+    let options = connect_options(&config);
     let timeout = config.request_timeout;
     let what = "connect";
     let client = match tokio::time::timeout(
@@ -479,16 +627,16 @@ async fn connect(config: EtcdConfig) -> Result<Inner, StoreError> {
     )
     .await
     {
-        Err(_) => return Err(endpoints.timed_out(what, timeout)),
-        Ok(Err(e)) => return Err(endpoints.error(what, None, &e)),
+        Err(_) => return Err(ConnectFailure::timed_out(&endpoints, what, timeout)),
+        Ok(Err(e)) => return Err(ConnectFailure::of(&endpoints, what, &e)),
         Ok(Ok(client)) => client,
     };
     // The client connects lazily: ask a member for its status so that an
     // unreachable cluster fails here, by name.
     let mut maintenance = client.maintenance_client();
     let status = match tokio::time::timeout(timeout, maintenance.status()).await {
-        Err(_) => return Err(endpoints.timed_out(what, timeout)),
-        Ok(Err(e)) => return Err(endpoints.error(what, None, &e)),
+        Err(_) => return Err(ConnectFailure::timed_out(&endpoints, what, timeout)),
+        Ok(Err(e)) => return Err(ConnectFailure::of(&endpoints, what, &e)),
         Ok(Ok(status)) => status.0,
     };
     tracing::info!(
@@ -502,9 +650,49 @@ async fn connect(config: EtcdConfig) -> Result<Inner, StoreError> {
         kv: client.kv_client().max_decoding_message_size(limit),
         watch: client.watch_client().max_decoding_message_size(limit),
         lease: client.lease_client(),
+        client,
         endpoints,
         config,
     })
+}
+
+/// See [`EtcdStore::check_access`].
+async fn check_access(inner: &Inner, prefixes: Vec<bytes::Bytes>) -> Result<(), ConnectFailure> {
+    for prefix in prefixes {
+        let what = format!(
+            "check read and write access to prefix \"{}\"",
+            prefix.escape_ascii()
+        );
+        let key = prefix.to_vec();
+        let txn = ec::Txn::new()
+            .when([ec::Compare::create_revision(
+                key.clone(),
+                ec::CompareOp::Less,
+                0,
+            )])
+            .and_then([ec::TxnOp::put(key.clone(), Vec::new(), None)])
+            .or_else([ec::TxnOp::get(
+                key,
+                Some(ec::GetOptions::new().with_prefix().with_count_only()),
+            )]);
+        let mut kv = inner.kv.clone();
+        let timeout = inner.config.request_timeout;
+        match tokio::time::timeout(timeout, kv.txn(txn)).await {
+            Err(_) => return Err(ConnectFailure::timed_out(&inner.endpoints, &what, timeout)),
+            Ok(Err(e)) => return Err(ConnectFailure::of(&inner.endpoints, &what, &e)),
+            Ok(Ok(resp)) if resp.0.succeeded => {
+                // A create revision below 0 cannot be: etcd broke the
+                // compare, and may have written the prefix key.
+                return Err(ConnectFailure::other(
+                    inner
+                        .endpoints
+                        .unavailable(&what, "etcd took a branch that cannot be taken"),
+                ));
+            }
+            Ok(Ok(_)) => {}
+        }
+    }
+    Ok(())
 }
 
 impl KvStore for EtcdStore {

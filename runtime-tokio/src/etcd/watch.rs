@@ -86,25 +86,45 @@ impl RawWatch {
         } else if start == 1 {
             options = options.with_start_revision(1);
         }
-        let mut client = inner.watch.clone();
         let timeout = inner.config.request_timeout;
-        let mut stream = match tokio::time::timeout(timeout, client.watch(key, Some(options))).await
-        {
-            Err(_) => return Err(inner.endpoints.timed_out(&what, timeout)),
-            Ok(Err(e)) => return Err(inner.endpoints.error(&what, None, &e)),
-            Ok(Ok(stream)) => stream,
-        };
-        // etcd answers a creation with `created` (or refuses it): wait for
-        // that, so that a watch that could not be created fails here.
-        let created = match tokio::time::timeout(timeout, stream.message()).await {
-            Err(_) => return Err(inner.endpoints.timed_out(&what, timeout)),
-            Ok(Err(e)) => return Err(inner.endpoints.error(&what, None, &e)),
-            Ok(Ok(None)) => {
-                return Err(inner
-                    .endpoints
-                    .unavailable(&what, "the watch stream ended before the watch was created"));
+        let mut refreshed = false;
+        let (stream, created) = loop {
+            let mut client = inner.watch.clone();
+            let opening = client.watch(key.clone(), Some(options.clone()));
+            let mut stream = match tokio::time::timeout(timeout, opening).await {
+                Err(_) => return Err(inner.endpoints.timed_out(&what, timeout)),
+                Ok(Err(e)) => return Err(inner.endpoints.error(&what, None, &e)),
+                Ok(Ok(stream)) => stream,
+            };
+            // etcd answers a creation with `created` (or refuses it): wait
+            // for that, so that a watch that could not be created fails here.
+            let created = match tokio::time::timeout(timeout, stream.message()).await {
+                Err(_) => return Err(inner.endpoints.timed_out(&what, timeout)),
+                Ok(Err(e)) => return Err(inner.endpoints.error(&what, None, &e)),
+                Ok(Ok(None)) => {
+                    return Err(inner.endpoints.unavailable(
+                        &what,
+                        "the watch stream ended before the watch was created",
+                    ));
+                }
+                Ok(Ok(Some(resp))) => resp.0,
+            };
+            // etcd refuses a watch whose stream carries an expired or
+            // unknown token (a member restarted, or the token outlived
+            // etcd's --auth-token-ttl) by canceling its creation, with
+            // "invalid auth token" in the reason, instead of failing the
+            // call: etcd-client does not see it, so authenticate again
+            // here, once, and open the watch again.
+            if created.canceled
+                && created.cancel_reason.contains("invalid auth token")
+                && inner.config.user.is_some()
+                && !refreshed
+            {
+                refreshed = true;
+                inner.refresh_token(&what).await?;
+                continue;
             }
-            Ok(Ok(Some(resp))) => resp.0,
+            break (stream, created);
         };
         if created.canceled {
             return Err(canceled(&inner, &what, &created));
