@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use http::{Request, Response, Uri};
@@ -185,16 +185,34 @@ struct IdleWatch {
     timer: SharedTimer,
     timeout: Duration,
     sleep: Pin<Box<dyn hyper::rt::Sleep>>,
-    /// When `sleep` ends.
-    deadline: Instant,
-    /// The waker `sleep` was last polled with: until the deadline, the
-    /// connection's other wake-ups need not poll the timer again.
-    registered: Option<Waker>,
+    /// Set when `sleep` fires; `sleep` is polled with this alarm's waker,
+    /// so the connection's other wake-ups (one per frame) need not poll the
+    /// timer or read the clock: they load one flag.
+    alarm: Arc<Alarm>,
+    alarm_waker: Waker,
+    /// `sleep` was polled since it was armed (the timer holds the alarm).
+    armed: bool,
+    /// The connection task's waker the alarm wakes, as last registered.
+    task: Option<Waker>,
     calls: Arc<Calls>,
     /// `calls.started` when the sleep was armed.
     seen: u64,
     /// GOAWAY sent; the sleep is the drain deadline.
     closing: bool,
+}
+
+/// What the idle watch's timer wakes: a flag, and the connection's task.
+#[derive(Default)]
+struct Alarm {
+    fired: std::sync::atomic::AtomicBool,
+    task: futures::task::AtomicWaker,
+}
+
+impl futures::task::ArcWake for Alarm {
+    fn wake_by_ref(alarm: &Arc<Self>) {
+        alarm.fired.store(true, Ordering::Release);
+        alarm.task.wake();
+    }
 }
 
 /// What the idle watch says when its sleep ends.
@@ -209,10 +227,13 @@ enum IdleVerdict {
 
 impl IdleWatch {
     fn new(timer: SharedTimer, timeout: Duration, calls: Arc<Calls>) -> Self {
+        let alarm = Arc::new(Alarm::default());
         IdleWatch {
             sleep: timer.sleep(timeout),
-            deadline: timer.now() + timeout,
-            registered: None,
+            alarm_waker: futures::task::waker(alarm.clone()),
+            alarm,
+            armed: false,
+            task: None,
             timer,
             timeout,
             calls,
@@ -223,23 +244,21 @@ impl IdleWatch {
 
     fn arm(&mut self, after: Duration) {
         self.sleep = self.timer.sleep(after);
-        self.deadline = self.timer.now() + after;
-        self.registered = None;
+        self.armed = false;
     }
 
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<IdleVerdict> {
-        // The connection task is woken for every frame; the timer has this
-        // task's waker already and wakes it at the deadline.
-        if self
-            .registered
-            .as_ref()
-            .is_some_and(|w| w.will_wake(cx.waker()))
-            && self.timer.now() < self.deadline
-        {
+        if !self.task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            self.alarm.task.register(cx.waker());
+            self.task = Some(cx.waker().clone());
+        }
+        if self.armed && !self.alarm.fired.load(Ordering::Acquire) {
             return Poll::Pending;
         }
-        if self.sleep.as_mut().poll(cx).is_pending() {
-            self.registered = Some(cx.waker().clone());
+        self.alarm.fired.store(false, Ordering::Relaxed);
+        let mut alarm = Context::from_waker(&self.alarm_waker);
+        if self.sleep.as_mut().poll(&mut alarm).is_pending() {
+            self.armed = true;
             return Poll::Pending;
         }
         if self.closing {

@@ -116,6 +116,9 @@ pub async fn serve_tls(
         &shutdown,
         |tcp: smol::net::TcpStream, peer_addr: SocketAddr| {
             let _ = tcp.set_nodelay(true);
+            if let Err(e) = metropolis_host::socket::set_tcp_keepalive(&tcp, limits.tcp_keepalive) {
+                tracing::debug!(error = %e, "cannot turn on TCP keepalive");
+            }
             let (acceptor, router, classifier, shutdown, ex) = (
                 acceptor.clone(),
                 router.clone(),
@@ -168,6 +171,9 @@ pub async fn serve_plain(
         &shutdown,
         |tcp: smol::net::TcpStream, peer: SocketAddr| {
             let _ = tcp.set_nodelay(true);
+            if let Err(e) = metropolis_host::socket::set_tcp_keepalive(&tcp, limits.tcp_keepalive) {
+                tracing::debug!(error = %e, "cannot turn on TCP keepalive");
+            }
             tracing::debug!(%peer, "debug connection");
             let io = FuturesIo::new(DrainAware::new(tcp));
             let ex = executor.clone();

@@ -166,10 +166,14 @@ impl Router {
         &self.limits
     }
 
-    /// Handles one call.
-    pub fn call(&self, request: Request<Body>) -> BoxFuture<'static, Response<Body>> {
+    /// Handles one call. The future is not boxed again: the caller (the
+    /// connection's service) boxes its own, with this one inside.
+    pub fn call(
+        &self,
+        request: Request<Body>,
+    ) -> impl Future<Output = Response<Body>> + Send + 'static + use<> {
         use futures::FutureExt;
-        Box::pin(self.dispatch(request).map(cap_status_message))
+        self.dispatch(request).map(cap_status_message)
     }
 
     /// `request` with its body held to the router's limits.

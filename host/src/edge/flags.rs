@@ -16,8 +16,12 @@ pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1024;
 pub const DEFAULT_HANDSHAKE_TIMEOUT_SECS: u64 = 10;
 /// Default of `--idle-timeout`.
 pub const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 300;
-/// Default of `--keepalive-interval`.
-pub const DEFAULT_KEEPALIVE_INTERVAL_SECS: u64 = 60;
+/// Default of `--tcp-keepalive`.
+pub const DEFAULT_TCP_KEEPALIVE_SECS: u64 = 60;
+/// Default of `--keepalive-interval`: off (TCP keepalive finds dead peers
+/// at no cost per call; HTTP/2 PINGs cost a few percent of the heartbeat
+/// throughput, docs/edge.md).
+pub const DEFAULT_KEEPALIVE_INTERVAL_SECS: u64 = 0;
 /// Default of `--keepalive-timeout`.
 pub const DEFAULT_KEEPALIVE_TIMEOUT_SECS: u64 = 20;
 
@@ -41,8 +45,16 @@ pub struct EdgeFlags {
     /// (also one that never sends the HTTP/2 preface). 0: never.
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_IDLE_TIMEOUT_SECS)]
     pub idle_timeout: u64,
+    /// TCP keepalive: after this long without traffic on a connection the
+    /// kernel probes the peer every 10 s and drops the connection after 3
+    /// unanswered probes, so a peer that vanished (host down, network
+    /// cut) stops holding its Watch streams. 0: off.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_TCP_KEEPALIVE_SECS)]
+    pub tcp_keepalive: u64,
     /// Interval of HTTP/2 keepalive PINGs on a connection that received
-    /// nothing meanwhile (finds dead peers holding Watch streams). 0: off.
+    /// nothing meanwhile: also finds a peer whose host still answers TCP
+    /// but whose HTTP/2 stack does not, at a cost on every call (about
+    /// 4 % of the heartbeat throughput, docs/edge.md). 0: off.
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_KEEPALIVE_INTERVAL_SECS)]
     pub keepalive_interval: u64,
     /// A keepalive PING not answered within this time closes the
@@ -71,6 +83,7 @@ impl Default for EdgeFlags {
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT_SECS,
             idle_timeout: DEFAULT_IDLE_TIMEOUT_SECS,
+            tcp_keepalive: DEFAULT_TCP_KEEPALIVE_SECS,
             keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL_SECS,
             keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT_SECS,
             max_request_bytes: Vec::new(),
@@ -143,7 +156,8 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{}: too large", metropolis_core::quote::quoted(s)))
 }
 
-fn seconds(s: u64) -> Option<Duration> {
+/// `s` seconds; None for 0 (off).
+pub(crate) fn seconds(s: u64) -> Option<Duration> {
     (s > 0).then(|| Duration::from_secs(s))
 }
 
@@ -155,6 +169,7 @@ impl EdgeFlags {
             max_concurrent_streams: self.max_concurrent_streams,
             handshake_timeout: Duration::from_secs(self.handshake_timeout.max(1)),
             idle_timeout: seconds(self.idle_timeout),
+            tcp_keepalive: seconds(self.tcp_keepalive),
             keepalive_interval: seconds(self.keepalive_interval),
             keepalive_timeout: Duration::from_secs(self.keepalive_timeout.max(1)),
             ..EdgeLimits::default()

@@ -66,8 +66,11 @@ pub struct EdgeLimits {
     /// A connection with no open call for this long is closed (GOAWAY).
     /// Also bounds a connection that never sends the HTTP/2 preface.
     pub idle_timeout: Option<Duration>,
+    /// Idle time after which the kernel probes a TCP peer (TCP keepalive,
+    /// [`set_tcp_keepalive`](crate::socket::set_tcp_keepalive)); None: off.
+    pub tcp_keepalive: Option<Duration>,
     /// Interval of HTTP/2 PINGs on a connection that received nothing
-    /// meanwhile; None: no keepalive.
+    /// meanwhile; None: no HTTP/2 keepalive.
     pub keepalive_interval: Option<Duration>,
     /// A PING not answered within this time closes the connection.
     pub keepalive_timeout: Duration,
@@ -81,7 +84,8 @@ impl Default for EdgeLimits {
             max_header_list_size: 64 * 1024,
             handshake_timeout: Duration::from_secs(flags::DEFAULT_HANDSHAKE_TIMEOUT_SECS),
             idle_timeout: Some(Duration::from_secs(flags::DEFAULT_IDLE_TIMEOUT_SECS)),
-            keepalive_interval: Some(Duration::from_secs(flags::DEFAULT_KEEPALIVE_INTERVAL_SECS)),
+            tcp_keepalive: Some(Duration::from_secs(flags::DEFAULT_TCP_KEEPALIVE_SECS)),
+            keepalive_interval: flags::seconds(flags::DEFAULT_KEEPALIVE_INTERVAL_SECS),
             keepalive_timeout: Duration::from_secs(flags::DEFAULT_KEEPALIVE_TIMEOUT_SECS),
         }
     }
