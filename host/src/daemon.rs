@@ -131,7 +131,8 @@ pub struct Config {
     /// kubeconfigs) on ADDR, plain HTTP/2 without TLS. It is
     /// UNAUTHENTICATED: anyone who can connect can read the logs, trace the
     /// kernel, load images and mint kubeconfigs. Off unless given; the flag
-    /// alone listens on 127.0.0.1:7837.
+    /// alone listens on 127.0.0.1:7837. An address that is not loopback
+    /// also needs --debug-listen-non-loopback.
     #[arg(
         long,
         value_name = "ADDR",
@@ -139,6 +140,12 @@ pub struct Config {
         default_missing_value = DEFAULT_DEBUG_LISTEN,
     )]
     pub debug_listen: Option<SocketAddr>,
+    /// Lets --debug-listen take an address that is not loopback (e.g.
+    /// 0.0.0.0:7837), reachable from the network: anyone who reaches it
+    /// gets the unauthenticated debug service. Without it such an address
+    /// is refused at start.
+    #[arg(long, requires = "debug_listen")]
+    pub debug_listen_non_loopback: bool,
     /// The Kubernetes CA certificate (PEM) that signs debug kubeconfigs;
     /// needs --kubernetes-ca-key.
     #[arg(long, value_name = "FILE", requires = "kubernetes_ca_key")]
@@ -221,12 +228,33 @@ impl Config {
         }
     }
 
+    /// Refuses flags that would expose the unauthenticated debug service
+    /// to the network unasked: a non-loopback `--debug-listen` without
+    /// `--debug-listen-non-loopback`.
+    pub fn check_debug_listen(&self) -> Result<(), DaemonError> {
+        match self.debug_listen {
+            Some(addr) if !is_loopback(addr) && !self.debug_listen_non_loopback => Err(format!(
+                "--debug-listen {addr}: not a loopback address, so the unauthenticated debug \
+                 service would be reachable from the network; listen on loopback (e.g. \
+                 127.0.0.1:{DEFAULT_DEBUG_PORT}), or add --debug-listen-non-loopback if every \
+                 host that can reach {addr} is trusted"
+            )
+            .into()),
+            _ => Ok(()),
+        }
+    }
+
     /// The socket path, defaulted from the data directory.
     pub fn socket_path(&self) -> PathBuf {
         self.socket
             .clone()
             .unwrap_or_else(|| self.data_dir.join("curator.sock"))
     }
+}
+
+/// Whether `addr` is a loopback address (an IPv4-mapped IPv6 one too).
+fn is_loopback(addr: SocketAddr) -> bool {
+    addr.ip().to_canonical().is_loopback()
 }
 
 /// Paths inside the data directory.
@@ -473,6 +501,7 @@ impl NodeServices {
                         (metropolisd built with the `etcd` feature does that)"
                 .into());
         }
+        config.check_debug_listen()?;
         create_data_dir(config)?;
         let layout = Layout::new(&config.data_dir);
         let store = Arc::new(EmbeddedStore::open(&layout.store, StoreOptions::default())?);
@@ -496,6 +525,7 @@ impl NodeServices {
         if !config.cluster.enabled() {
             return Self::prepare(config, spawner).await;
         }
+        config.check_debug_listen()?;
         let Some(start) = start else {
             return Err("--etcd: this metropolisd was built without etcd support; \
                         rebuild it with `--features etcd` (its build needs protoc)"
@@ -537,6 +567,7 @@ impl NodeServices {
         pki: NodePki,
         elected: Elected,
     ) -> Result<NodeServices, DaemonError> {
+        config.check_debug_listen()?;
         Self::build(config, spawner, pki, Backend::Elected(elected)).await
     }
 
@@ -671,14 +702,26 @@ impl NodeServices {
         })
     }
 
-    /// Logs the loud warning that goes with an enabled debug service.
+    /// Logs the loud warning that goes with an enabled debug service,
+    /// louder when `debug_addr` is not loopback.
     pub fn log_debug_serving(&self, debug_addr: SocketAddr) {
-        tracing::warn!(
-            debug_listen = %debug_addr,
-            "NodeDebugService is ENABLED and UNAUTHENTICATED: anyone who can connect to \
-             {debug_addr} can read this node's logs, trace its kernel, load container images \
-             and mint Kubernetes credentials; never expose it beyond a trusted network"
-        );
+        if is_loopback(debug_addr) {
+            tracing::warn!(
+                debug_listen = %debug_addr,
+                "NodeDebugService is ENABLED and UNAUTHENTICATED: anyone who can connect to \
+                 {debug_addr} can read this node's logs, trace its kernel, load container \
+                 images and mint Kubernetes credentials; never expose it beyond a trusted \
+                 network"
+            );
+        } else {
+            tracing::warn!(
+                debug_listen = %debug_addr,
+                "NodeDebugService is ENABLED, UNAUTHENTICATED and REACHABLE FROM THE NETWORK \
+                 (--debug-listen-non-loopback): anyone who can reach {debug_addr} over the \
+                 network can read this node's logs, trace its kernel, load container images \
+                 and mint Kubernetes credentials; firewall it to trusted hosts"
+            );
+        }
     }
 
     /// Logs where the node serves, once its listeners are bound.

@@ -1,14 +1,18 @@
 //! GetDebugKubeconfig against a real daemon: the kubeconfig parses, its
 //! certificate chains to the Kubernetes CA (generated or configured) with
 //! CN=id and O=each group and the configured validity; errors name the
-//! field or the flags.
+//! field or the flags. The debug listener needs an opt-in to listen beyond
+//! loopback, and every issuance logs its caller's address.
 
 #![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::Duration;
 
 use base64::Engine as _;
 use metropolis_host::pki::{ClusterCa, GENERATED_KUBERNETES_CA_CERT, Kubeconfig};
 use metropolis_proto::prelude::debug;
-use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes};
+use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, free_port};
 
 fn decode(b64: &str) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD
@@ -106,6 +110,17 @@ async fn generated_ca_kubeconfig(runtime: RuntimeKind) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert!(d.log().contains("not_after_unix"), "{}", d.log());
+    // With the caller's address.
+    let log = d.log();
+    let issued = log
+        .lines()
+        .find(|l| l.contains("issued a debug kubeconfig"))
+        .unwrap();
+    let peer = issued
+        .split_once("peer")
+        .map(|(_, rest)| rest)
+        .unwrap_or("");
+    assert!(peer.contains("127.0.0.1:"), "{issued}");
 }
 
 async fn configured_ca_kubeconfig(runtime: RuntimeKind) {
@@ -177,8 +192,72 @@ async fn no_ca_is_failed_precondition(runtime: RuntimeKind) {
     );
 }
 
+/// Spawns a daemon on `data` with `extra` flags that must refuse to
+/// start; returns what it logged (not what earlier daemons on `data`
+/// did).
+fn refused_start(data: &Path, runtime: RuntimeKind, extra: &[String]) -> String {
+    let earlier = std::fs::read_to_string(data.with_extension("log"))
+        .map(|l| l.len())
+        .unwrap_or(0);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut d = Daemon::spawn_with(data, addr, runtime, extra);
+    let status = d.wait_exit(Duration::from_secs(30));
+    assert!(!status.success(), "started with {extra:?}:\n{}", d.log());
+    d.log()[earlier..].to_string()
+}
+
+/// A debug listener beyond loopback needs --debug-listen-non-loopback:
+/// refused without it (naming both flags), served with it, with a warning
+/// that says the service is reachable from the network.
+async fn non_loopback_debug_listen_needs_the_opt_in(runtime: RuntimeKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = refused_start(
+        &data,
+        runtime,
+        &["--debug-listen".into(), format!("0.0.0.0:{}", free_port())],
+    );
+    let error = log
+        .lines()
+        .find(|l| l.starts_with("metropolisd: "))
+        .unwrap_or_else(|| panic!("no error line:\n{log}"));
+    assert!(error.contains("--debug-listen 0.0.0.0:"), "{error}");
+    assert!(error.contains("--debug-listen-non-loopback"), "{error}");
+    assert!(error.contains("not a loopback address"), "{error}");
+    assert!(
+        !data.join("pki").exists(),
+        "refused before creating anything"
+    );
+
+    let d = Daemon::start_debug_on(&data, runtime, "0.0.0.0", &["--debug-listen-non-loopback"]);
+    assert!(
+        d.log().contains("REACHABLE FROM THE NETWORK"),
+        "{}",
+        d.log()
+    );
+    d.debug_client()
+        .await
+        .get_debug_kubeconfig(debug::GetDebugKubeconfigRequest {
+            id: "alice".into(),
+            groups: vec![],
+        })
+        .await
+        .unwrap();
+
+    // On loopback, the opt-in changes nothing but the flag being allowed.
+    let other = dir.path().join("other");
+    let d = Daemon::start_debug(&other, runtime, &["--debug-listen-non-loopback"]);
+    assert!(d.log().contains("UNAUTHENTICATED"), "{}", d.log());
+    assert!(
+        !d.log().contains("REACHABLE FROM THE NETWORK"),
+        "{}",
+        d.log()
+    );
+}
+
 against_both_runtimes!(
     generated_ca_kubeconfig,
     configured_ca_kubeconfig,
     no_ca_is_failed_precondition,
+    non_loopback_debug_listen_needs_the_opt_in,
 );

@@ -1,5 +1,7 @@
 //! `GetDebugKubeconfig`: request validation and the issuance log.
 
+use std::net::SocketAddr;
+
 use metropolis_proto::prelude::debug;
 use tonic::Status;
 
@@ -51,10 +53,12 @@ pub fn validate(request: &debug::GetDebugKubeconfigRequest) -> Result<(), Status
 }
 
 /// Validates, issues through `issuer`, and logs the issuance (id, groups,
-/// expiry; a warning for `system:masters`).
+/// expiry, and the caller's address `peer` when the listener knows it; a
+/// warning for `system:masters`).
 pub fn issue(
     issuer: Option<&dyn KubeconfigIssuer>,
     request: &debug::GetDebugKubeconfigRequest,
+    peer: Option<SocketAddr>,
 ) -> Result<debug::GetDebugKubeconfigResponse, Status> {
     validate(request)?;
     let Some(issuer) = issuer else {
@@ -77,8 +81,10 @@ pub fn issue(
                 Status::internal(format!("issuing the kubeconfig failed: {m}"))
             }
         })?;
+    let peer = peer.map_or_else(|| "unknown".to_owned(), |addr| addr.to_string());
     if request.groups.iter().any(|g| g == SYSTEM_MASTERS) {
         tracing::warn!(
+            %peer,
             id = %request.id,
             groups = ?request.groups,
             not_after_unix,
@@ -88,6 +94,7 @@ pub fn issue(
         );
     } else {
         tracing::info!(
+            %peer,
             id = %request.id,
             groups = ?request.groups,
             not_after_unix,
@@ -130,7 +137,7 @@ mod tests {
 
     #[test]
     fn without_issuer_fails_naming_the_flags() {
-        let e = issue(None, &req("alice", &[])).unwrap_err();
+        let e = issue(None, &req("alice", &[]), None).unwrap_err();
         assert_eq!(e.code(), tonic::Code::FailedPrecondition);
         assert!(
             e.message().contains("--kubernetes-ca-cert"),
@@ -138,7 +145,7 @@ mod tests {
             e.message()
         );
         // Validation comes first.
-        let e = issue(None, &req("", &[])).unwrap_err();
+        let e = issue(None, &req("", &[]), None).unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
     }
 }
