@@ -876,9 +876,17 @@ impl World {
             }
             Method::GetDebugKubeconfig => {
                 let req = debug::GetDebugKubeconfigRequest::decode(msg).ok()?;
+                // No Metropolis identity: CN owner or metropolis-…, O
+                // metropolis (any case).
+                let lower = req.id.to_ascii_lowercase();
                 let valid = valid_kube_name(&req.id)
+                    && lower != "owner"
+                    && !lower.starts_with("metropolis-")
                     && req.groups.len() <= 64
-                    && req.groups.iter().all(|g| valid_kube_name(g));
+                    && req
+                        .groups
+                        .iter()
+                        .all(|g| valid_kube_name(g) && !g.eq_ignore_ascii_case("metropolis"));
                 pre(if valid { Ok } else { InvalidArgument })
             }
             Method::GetLogs => {

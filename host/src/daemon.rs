@@ -147,7 +147,8 @@ pub struct Config {
     #[arg(long, requires = "debug_listen")]
     pub debug_listen_non_loopback: bool,
     /// The Kubernetes CA certificate (PEM) that signs debug kubeconfigs;
-    /// needs --kubernetes-ca-key.
+    /// needs --kubernetes-ca-key. It must be a CA of its own: the cluster
+    /// CA (pki/ca.pem), its key, or a CA it signed is refused at start.
     #[arg(long, value_name = "FILE", requires = "kubernetes_ca_key")]
     pub kubernetes_ca_cert: Option<PathBuf>,
     /// The Kubernetes CA private key (PEM, PKCS#8); needs
@@ -578,6 +579,12 @@ impl NodeServices {
         backend: Backend,
     ) -> Result<NodeServices, DaemonError> {
         let layout = Layout::new(&config.data_dir);
+        // Before this node registers itself or anything is served: a
+        // Kubernetes CA that is the cluster CA refuses the start.
+        let kubeconfig = match config.debug_listen {
+            Some(_) => kubeconfig_issuer(config, &layout, &pki.ca)?,
+            None => None,
+        };
         // What serving needs, for health checks: the embedded store not
         // failed; an elected instance a known leader (the etcd store has
         // no failed state of its own: a lost etcd loses the lease).
@@ -660,7 +667,7 @@ impl NodeServices {
                 let tracefs: Arc<dyn Tracefs> =
                     Arc::new(crate::tracefs::HostTracefs::new(&config.tracefs));
                 let debug = DebugService::with_ports(DebugPorts {
-                    kubeconfig: kubeconfig_issuer(config, &layout)?,
+                    kubeconfig,
                     tracefs: Some(tracefs),
                     trace_instances: config.trace_instances,
                     images: Some(image_store(config)?),
@@ -825,15 +832,42 @@ fn image_store(config: &Config) -> Result<Arc<dyn ImageStore>, DaemonError> {
 
 /// The kubeconfig issuer the flags ask for: the configured Kubernetes CA,
 /// else a generated one (unless `--kubernetes-ca-generate=false`), else
-/// none.
+/// none. A Kubernetes CA that is the cluster CA `cluster` in any form is
+/// refused: the kubeconfigs it signed would be cluster credentials, the
+/// owner's among them, for anyone reaching the debug service.
 fn kubeconfig_issuer(
     config: &Config,
     layout: &Layout,
+    cluster: &ClusterCa,
 ) -> Result<Option<Arc<dyn KubeconfigIssuer>>, DaemonError> {
     let ca = match (&config.kubernetes_ca_cert, &config.kubernetes_ca_key) {
-        (Some(cert), Some(key)) => KubernetesCa::from_files(cert, key)?,
+        (Some(cert), Some(key)) => {
+            let ca = KubernetesCa::from_files(cert, key)?;
+            ca.check_separate_from(cluster).map_err(|overlap| {
+                format!(
+                    "--kubernetes-ca-cert {} / --kubernetes-ca-key {}: {overlap}, so the debug \
+                     kubeconfigs it signs would be Metropolis cluster credentials (the owner's \
+                     among them) for anyone reaching the debug service; give the CA of your \
+                     Kubernetes cluster, one that is not the cluster CA (pki/ca.pem) and was \
+                     not signed by it, or leave both flags out to sign with a generated debug \
+                     CA",
+                    cert.display(),
+                    key.display()
+                )
+            })?;
+            ca
+        }
         (None, None) if config.kubernetes_ca_generate => {
             let ca = KubernetesCa::load_or_generate(&layout.pki)?;
+            ca.check_separate_from(cluster).map_err(|overlap| {
+                format!(
+                    "{}: the generated Kubernetes CA: {overlap}; remove {} and {} (a new one \
+                     is generated)",
+                    layout.pki.display(),
+                    crate::pki::GENERATED_KUBERNETES_CA_CERT,
+                    crate::pki::GENERATED_KUBERNETES_CA_KEY
+                )
+            })?;
             tracing::warn!(
                 dir = %layout.pki.display(),
                 "debug kubeconfigs are signed by a GENERATED Kubernetes CA, not a cluster's \
