@@ -855,9 +855,18 @@ impl World {
                 if self.machine(&req.machine_id).is_none() {
                     return store(NotFound);
                 }
-                // The request is checked against the record read first.
+                // The request is checked against the record read first: a
+                // type, and a root device under /dev.
+                use agent::os_installation_request::Type;
                 match agent::OsInstallationRequest::decode(req.request.as_ref()) {
-                    Result::Ok(r) if r.r#type.is_some() => store(Ok),
+                    Result::Ok(agent::OsInstallationRequest {
+                        r#type: Some(Type::Metropolis(m)),
+                        ..
+                    }) if metropolis_core::provisioning::root_device_path(&m.root_device)
+                        .is_ok() =>
+                    {
+                        store(Ok)
+                    }
                     _ => store(InvalidArgument),
                 }
             }

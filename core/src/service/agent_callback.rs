@@ -29,7 +29,7 @@ use super::unary;
 use super::curator::store_status;
 use crate::identity::Identity;
 use crate::ports::{KvStore, WallClock};
-use crate::provisioning::MachineRecord;
+use crate::provisioning::{MachineRecord, RequestError};
 use crate::store::{CmpOp, Compare, CompareTarget, KeyRange, KeyValue, Op, OpResult, Txn};
 
 /// Key prefix of machine records.
@@ -299,7 +299,14 @@ impl machine_management_server::MachineManagement for ProvisioningService {
                 record
                     .submit_request(&req.request)
                     .map(|r| r.generation)
-                    .map_err(|e| Status::invalid_argument(format!("request: {e}")))
+                    .map_err(|e| match e {
+                        // Not a request at all: the field is `request`.
+                        RequestError::Malformed(_) => {
+                            Status::invalid_argument(format!("request: {e}"))
+                        }
+                        // A field of the request: `request.<field>: …`.
+                        _ => Status::invalid_argument(format!("request.{e}")),
+                    })
             })
             .await?;
         tracing::info!(machine = %req.machine_id, generation, "installation request submitted");

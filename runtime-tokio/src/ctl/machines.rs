@@ -56,7 +56,10 @@ pub enum InstallCommand {
         /// Tag to fetch instead of the digest (the digest still verifies).
         #[arg(long)]
         tag: Option<String>,
-        /// Block device (or file) to install to, e.g. /dev/nvme0n1.
+        /// The device to install to: a device name (sda, meaning
+        /// /dev/sda) or a path under /dev/ without . or .. components
+        /// (/dev/nvme0n1, /dev/disk/by-id/...). The curator refuses
+        /// anything else.
         #[arg(long)]
         root_device: String,
         /// File holding an encoded metropolis.proto.api.NodeParameters.
