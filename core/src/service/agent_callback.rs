@@ -288,6 +288,28 @@ impl machine_management_server::MachineManagement for ProvisioningService {
         ))
     }
 
+    async fn remove_machine(
+        &self,
+        request: tonic::Request<private::RemoveMachineRequest>,
+    ) -> Result<tonic::Response<private::RemoveMachineResponse>, Status> {
+        let id = request.into_inner().machine_id;
+        check_machine_id(&id)?;
+        // One delete: a heartbeat racing it either commits first (and is
+        // deleted with the record) or finds no record (Unauthenticated).
+        let txn = Txn {
+            success: vec![Op::Delete(KeyRange::Key(machine_key(&id)))],
+            ..Default::default()
+        };
+        let response = self.store.txn(txn).await.map_err(store_status)?;
+        match response.results.first() {
+            Some(OpResult::Delete(deleted)) if !deleted.is_empty() => {
+                tracing::info!(machine = %id, "machine removed");
+                Ok(tonic::Response::new(private::RemoveMachineResponse {}))
+            }
+            _ => Err(Status::not_found(format!("machine {id} not found"))),
+        }
+    }
+
     async fn submit_installation_request(
         &self,
         request: tonic::Request<private::SubmitInstallationRequestRequest>,

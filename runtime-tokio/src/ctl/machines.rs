@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use clap::Subcommand;
 use metropolis_host::grpc::Channel;
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
-    AddMachineRequest, GetMachineRequest, ListMachinesRequest, Machine,
+    AddMachineRequest, GetMachineRequest, ListMachinesRequest, Machine, RemoveMachineRequest,
     SubmitInstallationRequestRequest, machine_management_client::MachineManagementClient,
 };
 use metropolis_proto::prelude::{agent, debug as api};
@@ -38,6 +38,12 @@ pub enum MachineCommand {
     List,
     /// Show one machine with its full hardware report.
     Show {
+        /// The machine's ID.
+        id: String,
+    },
+    /// Remove a machine: its agent key, reports and installation request.
+    /// Its agent's heartbeats are refused from then on.
+    Rm {
         /// The machine's ID.
         id: String,
     },
@@ -259,6 +265,15 @@ pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), Cl
                 Some(r) => outln!("hardware report  {r:#?}"),
                 None => outln!("hardware report  none yet"),
             }
+        }
+        MachineCommand::Rm { id } => {
+            client
+                .remove_machine(RemoveMachineRequest {
+                    machine_id: id.clone(),
+                })
+                .await
+                .map_err(status_error)?;
+            outln!("machine {id} removed");
         }
     }
     Ok(())
