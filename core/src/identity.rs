@@ -379,6 +379,68 @@ pub fn identity_from_certificate(der: &[u8]) -> Result<Identity, CertIdentityErr
     })
 }
 
+/// A subject value that [`identity_from_certificate`] reads as (or tries
+/// to read as) a cluster identity, so that certificates signed for other
+/// purposes (debug kubeconfigs) must never carry it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReservedName {
+    /// A common name equal to [`OWNER_COMMON_NAME`], ignoring ASCII case.
+    OwnerCommonName,
+    /// A common name starting with [`NODE_ID_PREFIX`], ignoring ASCII case:
+    /// the classifier reads every such name as a node ID.
+    NodeIdPrefix,
+    /// An organization equal to [`OWNER_ORGANIZATION`], ignoring ASCII
+    /// case.
+    OwnerOrganization,
+}
+
+impl fmt::Display for ReservedName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReservedName::OwnerCommonName => write!(
+                f,
+                "{OWNER_COMMON_NAME:?} is the common name of the Metropolis cluster owner"
+            ),
+            ReservedName::NodeIdPrefix => write!(
+                f,
+                "names starting with {NODE_ID_PREFIX:?} are Metropolis node IDs"
+            ),
+            ReservedName::OwnerOrganization => write!(
+                f,
+                "{OWNER_ORGANIZATION:?} is the organization of the Metropolis cluster owner"
+            ),
+        }
+    }
+}
+
+/// Whether `common_name` is one [`identity_from_certificate`] looks at as
+/// a cluster identity: `owner`, or anything starting with `metropolis-`
+/// (both ignoring ASCII case, so that no spelling close to them passes
+/// either).
+pub fn reserved_common_name(common_name: &str) -> Option<ReservedName> {
+    let starts_with = |prefix: &str| {
+        common_name
+            .get(..prefix.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
+    };
+    if common_name.eq_ignore_ascii_case(OWNER_COMMON_NAME) {
+        Some(ReservedName::OwnerCommonName)
+    } else if starts_with(NODE_ID_PREFIX) {
+        Some(ReservedName::NodeIdPrefix)
+    } else {
+        None
+    }
+}
+
+/// Whether `organization` is one [`identity_from_certificate`] looks at
+/// as a cluster identity: `metropolis`, ignoring ASCII case.
+pub fn reserved_organization(organization: &str) -> Option<ReservedName> {
+    organization
+        .eq_ignore_ascii_case(OWNER_ORGANIZATION)
+        .then_some(ReservedName::OwnerOrganization)
+}
+
 /// The subject alternative name (a URI) marking the node certificate of a
 /// curator instance: only peers presenting one may forward calls on
 /// another caller's behalf.
@@ -896,6 +958,76 @@ mod tests {
             "{err:?}"
         );
         assert!(std::error::Error::source(&err).is_some());
+    }
+
+    #[test]
+    fn reserved_names() {
+        for cn in [
+            "owner",
+            "OWNER",
+            "Owner",
+            SAMPLE,
+            "metropolis-",
+            "Metropolis-x",
+            "METROPOLIS-zz",
+        ] {
+            assert!(reserved_common_name(cn).is_some(), "{cn}");
+        }
+        for cn in [
+            "alice",
+            "owner ",
+            "owners",
+            "metropolis",
+            "system:node:metropolis-1",
+            "",
+            "ö",
+        ] {
+            assert_eq!(reserved_common_name(cn), None, "{cn}");
+        }
+        assert_eq!(
+            reserved_organization("Metropolis"),
+            Some(ReservedName::OwnerOrganization)
+        );
+        assert_eq!(reserved_organization("metropolis-dev"), None);
+        assert_eq!(reserved_organization("system:masters"), None);
+        let msg = ReservedName::NodeIdPrefix.to_string();
+        assert!(msg.contains("\"metropolis-\""), "{msg}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Every subject the classifier accepts as a cluster identity is
+        /// reserved: a certificate with no reserved name is never an
+        /// identity, whatever signs it.
+        #[test]
+        fn every_identity_subject_is_reserved(
+            cn in prop_oneof![
+                Just("owner".to_owned()),
+                Just("<node>".to_owned()),
+                "metropolis-[0-9a-f]{32}",
+                "[a-zA-Z:-]{1,16}",
+            ],
+            // rcgen keeps one value per attribute type: at most one O.
+            org in proptest::option::of(prop_oneof![
+                Just("metropolis".to_owned()),
+                "[a-z]{1,8}",
+            ]),
+        ) {
+            let (key, id) = ed25519();
+            let cn = if cn == "<node>" { id.to_string() } else { cn };
+            let mut subject: Vec<(DnType, &str)> = org
+                .iter()
+                .map(|o| (DnType::OrganizationName, o.as_str()))
+                .collect();
+            subject.push((DnType::CommonName, cn.as_str()));
+            let der = cert(&key, &subject);
+            if identity_from_certificate(&der).is_ok() {
+                let reserved = reserved_common_name(&cn).is_some()
+                    || org.as_deref().and_then(reserved_organization).is_some();
+                prop_assert!(reserved, "{cn:?} {org:?} is an identity but not reserved");
+            }
+        }
     }
 
     #[test]

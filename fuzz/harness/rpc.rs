@@ -855,9 +855,18 @@ impl World {
                 if self.machine(&req.machine_id).is_none() {
                     return store(NotFound);
                 }
-                // The request is checked against the record read first.
+                // The request is checked against the record read first: a
+                // type, and a root device under /dev.
+                use agent::os_installation_request::Type;
                 match agent::OsInstallationRequest::decode(req.request.as_ref()) {
-                    Result::Ok(r) if r.r#type.is_some() => store(Ok),
+                    Result::Ok(agent::OsInstallationRequest {
+                        r#type: Some(Type::Metropolis(m)),
+                        ..
+                    }) if metropolis_core::provisioning::root_device_path(&m.root_device)
+                        .is_ok() =>
+                    {
+                        store(Ok)
+                    }
                     _ => store(InvalidArgument),
                 }
             }
@@ -876,9 +885,17 @@ impl World {
             }
             Method::GetDebugKubeconfig => {
                 let req = debug::GetDebugKubeconfigRequest::decode(msg).ok()?;
+                // No Metropolis identity: CN owner or metropolis-…, O
+                // metropolis (any case).
+                let lower = req.id.to_ascii_lowercase();
                 let valid = valid_kube_name(&req.id)
+                    && lower != "owner"
+                    && !lower.starts_with("metropolis-")
                     && req.groups.len() <= 64
-                    && req.groups.iter().all(|g| valid_kube_name(g));
+                    && req
+                        .groups
+                        .iter()
+                        .all(|g| valid_kube_name(g) && !g.eq_ignore_ascii_case("metropolis"));
                 pre(if valid { Ok } else { InvalidArgument })
             }
             Method::GetLogs => {

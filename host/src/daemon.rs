@@ -131,7 +131,8 @@ pub struct Config {
     /// kubeconfigs) on ADDR, plain HTTP/2 without TLS. It is
     /// UNAUTHENTICATED: anyone who can connect can read the logs, trace the
     /// kernel, load images and mint kubeconfigs. Off unless given; the flag
-    /// alone listens on 127.0.0.1:7837.
+    /// alone listens on 127.0.0.1:7837. An address that is not loopback
+    /// also needs --debug-listen-non-loopback.
     #[arg(
         long,
         value_name = "ADDR",
@@ -139,8 +140,15 @@ pub struct Config {
         default_missing_value = DEFAULT_DEBUG_LISTEN,
     )]
     pub debug_listen: Option<SocketAddr>,
+    /// Lets --debug-listen take an address that is not loopback (e.g.
+    /// 0.0.0.0:7837), reachable from the network: anyone who reaches it
+    /// gets the unauthenticated debug service. Without it such an address
+    /// is refused at start.
+    #[arg(long, requires = "debug_listen")]
+    pub debug_listen_non_loopback: bool,
     /// The Kubernetes CA certificate (PEM) that signs debug kubeconfigs;
-    /// needs --kubernetes-ca-key.
+    /// needs --kubernetes-ca-key. It must be a CA of its own: the cluster
+    /// CA (pki/ca.pem), its key, or a CA it signed is refused at start.
     #[arg(long, value_name = "FILE", requires = "kubernetes_ca_key")]
     pub kubernetes_ca_cert: Option<PathBuf>,
     /// The Kubernetes CA private key (PEM, PKCS#8); needs
@@ -221,12 +229,33 @@ impl Config {
         }
     }
 
+    /// Refuses flags that would expose the unauthenticated debug service
+    /// to the network unasked: a non-loopback `--debug-listen` without
+    /// `--debug-listen-non-loopback`.
+    pub fn check_debug_listen(&self) -> Result<(), DaemonError> {
+        match self.debug_listen {
+            Some(addr) if !is_loopback(addr) && !self.debug_listen_non_loopback => Err(format!(
+                "--debug-listen {addr}: not a loopback address, so the unauthenticated debug \
+                 service would be reachable from the network; listen on loopback (e.g. \
+                 127.0.0.1:{DEFAULT_DEBUG_PORT}), or add --debug-listen-non-loopback if every \
+                 host that can reach {addr} is trusted"
+            )
+            .into()),
+            _ => Ok(()),
+        }
+    }
+
     /// The socket path, defaulted from the data directory.
     pub fn socket_path(&self) -> PathBuf {
         self.socket
             .clone()
             .unwrap_or_else(|| self.data_dir.join("curator.sock"))
     }
+}
+
+/// Whether `addr` is a loopback address (an IPv4-mapped IPv6 one too).
+fn is_loopback(addr: SocketAddr) -> bool {
+    addr.ip().to_canonical().is_loopback()
 }
 
 /// Paths inside the data directory.
@@ -498,6 +527,7 @@ impl NodeServices {
                         (metropolisd built with the `etcd` feature does that)"
                 .into());
         }
+        config.check_debug_listen()?;
         create_data_dir(config)?;
         let layout = Layout::new(&config.data_dir);
         let store = Arc::new(EmbeddedStore::open(&layout.store, StoreOptions::default())?);
@@ -521,6 +551,7 @@ impl NodeServices {
         if !config.cluster.enabled() {
             return Self::prepare(config, spawner).await;
         }
+        config.check_debug_listen()?;
         let Some(start) = start else {
             return Err("--etcd: this metropolisd was built without etcd support; \
                         rebuild it with `--features etcd` (its build needs protoc)"
@@ -567,6 +598,7 @@ impl NodeServices {
         pki: NodePki,
         elected: Elected,
     ) -> Result<NodeServices, DaemonError> {
+        config.check_debug_listen()?;
         Self::build(config, spawner, pki, Backend::Elected(elected)).await
     }
 
@@ -577,6 +609,12 @@ impl NodeServices {
         backend: Backend,
     ) -> Result<NodeServices, DaemonError> {
         let layout = Layout::new(&config.data_dir);
+        // Before this node registers itself or anything is served: a
+        // Kubernetes CA that is the cluster CA refuses the start.
+        let kubeconfig = match config.debug_listen {
+            Some(_) => kubeconfig_issuer(config, &layout, &pki.ca)?,
+            None => None,
+        };
         // What serving needs, for health checks: the embedded store not
         // failed; an elected instance a known leader (the etcd store has
         // no failed state of its own: a lost etcd loses the lease).
@@ -659,7 +697,7 @@ impl NodeServices {
                 let tracefs: Arc<dyn Tracefs> =
                     Arc::new(crate::tracefs::HostTracefs::new(&config.tracefs));
                 let debug = DebugService::with_ports(DebugPorts {
-                    kubeconfig: kubeconfig_issuer(config, &layout)?,
+                    kubeconfig,
                     tracefs: Some(tracefs),
                     trace_instances: config.trace_instances,
                     images: Some(image_store(config)?),
@@ -701,14 +739,26 @@ impl NodeServices {
         })
     }
 
-    /// Logs the loud warning that goes with an enabled debug service.
+    /// Logs the loud warning that goes with an enabled debug service,
+    /// louder when `debug_addr` is not loopback.
     pub fn log_debug_serving(&self, debug_addr: SocketAddr) {
-        tracing::warn!(
-            debug_listen = %debug_addr,
-            "NodeDebugService is ENABLED and UNAUTHENTICATED: anyone who can connect to \
-             {debug_addr} can read this node's logs, trace its kernel, load container images \
-             and mint Kubernetes credentials; never expose it beyond a trusted network"
-        );
+        if is_loopback(debug_addr) {
+            tracing::warn!(
+                debug_listen = %debug_addr,
+                "NodeDebugService is ENABLED and UNAUTHENTICATED: anyone who can connect to \
+                 {debug_addr} can read this node's logs, trace its kernel, load container \
+                 images and mint Kubernetes credentials; never expose it beyond a trusted \
+                 network"
+            );
+        } else {
+            tracing::warn!(
+                debug_listen = %debug_addr,
+                "NodeDebugService is ENABLED, UNAUTHENTICATED and REACHABLE FROM THE NETWORK \
+                 (--debug-listen-non-loopback): anyone who can reach {debug_addr} over the \
+                 network can read this node's logs, trace its kernel, load container images \
+                 and mint Kubernetes credentials; firewall it to trusted hosts"
+            );
+        }
     }
 
     /// Logs where the node serves, once its listeners are bound.
@@ -840,15 +890,42 @@ fn image_store(config: &Config) -> Result<Arc<dyn ImageStore>, DaemonError> {
 
 /// The kubeconfig issuer the flags ask for: the configured Kubernetes CA,
 /// else a generated one (unless `--kubernetes-ca-generate=false`), else
-/// none.
+/// none. A Kubernetes CA that is the cluster CA `cluster` in any form is
+/// refused: the kubeconfigs it signed would be cluster credentials, the
+/// owner's among them, for anyone reaching the debug service.
 fn kubeconfig_issuer(
     config: &Config,
     layout: &Layout,
+    cluster: &ClusterCa,
 ) -> Result<Option<Arc<dyn KubeconfigIssuer>>, DaemonError> {
     let ca = match (&config.kubernetes_ca_cert, &config.kubernetes_ca_key) {
-        (Some(cert), Some(key)) => KubernetesCa::from_files(cert, key)?,
+        (Some(cert), Some(key)) => {
+            let ca = KubernetesCa::from_files(cert, key)?;
+            ca.check_separate_from(cluster).map_err(|overlap| {
+                format!(
+                    "--kubernetes-ca-cert {} / --kubernetes-ca-key {}: {overlap}, so the debug \
+                     kubeconfigs it signs would be Metropolis cluster credentials (the owner's \
+                     among them) for anyone reaching the debug service; give the CA of your \
+                     Kubernetes cluster, one that is not the cluster CA (pki/ca.pem) and was \
+                     not signed by it, or leave both flags out to sign with a generated debug \
+                     CA",
+                    cert.display(),
+                    key.display()
+                )
+            })?;
+            ca
+        }
         (None, None) if config.kubernetes_ca_generate => {
             let ca = KubernetesCa::load_or_generate(&layout.pki)?;
+            ca.check_separate_from(cluster).map_err(|overlap| {
+                format!(
+                    "{}: the generated Kubernetes CA: {overlap}; remove {} and {} (a new one \
+                     is generated)",
+                    layout.pki.display(),
+                    crate::pki::GENERATED_KUBERNETES_CA_CERT,
+                    crate::pki::GENERATED_KUBERNETES_CA_KEY
+                )
+            })?;
             tracing::warn!(
                 dir = %layout.pki.display(),
                 "debug kubeconfigs are signed by a GENERATED Kubernetes CA, not a cluster's \

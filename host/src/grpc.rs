@@ -16,6 +16,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
+use metropolis_core::service::RemoteAddr;
 use metropolis_core::service::forward::CuratorPeer;
 
 use crate::edge::{EdgeLimits, SharedTimer, TimerHandle};
@@ -76,8 +77,13 @@ where
             Body,
         >,
 {
-    let Peer { identity, curator } = peer.into();
+    let Peer {
+        identity,
+        curator,
+        addr,
+    } = peer.into();
     let curator = curator.map(CuratorPeer);
+    let addr = addr.map(RemoteAddr);
     let limits = &options.limits;
     let idle = options.timer.clone().zip(limits.idle_timeout);
     let calls = idle.as_ref().map(|_| Arc::new(Calls::default()));
@@ -87,6 +93,9 @@ where
         request.extensions_mut().insert(identity.clone());
         if let Some(curator) = &curator {
             request.extensions_mut().insert(curator.clone());
+        }
+        if let Some(addr) = addr {
+            request.extensions_mut().insert(addr);
         }
         let open = counted.as_ref().map(|calls| calls.open());
         let response = router.call(request);

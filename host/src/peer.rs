@@ -8,6 +8,7 @@
 //! chain against the cluster CA and derives the [`Identity`] the service
 //! layer authorizes.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use metropolis_core::agent_cert::agent_key_from_certificate;
@@ -67,7 +68,11 @@ impl Classify for PeerClassifier {
             (Identity::Node(id), Some(leaf)) if is_curator_certificate(leaf) => Some(id.clone()),
             _ => None,
         };
-        Peer { identity, curator }
+        Peer {
+            identity,
+            curator,
+            addr: None,
+        }
     }
 }
 
@@ -80,6 +85,20 @@ pub struct Peer {
     /// Its node ID when it is a curator instance (its calls may carry an
     /// on-behalf-of identity).
     pub curator: Option<NodeId>,
+    /// Its socket address, when the listener passes it on to the services
+    /// (as [`RemoteAddr`](metropolis_core::service::RemoteAddr) in each
+    /// call's extensions).
+    pub addr: Option<SocketAddr>,
+}
+
+impl Peer {
+    /// This peer, with its socket address passed on to the services.
+    pub fn with_addr(self, addr: SocketAddr) -> Peer {
+        Peer {
+            addr: Some(addr),
+            ..self
+        }
+    }
 }
 
 impl From<Identity> for Peer {
@@ -87,6 +106,7 @@ impl From<Identity> for Peer {
         Peer {
             identity,
             curator: None,
+            addr: None,
         }
     }
 }

@@ -1046,19 +1046,49 @@ fn whole_requests_are_checked_and_dispatched() {
         &mut progress,
     )
     .unwrap();
-    let encoded = request("./disk.img", Some(image.clone())).encode_to_vec();
+    let encoded = request("/dev/disk/by-id/x", Some(image.clone())).encode_to_vec();
     install_encoded_request(&recorder, &encoded, &mut progress).unwrap();
     assert_eq!(
         *recorder.0.lock().unwrap(),
         vec![
             (image.clone(), "/dev/nvme0n1".into()),
-            (image.clone(), "./disk.img".into()),
+            (image.clone(), "/dev/disk/by-id/x".into()),
         ]
     );
+
+    // The server's rule: a device name, or a path under /dev/ without
+    // `..`; and where the path exists, its links must not lead out of /dev.
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let inside = shm.path().join("disk.img");
+    std::fs::write(&inside, b"").unwrap();
+    let link_in = shm.path().join("in");
+    std::os::unix::fs::symlink(&inside, &link_in).unwrap();
     assert_eq!(
-        root_device_path("/dev/disk/by-id/x"),
-        Path::new("/dev/disk/by-id/x")
+        root_device_path(link_in.to_str().unwrap()).unwrap(),
+        link_in
     );
+    let link_out = shm.path().join("out");
+    std::os::unix::fs::symlink("/etc/passwd", &link_out).unwrap();
+    for (root, problem) in [
+        ("./disk.img", "not an absolute path"),
+        ("/etc/shadow", "not under /dev/"),
+        ("/dev/../etc/passwd", ". or .. component"),
+        (link_out.to_str().unwrap(), "leads to /etc/passwd"),
+    ] {
+        let err = install_request(
+            &recorder,
+            &request(root, Some(image.clone())),
+            &mut progress,
+        )
+        .unwrap_err();
+        match err {
+            InstallError::InvalidRequest {
+                field: "metropolis.root_device",
+                problem: p,
+            } => assert!(p.contains(problem), "{root}: {p}"),
+            other => panic!("{root}: {other:?}"),
+        }
+    }
 
     let err = install_request(&recorder, &request("", Some(image.clone())), &mut progress);
     assert!(matches!(

@@ -152,8 +152,10 @@ pub async fn serve_tls(
 }
 
 /// Serves `router` over plain TCP (HTTP/2 without TLS); every caller is
-/// unauthenticated. Only for the debug service, which is unauthenticated
-/// by contract.
+/// unauthenticated, and its socket address reaches the services as
+/// [`RemoteAddr`](metropolis_core::service::RemoteAddr) (for the debug
+/// service's audit log). Only for the debug service, which is
+/// unauthenticated by contract.
 pub async fn serve_plain(
     listener: TcpListener,
     router: Router,
@@ -177,11 +179,11 @@ pub async fn serve_plain(
             tracing::debug!(%peer, "debug connection");
             let io = FuturesIo::new(DrainAware::new(tcp));
             let ex = executor.clone();
-            let identity = Identity::Unauthenticated;
+            let caller = Peer::from(Identity::Unauthenticated).with_addr(peer);
             let options = ServeOptions::new(limits.clone(), timer.clone());
             Box::pin(serve(
                 io,
-                identity,
+                caller,
                 router.clone(),
                 ex,
                 options,

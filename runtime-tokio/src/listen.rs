@@ -153,8 +153,10 @@ pub async fn serve_tls(
 }
 
 /// Serves `router` over plain TCP (HTTP/2 without TLS); every caller is
-/// unauthenticated. Only for the debug service, which is unauthenticated
-/// by contract.
+/// unauthenticated, and its socket address reaches the services as
+/// [`RemoteAddr`](metropolis_core::service::RemoteAddr) (for the debug
+/// service's audit log). Only for the debug service, which is
+/// unauthenticated by contract.
 pub async fn serve_plain(
     listener: TcpListener,
     router: Router,
@@ -179,7 +181,7 @@ pub async fn serve_plain(
             let options = ServeOptions::new(limits.clone(), timer.clone());
             Box::pin(serve(
                 io,
-                Identity::Unauthenticated,
+                Peer::from(Identity::Unauthenticated).with_addr(peer),
                 router.clone(),
                 options,
                 shutdown.clone(),

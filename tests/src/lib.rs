@@ -136,13 +136,25 @@ impl Daemon {
     /// Starts a daemon with its debug service on a free loopback port and
     /// `extra` flags, and waits until it serves.
     pub fn start_debug(data_dir: &Path, runtime: RuntimeKind, extra: &[&str]) -> Daemon {
+        Self::start_debug_on(data_dir, runtime, "127.0.0.1", extra)
+    }
+
+    /// Starts a daemon with its debug service on a free port of `ip` (e.g.
+    /// `0.0.0.0`, reached through 127.0.0.1) and `extra` flags, and waits
+    /// until it serves.
+    pub fn start_debug_on(
+        data_dir: &Path,
+        runtime: RuntimeKind,
+        ip: &str,
+        extra: &[&str],
+    ) -> Daemon {
         Self::start_retrying(|| {
             let addr = format!("127.0.0.1:{}", free_port());
-            let debug_addr = format!("127.0.0.1:{}", free_port());
-            let mut args = vec!["--debug-listen".to_string(), debug_addr.clone()];
+            let port = free_port();
+            let mut args = vec!["--debug-listen".to_string(), format!("{ip}:{port}")];
             args.extend(extra.iter().map(|s| s.to_string()));
             let mut d = Self::spawn_with(data_dir, addr, runtime, &args);
-            d.debug_addr = Some(debug_addr);
+            d.debug_addr = Some(format!("127.0.0.1:{port}"));
             d
         })
     }
@@ -291,6 +303,21 @@ impl Daemon {
             .unwrap();
         assert!(ok.success());
         child.wait().unwrap()
+    }
+
+    /// Runs `metroctl` against this daemon as the owner over TLS (its
+    /// data directory's owner credential), with its debug endpoint when it
+    /// has one; returns the finished process's output.
+    pub fn metroctl(&self, args: &[&str]) -> std::process::Output {
+        let mut cmd = Command::new(daemon_bin().with_file_name("metroctl-under-test"));
+        cmd.arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--endpoint")
+            .arg(&self.addr);
+        if let Some(debug) = &self.debug_addr {
+            cmd.arg("--debug-endpoint").arg(debug);
+        }
+        cmd.args(args).output().unwrap()
     }
 
     /// A channel over the local socket (as this node).

@@ -1,13 +1,15 @@
 //! AgentCallback.Heartbeat and the operator's MachineManagement over real
 //! sockets: authentication by self-signed agent keys, hardware reports,
-//! installation requests by generation returned byte-for-byte, reports.
+//! installation requests by generation returned byte-for-byte, reports;
+//! a removed machine's agent is unknown, on the leader and through a
+//! follower.
 
 #![allow(clippy::unwrap_used)]
 
 use metropolis_host::grpc::Channel;
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
-    AddMachineRequest, GetMachineRequest, ListMachinesRequest, SubmitInstallationRequestRequest,
-    machine_management_client::MachineManagementClient,
+    AddMachineRequest, GetMachineRequest, ListMachinesRequest, RemoveMachineRequest,
+    SubmitInstallationRequestRequest, machine_management_client::MachineManagementClient,
 };
 use metropolis_proto::prelude::agent::agent_callback_client::AgentCallbackClient;
 use metropolis_proto::prelude::{agent, debug as api, hwreport};
@@ -331,4 +333,135 @@ async fn refusals(rt: RuntimeKind) {
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
 }
 
-against_both_runtimes_and_etcd!(full_flow, refusals);
+/// Runs `metroctl machine rm id` as the owner of `d`: its stdout, or its
+/// stderr when it failed.
+fn machine_rm(d: &Daemon, id: &str) -> Result<String, String> {
+    let out = d.metroctl(&["machine", "rm", id]);
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    if out.status.success() {
+        Ok(text(&out.stdout))
+    } else {
+        Err(text(&out.stderr))
+    }
+}
+
+/// The Heartbeat of `key` for `machine` through `d`'s AgentCallback port.
+async fn beat(d: &Daemon, key: &AgentKey, machine: &str) -> Result<(), tonic::Status> {
+    agent(d, key)
+        .await
+        .heartbeat(heartbeat(machine))
+        .await
+        .map(|_| ())
+}
+
+fn assert_unknown(result: Result<(), tonic::Status>, what: &str) {
+    let e = result.expect_err(what);
+    assert_eq!(e.code(), Code::Unauthenticated, "{what}: {e:?}");
+    assert!(
+        e.message().contains("machine id or public key unknown"),
+        "{what}: {}",
+        e.message()
+    );
+}
+
+async fn removed_machines_are_unknown(rt: RuntimeKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("d"), rt);
+    let key = AgentKey::new(&d);
+    let mut op = owner(&d).await;
+    op.add_machine(AddMachineRequest {
+        machine_id: MACHINE.into(),
+        agent_public_key: key.public.to_vec().into(),
+    })
+    .await
+    .unwrap();
+    beat(&d, &key, MACHINE).await.unwrap();
+
+    let out = machine_rm(&d, MACHINE).unwrap();
+    assert!(out.contains(&format!("machine {MACHINE} removed")), "{out}");
+    // Its agent is now an unknown machine's; the record is gone.
+    assert_unknown(beat(&d, &key, MACHINE).await, "heartbeat after rm");
+    let e = op
+        .get_machine(GetMachineRequest {
+            machine_id: MACHINE.into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+    let list = op.list_machines(ListMachinesRequest {}).await.unwrap();
+    assert!(list.into_inner().machines.is_empty());
+
+    // An unknown machine: NotFound; not a UUID: InvalidArgument; a node
+    // may not remove machines.
+    let e = machine_rm(&d, MACHINE).unwrap_err();
+    assert!(e.contains("NotFound") && e.contains(MACHINE), "{e}");
+    let e = machine_rm(&d, "machine-1").unwrap_err();
+    assert!(
+        e.contains("InvalidArgument") && e.contains("machine_id"),
+        "{e}"
+    );
+    let mut as_node = MachineManagementClient::with_origin(d.unix().await, Channel::origin());
+    let e = as_node
+        .remove_machine(RemoveMachineRequest {
+            machine_id: MACHINE.into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+
+    // Registered again, the machine starts afresh.
+    op.add_machine(AddMachineRequest {
+        machine_id: MACHINE.into(),
+        agent_public_key: key.public.to_vec().into(),
+    })
+    .await
+    .unwrap();
+    beat(&d, &key, MACHINE).await.unwrap();
+}
+
+against_both_runtimes_and_etcd!(full_flow, refusals, removed_machines_are_unknown);
+
+/// Two instances elected over etcd (tokio and smol): a machine removed
+/// through the follower and one removed on the leader are unknown to
+/// heartbeats on both, forwarded or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removed_machines_are_unknown_through_a_follower() {
+    let etcd = metropolis_tests::etcd::Etcd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let c = metropolis_tests::cluster::Curators::start(
+        dir.path(),
+        &etcd.urls(),
+        &[RuntimeKind::Tokio, RuntimeKind::Smol],
+        &[],
+    );
+    let leader = &c.daemons[c.leader(&etcd, std::time::Duration::from_secs(10)).await];
+    let follower = c.daemons.iter().find(|d| d.addr != leader.addr).unwrap();
+    let (key, other) = (AgentKey::new(leader), AgentKey::new(leader));
+    let mut op = owner(follower).await;
+    for (id, k) in [(MACHINE, &key), (OTHER_MACHINE, &other)] {
+        op.add_machine(AddMachineRequest {
+            machine_id: id.into(),
+            agent_public_key: k.public.to_vec().into(),
+        })
+        .await
+        .unwrap();
+    }
+    for d in [leader, follower] {
+        beat(d, &key, MACHINE).await.unwrap();
+        beat(d, &other, OTHER_MACHINE).await.unwrap();
+    }
+
+    machine_rm(follower, MACHINE).unwrap();
+    machine_rm(leader, OTHER_MACHINE).unwrap();
+    for d in [leader, follower] {
+        assert_unknown(beat(d, &key, MACHINE).await, "removed through the follower");
+        assert_unknown(
+            beat(d, &other, OTHER_MACHINE).await,
+            "removed on the leader",
+        );
+    }
+    let e = machine_rm(follower, OTHER_MACHINE).unwrap_err();
+    assert!(e.contains("NotFound"), "{e}");
+    let e = machine_rm(leader, MACHINE).unwrap_err();
+    assert!(e.contains("NotFound"), "{e}");
+}

@@ -1,8 +1,9 @@
 //! The whole provisioning flow with real processes and a real OCI registry
 //! (Debian's `docker-registry`): register a machine, the agent heartbeats
-//! and reports its hardware, installs generation 1 into a file and reports
-//! success, installs generation 2, does not reinstall after a restart, and
-//! reports the cause of every failure while it keeps heartbeating.
+//! and reports its hardware, installs generation 1 into a file (under
+//! /dev/shm: root devices are under /dev) and reports success, installs
+//! generation 2, does not reinstall after a restart, and reports the cause
+//! of every failure while it keeps heartbeating.
 
 #![allow(clippy::unwrap_used)]
 
@@ -125,8 +126,12 @@ async fn install_flow(rt: RuntimeKind) {
         "a real hardware report"
     );
 
-    // Generation 1 into a file.
-    let disk1 = dir.path().join("disk1.img");
+    // Generation 1 into a file; root devices are under /dev, so the files
+    // are on /dev/shm, and made beforehand (under /dev the agent creates
+    // nothing).
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let disk1 = shm.path().join("disk1.img");
+    std::fs::write(&disk1, b"").unwrap();
     assert_eq!(
         submit(
             &mut op,
@@ -149,7 +154,8 @@ async fn install_flow(rt: RuntimeKind) {
     assert_eq!(std::fs::read(&disk1).unwrap(), image);
 
     // Generation 2 installs again.
-    let disk2 = dir.path().join("disk2.img");
+    let disk2 = shm.path().join("disk2.img");
+    std::fs::write(&disk2, b"").unwrap();
     assert_eq!(
         submit(
             &mut op,
@@ -167,7 +173,7 @@ async fn install_flow(rt: RuntimeKind) {
 
     // A restarted agent does not install generation 2 again.
     agent.kill();
-    std::fs::remove_file(&disk2).unwrap();
+    std::fs::write(&disk2, b"").unwrap();
     let before = machine(&mut op).await.last_heartbeat_unix_ms;
     let agent = AgentProcess::start(&d, MACHINE, &key_file, &state);
     until(&mut op, "a heartbeat of the restarted agent", |m| {
@@ -175,7 +181,7 @@ async fn install_flow(rt: RuntimeKind) {
     })
     .await;
     assert!(
-        !disk2.exists(),
+        std::fs::read(&disk2).unwrap().is_empty(),
         "generation 2 was installed twice:\n{}",
         agent.log()
     );
@@ -190,7 +196,7 @@ async fn install_flow(rt: RuntimeKind) {
                 "os/metropolis",
                 "v1",
                 &wrong,
-                &dir.path().join("x.img"),
+                &shm.path().join("x.img"),
             ),
             "digest",
         ),
@@ -200,7 +206,7 @@ async fn install_flow(rt: RuntimeKind) {
                 "os/missing",
                 "",
                 &digest,
-                &dir.path().join("y.img"),
+                &shm.path().join("y.img"),
             ),
             "not found",
         ),
@@ -210,7 +216,7 @@ async fn install_flow(rt: RuntimeKind) {
                 "os/metropolis",
                 "",
                 &digest,
-                &dir.path().join("z.img"),
+                &shm.path().join("z.img"),
             ),
             "127.0.0.1:1",
         ),

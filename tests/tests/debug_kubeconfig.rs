@@ -1,14 +1,21 @@
 //! GetDebugKubeconfig against a real daemon: the kubeconfig parses, its
 //! certificate chains to the Kubernetes CA (generated or configured) with
 //! CN=id and O=each group and the configured validity; errors name the
-//! field or the flags.
+//! field or the flags. No kubeconfig is ever a Metropolis credential: the
+//! cluster CA is refused as the Kubernetes CA at start, and Metropolis
+//! identities' names are refused in requests. The debug listener needs an
+//! opt-in to listen beyond loopback, and every issuance logs its caller's
+//! address.
 
 #![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::Duration;
 
 use base64::Engine as _;
 use metropolis_host::pki::{ClusterCa, GENERATED_KUBERNETES_CA_CERT, Kubeconfig};
 use metropolis_proto::prelude::debug;
-use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes};
+use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, free_port};
 
 fn decode(b64: &str) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD
@@ -106,6 +113,17 @@ async fn generated_ca_kubeconfig(runtime: RuntimeKind) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert!(d.log().contains("not_after_unix"), "{}", d.log());
+    // With the caller's address.
+    let log = d.log();
+    let issued = log
+        .lines()
+        .find(|l| l.contains("issued a debug kubeconfig"))
+        .unwrap();
+    let peer = issued
+        .split_once("peer")
+        .map(|(_, rest)| rest)
+        .unwrap_or("");
+    assert!(peer.contains("127.0.0.1:"), "{issued}");
 }
 
 async fn configured_ca_kubeconfig(runtime: RuntimeKind) {
@@ -177,8 +195,224 @@ async fn no_ca_is_failed_precondition(runtime: RuntimeKind) {
     );
 }
 
+/// Spawns a daemon on `data` with `extra` flags that must refuse to
+/// start; returns what it logged (not what earlier daemons on `data`
+/// did).
+fn refused_start(data: &Path, runtime: RuntimeKind, extra: &[String]) -> String {
+    let earlier = std::fs::read_to_string(data.with_extension("log"))
+        .map(|l| l.len())
+        .unwrap_or(0);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut d = Daemon::spawn_with(data, addr, runtime, extra);
+    let status = d.wait_exit(Duration::from_secs(30));
+    assert!(!status.success(), "started with {extra:?}:\n{}", d.log());
+    d.log()[earlier..].to_string()
+}
+
+/// The takeover: the cluster CA given as the Kubernetes CA would sign
+/// `O=metropolis, CN=owner` for anyone reaching the debug service, an
+/// owner credential. The daemon refuses to start with it, or with its key
+/// under another certificate, or with a CA it signed.
+async fn the_cluster_ca_is_refused_as_kubernetes_ca(runtime: RuntimeKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut d = Daemon::start(&data, runtime);
+    assert!(d.terminate().success());
+    let pki = data.join("pki");
+    let cluster_key = std::fs::read_to_string(pki.join("ca-key.pem")).unwrap();
+    let key_pair = rcgen::KeyPair::from_pem(&cluster_key).unwrap();
+    let ca_params = |cn: &str| {
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+        params
+    };
+    // The cluster key under a certificate of its own.
+    let rekeyed = dir.path().join("rekeyed.pem");
+    let cert = ca_params("Kubernetes CA").self_signed(&key_pair).unwrap();
+    std::fs::write(&rekeyed, cert.pem()).unwrap();
+    // A CA the cluster CA signed.
+    let sub_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let cluster_issuer = rcgen::Issuer::new(
+        ca_params(metropolis_host::pki::CA_COMMON_NAME),
+        rcgen::KeyPair::from_pem(&cluster_key).unwrap(),
+    );
+    let sub = ca_params("Kubernetes CA")
+        .signed_by(&sub_key, &cluster_issuer)
+        .unwrap();
+    let sub_cert = dir.path().join("sub.pem");
+    let sub_key_file = dir.path().join("sub-key.pem");
+    std::fs::write(&sub_cert, sub.pem()).unwrap();
+    std::fs::write(&sub_key_file, sub_key.serialize_pem()).unwrap();
+
+    let cases = [
+        (
+            pki.join("ca.pem"),
+            pki.join("ca-key.pem"),
+            "it is the cluster CA certificate",
+        ),
+        (
+            rekeyed,
+            pki.join("ca-key.pem"),
+            "its key is the cluster CA's key",
+        ),
+        (sub_cert, sub_key_file, "it is signed by the cluster CA"),
+    ];
+    for (cert, key, why) in cases {
+        let log = refused_start(
+            &data,
+            runtime,
+            &[
+                "--debug-listen".into(),
+                format!("127.0.0.1:{}", free_port()),
+                "--kubernetes-ca-cert".into(),
+                cert.display().to_string(),
+                "--kubernetes-ca-key".into(),
+                key.display().to_string(),
+            ],
+        );
+        let error = log
+            .lines()
+            .find(|l| l.starts_with("metropolisd: "))
+            .unwrap_or_else(|| panic!("no error line:\n{log}"));
+        assert!(error.contains("--kubernetes-ca-cert"), "{error}");
+        assert!(error.contains(why), "{why}: {error}");
+        assert!(error.contains("not the cluster CA"), "{error}");
+        assert!(!log.contains("curator serving"), "{log}");
+    }
+}
+
+/// Even with a legitimate Kubernetes CA of its own, a debug kubeconfig
+/// never names a Metropolis identity: CN owner, CN metropolis-…, O
+/// metropolis are InvalidArgument naming the field (the kubeconfig RPC
+/// has no caller identity to deny: the argument is what is refused).
+async fn metropolis_identities_are_refused(runtime: RuntimeKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let ca =
+        ClusterCa::generate_with("Test Kubernetes CA", &rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let cert = dir.path().join("k8s-ca.pem");
+    let key = dir.path().join("k8s-ca-key.pem");
+    std::fs::write(&cert, ca.cert_pem()).unwrap();
+    std::fs::write(&key, ca.key_pem()).unwrap();
+    let d = Daemon::start_debug(
+        &dir.path().join("data"),
+        runtime,
+        &[
+            "--kubernetes-ca-cert",
+            cert.to_str().unwrap(),
+            "--kubernetes-ca-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    let node = d.node_id().to_string();
+    let mut client = d.debug_client().await;
+    for (id, groups, field) in [
+        ("owner", vec!["metropolis"], "id:"),
+        ("owner", vec![], "id:"),
+        (node.as_str(), vec![], "id:"),
+        ("Metropolis-0123", vec!["dev"], "id:"),
+        ("alice", vec!["dev", "metropolis"], "groups[1]:"),
+        ("alice", vec!["METROPOLIS"], "groups[0]:"),
+    ] {
+        let e = client
+            .get_debug_kubeconfig(debug::GetDebugKubeconfigRequest {
+                id: id.into(),
+                groups: groups.iter().map(|g| g.to_string()).collect(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{id} {groups:?}");
+        assert!(e.message().starts_with(field), "{}", e.message());
+        assert!(e.message().contains("is reserved"), "{}", e.message());
+    }
+    // As the takeover would ask for it, through metroctl.
+    let out = d.metroctl(&["kubeconfig", "--id", "owner", "--group", "metropolis"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("InvalidArgument") && stderr.contains("id:"),
+        "{stderr}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Names that only resemble them are Kubernetes names like any other.
+    let resp = client
+        .get_debug_kubeconfig(debug::GetDebugKubeconfigRequest {
+            id: "owner-alice".into(),
+            groups: vec!["metropolis-admins".into()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    check(
+        &resp.debug_kubeconfig,
+        &ca.cert_pem(),
+        "owner-alice",
+        &["metropolis-admins"],
+        "https://127.0.0.1:6443",
+    );
+}
+
+/// A debug listener beyond loopback needs --debug-listen-non-loopback:
+/// refused without it (naming both flags), served with it, with a warning
+/// that says the service is reachable from the network.
+async fn non_loopback_debug_listen_needs_the_opt_in(runtime: RuntimeKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = refused_start(
+        &data,
+        runtime,
+        &["--debug-listen".into(), format!("0.0.0.0:{}", free_port())],
+    );
+    let error = log
+        .lines()
+        .find(|l| l.starts_with("metropolisd: "))
+        .unwrap_or_else(|| panic!("no error line:\n{log}"));
+    assert!(error.contains("--debug-listen 0.0.0.0:"), "{error}");
+    assert!(error.contains("--debug-listen-non-loopback"), "{error}");
+    assert!(error.contains("not a loopback address"), "{error}");
+    assert!(
+        !data.join("pki").exists(),
+        "refused before creating anything"
+    );
+
+    let d = Daemon::start_debug_on(&data, runtime, "0.0.0.0", &["--debug-listen-non-loopback"]);
+    assert!(
+        d.log().contains("REACHABLE FROM THE NETWORK"),
+        "{}",
+        d.log()
+    );
+    d.debug_client()
+        .await
+        .get_debug_kubeconfig(debug::GetDebugKubeconfigRequest {
+            id: "alice".into(),
+            groups: vec![],
+        })
+        .await
+        .unwrap();
+
+    // On loopback, the opt-in changes nothing but the flag being allowed.
+    let other = dir.path().join("other");
+    let d = Daemon::start_debug(&other, runtime, &["--debug-listen-non-loopback"]);
+    assert!(d.log().contains("UNAUTHENTICATED"), "{}", d.log());
+    assert!(
+        !d.log().contains("REACHABLE FROM THE NETWORK"),
+        "{}",
+        d.log()
+    );
+}
+
 against_both_runtimes!(
     generated_ca_kubeconfig,
     configured_ca_kubeconfig,
     no_ca_is_failed_precondition,
+    the_cluster_ca_is_refused_as_kubernetes_ca,
+    metropolis_identities_are_refused,
+    non_loopback_debug_listen_needs_the_opt_in,
 );

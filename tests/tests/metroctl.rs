@@ -1,5 +1,6 @@
 //! `metroctl` as a user runs it, against a real daemon: the tour of the
-//! README, and errors that name the field.
+//! README, and errors that name the field; installation requests name a
+//! device under /dev, on both runtimes.
 
 #![allow(clippy::unwrap_used)]
 
@@ -8,7 +9,7 @@ use std::process::{Command, Output};
 #[path = "../../host/tests/images/archives.rs"]
 mod archives;
 
-use metropolis_tests::{Daemon, RuntimeKind, daemon_bin};
+use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, daemon_bin};
 
 struct Ctl<'a> {
     d: &'a Daemon,
@@ -376,3 +377,69 @@ fn debug_commands_load_image_and_trace() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// `install request --root-device` names a device: a device name or a
+/// path under /dev/ without `..`. The curator refuses anything else
+/// (InvalidArgument naming the field) and the generation stays.
+async fn install_requests_name_a_device(runtime: RuntimeKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("d"), runtime);
+    let ctl = Ctl { d: &d };
+    let machine = "3b241101-e2bb-4255-8caf-4136c566a962";
+    ctl.ok(
+        true,
+        &[
+            "machine",
+            "add",
+            machine,
+            "--agent-pubkey",
+            &"ab".repeat(32),
+        ],
+    );
+    let image = format!("http://127.0.0.1:5000/os@sha256:{}", "a".repeat(64));
+    let request = |root: &str| {
+        vec![
+            "install".to_string(),
+            "request".into(),
+            machine.into(),
+            "--image".into(),
+            image.clone(),
+            "--root-device".into(),
+            root.into(),
+        ]
+    };
+    let regular = dir.path().join("disk.img");
+    std::fs::write(&regular, b"").unwrap();
+    let regular = regular.to_str().unwrap().to_string();
+    for (root, problem) in [
+        ("/etc/shadow", "is not under /dev/"),
+        ("../../etc/passwd", "is not an absolute path"),
+        ("", "missing"),
+        (regular.as_str(), "is not under /dev/"),
+        ("/dev/../etc/shadow", "a . or .. component"),
+    ] {
+        let args = request(root);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let e = ctl.fails(true, &args);
+        assert!(e.contains("InvalidArgument"), "{root:?}: {e}");
+        assert!(
+            e.contains("request.metropolis.root_device: "),
+            "{root:?}: {e}"
+        );
+        assert!(e.contains(problem), "{root:?}: {e}");
+    }
+    assert!(
+        ctl.ok(true, &["install", "status", machine])
+            .contains("no installation request")
+    );
+    for (root, generation) in [("sda", 1), ("/dev/disk/by-id/nvme-x", 2)] {
+        let args = request(root);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = ctl.ok(true, &args);
+        assert!(out.contains(&format!("generation {generation}")), "{out}");
+    }
+    let status = ctl.ok(true, &["install", "status", machine]);
+    assert!(status.contains("-> /dev/disk/by-id/nvme-x"), "{status}");
+}
+
+against_both_runtimes!(install_requests_name_a_device);

@@ -24,10 +24,12 @@
 
 mod agent;
 mod report;
+mod root_device;
 mod server;
 
 pub use agent::{Action, AgentConfig, AgentLoop, ConfigError, HeartbeatPlan, offered_request};
 pub use report::{Report, ReportResult};
+pub use root_device::{DEVICE_DIR, MAX_ROOT_DEVICE_BYTES, RootDeviceError, root_device_path};
 pub use server::{
     HeartbeatOutcome, InstallationReport, InstallationRequest, MAX_ERROR_BYTES, MAX_REPORTS,
     MachineRecord, RecordError, ReportDisposition, RequestError, SCHEMA_VERSION,

@@ -82,6 +82,10 @@ pub struct HeartbeatOutcome {
 }
 
 /// An operator's installation request that cannot be accepted.
+///
+/// The `Display` of every variant but [`Malformed`](Self::Malformed)
+/// starts with the request field it is about (`type: …`,
+/// `metropolis.root_device: …`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RequestError {
@@ -89,6 +93,9 @@ pub enum RequestError {
     Malformed(prost::DecodeError),
     /// The request selects no installation flow (its `type` oneof is unset).
     MissingType,
+    /// Its `metropolis.root_device` names no device (see
+    /// [`root_device_path`](super::root_device_path)).
+    RootDevice(super::RootDeviceError),
     /// The machine's generations are exhausted (`i64::MAX` was issued).
     GenerationExhausted,
 }
@@ -103,6 +110,7 @@ impl fmt::Display for RequestError {
                 f,
                 "type: the request selects no installation flow (set `metropolis`)"
             ),
+            RequestError::RootDevice(e) => write!(f, "metropolis.root_device: {e}"),
             RequestError::GenerationExhausted => write!(
                 f,
                 "generation: this machine's request generations are exhausted"
@@ -115,6 +123,7 @@ impl std::error::Error for RequestError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             RequestError::Malformed(e) => Some(e),
+            RequestError::RootDevice(e) => Some(e),
             _ => None,
         }
     }
@@ -239,7 +248,9 @@ impl MachineRecord {
     /// machine's request, with the next generation, replacing the previous
     /// request.
     ///
-    /// The request must decode and select an installation flow (`type`).
+    /// The request must decode and select an installation flow (`type`),
+    /// and its root device must name a device under `/dev`
+    /// ([`root_device_path`](super::root_device_path)).
     /// Any `generation` it carries is overridden. The stored bytes are the
     /// submitted bytes followed by the `generation` field: a parser takes
     /// the last value of a repeated scalar field, so the request reads with
@@ -251,8 +262,12 @@ impl MachineRecord {
     ) -> Result<InstallationRequest, RequestError> {
         let decoded =
             agent::OsInstallationRequest::decode(submitted).map_err(RequestError::Malformed)?;
-        if decoded.r#type.is_none() {
-            return Err(RequestError::MissingType);
+        match &decoded.r#type {
+            None => return Err(RequestError::MissingType),
+            Some(agent::os_installation_request::Type::Metropolis(metropolis)) => {
+                super::root_device_path(&metropolis.root_device)
+                    .map_err(RequestError::RootDevice)?;
+            }
         }
         let generation = self.next_generation;
         let next = generation
@@ -669,6 +684,25 @@ mod tests {
         assert!(err.to_string().starts_with("type:"), "{err}");
         let err = record.submit_request(&[0xff, 0xff]).expect_err("garbage");
         assert!(matches!(err, RequestError::Malformed(_)), "{err}");
+        for root in [
+            "",
+            "/etc/shadow",
+            "../../etc/passwd",
+            "/tmp/disk.img",
+            "/dev/../etc",
+        ] {
+            let err = record
+                .submit_request(&request_bytes(root))
+                .expect_err("not a device");
+            assert!(
+                matches!(err, RequestError::RootDevice(_)),
+                "{root:?}: {err}"
+            );
+            assert!(
+                err.to_string().starts_with("metropolis.root_device: "),
+                "{err}"
+            );
+        }
         assert_eq!(record.next_generation(), 1);
         assert_eq!(record.request, None);
     }

@@ -29,7 +29,7 @@ use super::unary;
 use super::curator::store_status;
 use crate::identity::Identity;
 use crate::ports::{KvStore, WallClock};
-use crate::provisioning::MachineRecord;
+use crate::provisioning::{MachineRecord, RequestError};
 use crate::store::{CmpOp, Compare, CompareTarget, KeyRange, KeyValue, Op, OpResult, Txn};
 
 /// Key prefix of machine records.
@@ -288,6 +288,28 @@ impl machine_management_server::MachineManagement for ProvisioningService {
         ))
     }
 
+    async fn remove_machine(
+        &self,
+        request: tonic::Request<private::RemoveMachineRequest>,
+    ) -> Result<tonic::Response<private::RemoveMachineResponse>, Status> {
+        let id = request.into_inner().machine_id;
+        check_machine_id(&id)?;
+        // One delete: a heartbeat racing it either commits first (and is
+        // deleted with the record) or finds no record (Unauthenticated).
+        let txn = Txn {
+            success: vec![Op::Delete(KeyRange::Key(machine_key(&id)))],
+            ..Default::default()
+        };
+        let response = self.store.txn(txn).await.map_err(store_status)?;
+        match response.results.first() {
+            Some(OpResult::Delete(deleted)) if !deleted.is_empty() => {
+                tracing::info!(machine = %id, "machine removed");
+                Ok(tonic::Response::new(private::RemoveMachineResponse {}))
+            }
+            _ => Err(Status::not_found(format!("machine {id} not found"))),
+        }
+    }
+
     async fn submit_installation_request(
         &self,
         request: tonic::Request<private::SubmitInstallationRequestRequest>,
@@ -299,7 +321,14 @@ impl machine_management_server::MachineManagement for ProvisioningService {
                 record
                     .submit_request(&req.request)
                     .map(|r| r.generation)
-                    .map_err(|e| Status::invalid_argument(format!("request: {e}")))
+                    .map_err(|e| match e {
+                        // Not a request at all: the field is `request`.
+                        RequestError::Malformed(_) => {
+                            Status::invalid_argument(format!("request: {e}"))
+                        }
+                        // A field of the request: `request.<field>: …`.
+                        _ => Status::invalid_argument(format!("request.{e}")),
+                    })
             })
             .await?;
         tracing::info!(machine = %req.machine_id, generation, "installation request submitted");

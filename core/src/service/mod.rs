@@ -16,6 +16,7 @@ pub mod forward;
 mod health;
 mod introspection;
 mod reflection;
+mod remote_addr;
 mod routed_body;
 mod router;
 mod unary;
@@ -30,6 +31,7 @@ pub use curator_http::{CuratorHttp, WatchBody};
 pub use health::{HealthMonitor, HealthService, HealthWatch, Readiness};
 pub use introspection::INTROSPECTION_SERVICES;
 pub use reflection::ReflectionService;
+pub use remote_addr::RemoteAddr;
 pub use router::{GrpcService, Router};
 pub use watch_cache::{WatchCache, WatchCacheOptions, WatchStream};
 

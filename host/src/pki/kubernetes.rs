@@ -94,6 +94,29 @@ impl KubernetesCa {
         self.generated
     }
 
+    /// Checks that this CA is not the cluster CA `cluster` in any form:
+    /// not its certificate, not its key (under another certificate), not a
+    /// CA the cluster CA signed. Any of those would make the debug
+    /// kubeconfigs it signs chain to the cluster CA, i.e. cluster
+    /// credentials.
+    pub fn check_separate_from(&self, cluster: &ClusterCa) -> Result<(), SharedCa> {
+        let own = self.ca.cert_der();
+        let theirs = cluster.cert_der();
+        if own.as_ref() == theirs.as_ref() {
+            return Err(SharedCa::SameCertificate);
+        }
+        // Both were checked at load: their keys belong to their
+        // certificates.
+        let (own, theirs) = (parse_ca(&own)?, parse_ca(&theirs)?);
+        if own.public_key().raw == theirs.public_key().raw {
+            return Err(SharedCa::SameKey);
+        }
+        if own.verify_signature(Some(theirs.public_key())).is_ok() {
+            return Err(SharedCa::IssuedByClusterCa);
+        }
+        Ok(())
+    }
+
     /// The CA certificate, PEM.
     pub fn cert_pem(&self) -> String {
         self.ca.cert_pem()
@@ -141,6 +164,42 @@ impl KubernetesCa {
         Ok((pem, key.serialize_pem(), not_after))
     }
 }
+
+/// A CA certificate, parsed for [`KubernetesCa::check_separate_from`].
+fn parse_ca(der: &[u8]) -> Result<x509_parser::certificate::X509Certificate<'_>, SharedCa> {
+    x509_parser::parse_x509_certificate(der)
+        .map(|(_, cert)| cert)
+        .map_err(|e| SharedCa::Unreadable(e.to_string()))
+}
+
+/// How a Kubernetes CA overlaps the cluster CA (see
+/// [`KubernetesCa::check_separate_from`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SharedCa {
+    /// Its certificate is the cluster CA's.
+    SameCertificate,
+    /// Its key is the cluster CA's, under another certificate.
+    SameKey,
+    /// The cluster CA signed its certificate.
+    IssuedByClusterCa,
+    /// One of the certificates cannot be parsed (both parsed at load, so
+    /// this does not happen).
+    Unreadable(String),
+}
+
+impl std::fmt::Display for SharedCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SharedCa::SameCertificate => f.write_str("it is the cluster CA certificate"),
+            SharedCa::SameKey => f.write_str("its key is the cluster CA's key"),
+            SharedCa::IssuedByClusterCa => f.write_str("it is signed by the cluster CA"),
+            SharedCa::Unreadable(e) => write!(f, "it cannot be compared with the cluster CA: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SharedCa {}
 
 /// Reads one DER header at `at`: (tag, header length, content length).
 fn tlv(der: &[u8], at: usize) -> Option<(u8, usize, usize)> {
@@ -519,6 +578,58 @@ mod tests {
             issuer.issue_kubeconfig("bob", &too_many),
             Err(KubeconfigError::Invalid(_))
         ));
+    }
+
+    /// A CA certificate for `key`, self-signed or signed by `issuer`.
+    fn ca_cert(key: &KeyPair, issuer: Option<&ClusterCa>) -> String {
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "Kubernetes CA");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+        match issuer {
+            None => params.self_signed(key).unwrap().pem(),
+            Some(ca) => params.signed_by(key, ca.issuer()).unwrap().pem(),
+        }
+    }
+
+    fn configured(cert_pem: &str, key_pem: &str) -> KubernetesCa {
+        KubernetesCa {
+            ca: ClusterCa::from_pem(cert_pem, key_pem).unwrap(),
+            generated: false,
+        }
+    }
+
+    #[test]
+    fn the_cluster_ca_in_any_form_is_refused() {
+        let cluster = ClusterCa::generate().unwrap();
+        let same = configured(&cluster.cert_pem(), &cluster.key_pem());
+        assert_eq!(
+            same.check_separate_from(&cluster),
+            Err(SharedCa::SameCertificate)
+        );
+        // The cluster key under a certificate of its own.
+        let cluster_key = KeyPair::from_pem(&cluster.key_pem()).unwrap();
+        let rekeyed = configured(&ca_cert(&cluster_key, None), &cluster.key_pem());
+        assert_eq!(
+            rekeyed.check_separate_from(&cluster),
+            Err(SharedCa::SameKey)
+        );
+        // A CA the cluster CA signed.
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let sub = configured(&ca_cert(&key, Some(&cluster)), &key.serialize_pem());
+        assert_eq!(
+            sub.check_separate_from(&cluster),
+            Err(SharedCa::IssuedByClusterCa)
+        );
+        // A CA of its own passes, configured or generated.
+        let own = configured(&ca_cert(&key, None), &key.serialize_pem());
+        assert_eq!(own.check_separate_from(&cluster), Ok(()));
+        let dir = tempfile::tempdir().unwrap();
+        let generated = KubernetesCa::load_or_generate(dir.path()).unwrap();
+        assert_eq!(generated.check_separate_from(&cluster), Ok(()));
+        assert!(SharedCa::SameKey.to_string().contains("cluster CA"));
     }
 
     #[test]

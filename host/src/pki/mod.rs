@@ -42,7 +42,7 @@ pub use keys::{generate_ed25519_key, upgrade_key_file};
 pub use kubernetes::{
     Cluster, Context, DEFAULT_KUBECONFIG_VALIDITY, DebugKubeconfigs, GENERATED_KUBERNETES_CA_CERT,
     GENERATED_KUBERNETES_CA_KEY, GENERATED_KUBERNETES_CA_NAME, Kubeconfig, KubernetesCa,
-    MAX_KUBECONFIG_GROUPS, NamedCluster, NamedContext, NamedUser, User,
+    MAX_KUBECONFIG_GROUPS, NamedCluster, NamedContext, NamedUser, SharedCa, User,
 };
 pub use tls::{ALPN_H2, ClientAuth, client_config, node_server_config, server_config};
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use clap::Subcommand;
 use metropolis_host::grpc::Channel;
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
-    AddMachineRequest, GetMachineRequest, ListMachinesRequest, Machine,
+    AddMachineRequest, GetMachineRequest, ListMachinesRequest, Machine, RemoveMachineRequest,
     SubmitInstallationRequestRequest, machine_management_client::MachineManagementClient,
 };
 use metropolis_proto::prelude::{agent, debug as api};
@@ -41,6 +41,12 @@ pub enum MachineCommand {
         /// The machine's ID.
         id: String,
     },
+    /// Remove a machine: its agent key, reports and installation request.
+    /// Its agent's heartbeats are refused from then on.
+    Rm {
+        /// The machine's ID.
+        id: String,
+    },
 }
 
 /// `metroctl install …`
@@ -56,7 +62,10 @@ pub enum InstallCommand {
         /// Tag to fetch instead of the digest (the digest still verifies).
         #[arg(long)]
         tag: Option<String>,
-        /// Block device (or file) to install to, e.g. /dev/nvme0n1.
+        /// The device to install to: a device name (sda, meaning
+        /// /dev/sda) or a path under /dev/ without . or .. components
+        /// (/dev/nvme0n1, /dev/disk/by-id/...). The curator refuses
+        /// anything else.
         #[arg(long)]
         root_device: String,
         /// File holding an encoded metropolis.proto.api.NodeParameters.
@@ -256,6 +265,15 @@ pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), Cl
                 Some(r) => outln!("hardware report  {r:#?}"),
                 None => outln!("hardware report  none yet"),
             }
+        }
+        MachineCommand::Rm { id } => {
+            client
+                .remove_machine(RemoveMachineRequest {
+                    machine_id: id.clone(),
+                })
+                .await
+                .map_err(status_error)?;
+            outln!("machine {id} removed");
         }
     }
     Ok(())

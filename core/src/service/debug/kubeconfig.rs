@@ -1,8 +1,18 @@
 //! `GetDebugKubeconfig`: request validation and the issuance log.
+//!
+//! A debug kubeconfig is for Kubernetes, never for Metropolis: its common
+//! name and organizations may not be ones the cluster's certificate
+//! classifier ([`identity_from_certificate`](crate::identity::identity_from_certificate))
+//! reads as the owner or a node, whatever CA signs it. The daemon also
+//! refuses to start with a Kubernetes CA that is the cluster CA; this check
+//! is the second, independent layer.
+
+use std::net::SocketAddr;
 
 use metropolis_proto::prelude::debug;
 use tonic::Status;
 
+use crate::identity::{ReservedName, reserved_common_name, reserved_organization};
 use crate::ports::{IssuedKubeconfig, KubeconfigError, KubeconfigIssuer};
 
 /// Longest accepted identity or group name, in bytes.
@@ -35,9 +45,24 @@ fn check_name(field: &str, value: &str) -> Result<(), Status> {
     Ok(())
 }
 
-/// Validates a request: InvalidArgument naming the field.
+/// InvalidArgument for `value` of `field`, a Metropolis identity's name.
+fn reserved(field: &str, value: &str, why: ReservedName) -> Status {
+    Status::invalid_argument(format!(
+        "{field}: {} is reserved: {why}; debug kubeconfigs are Kubernetes credentials and never \
+         carry a Metropolis identity (common name \"owner\" or \"metropolis-...\", organization \
+         \"metropolis\", in any letter case)",
+        crate::quote::quoted(value)
+    ))
+}
+
+/// Validates a request: InvalidArgument naming the field, for a name that
+/// is empty, too long, has control characters or is a Metropolis
+/// identity's ([`ReservedName`]).
 pub fn validate(request: &debug::GetDebugKubeconfigRequest) -> Result<(), Status> {
     check_name("id", &request.id)?;
+    if let Some(why) = reserved_common_name(&request.id) {
+        return Err(reserved("id", &request.id, why));
+    }
     if request.groups.len() > MAX_GROUPS {
         return Err(Status::invalid_argument(format!(
             "groups: {} given, at most {MAX_GROUPS} allowed",
@@ -45,16 +70,22 @@ pub fn validate(request: &debug::GetDebugKubeconfigRequest) -> Result<(), Status
         )));
     }
     for (i, group) in request.groups.iter().enumerate() {
-        check_name(&format!("groups[{i}]"), group)?;
+        let field = format!("groups[{i}]");
+        check_name(&field, group)?;
+        if let Some(why) = reserved_organization(group) {
+            return Err(reserved(&field, group, why));
+        }
     }
     Ok(())
 }
 
 /// Validates, issues through `issuer`, and logs the issuance (id, groups,
-/// expiry; a warning for `system:masters`).
+/// expiry, and the caller's address `peer` when the listener knows it; a
+/// warning for `system:masters`).
 pub fn issue(
     issuer: Option<&dyn KubeconfigIssuer>,
     request: &debug::GetDebugKubeconfigRequest,
+    peer: Option<SocketAddr>,
 ) -> Result<debug::GetDebugKubeconfigResponse, Status> {
     validate(request)?;
     let Some(issuer) = issuer else {
@@ -77,8 +108,10 @@ pub fn issue(
                 Status::internal(format!("issuing the kubeconfig failed: {m}"))
             }
         })?;
+    let peer = peer.map_or_else(|| "unknown".to_owned(), |addr| addr.to_string());
     if request.groups.iter().any(|g| g == SYSTEM_MASTERS) {
         tracing::warn!(
+            %peer,
             id = %request.id,
             groups = ?request.groups,
             not_after_unix,
@@ -88,6 +121,7 @@ pub fn issue(
         );
     } else {
         tracing::info!(
+            %peer,
             id = %request.id,
             groups = ?request.groups,
             not_after_unix,
@@ -129,8 +163,32 @@ mod tests {
     }
 
     #[test]
+    fn metropolis_identities_are_refused() {
+        let node = "metropolis-000102030405060708090a0b0c0d0e0f";
+        for (id, groups, field) in [
+            ("owner", &["metropolis"][..], "id:"),
+            ("Owner", &[][..], "id:"),
+            (node, &[][..], "id:"),
+            ("METROPOLIS-anything", &[][..], "id:"),
+            ("alice", &["dev", "metropolis"][..], "groups[1]:"),
+            ("alice", &["MetroPolis"][..], "groups[0]:"),
+        ] {
+            let e = validate(&req(id, groups)).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{id} {groups:?}");
+            assert!(e.message().starts_with(field), "{}", e.message());
+            assert!(e.message().contains("is reserved"), "{}", e.message());
+        }
+        // Near misses are Kubernetes names like any other.
+        validate(&req("owner-alice", &["metropolis-admins", "dev"])).unwrap();
+        validate(&req("system:node:metropolis-1", &[])).unwrap();
+        // Refused before any issuer is consulted.
+        let e = issue(None, &req("owner", &[]), None).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
     fn without_issuer_fails_naming_the_flags() {
-        let e = issue(None, &req("alice", &[])).unwrap_err();
+        let e = issue(None, &req("alice", &[]), None).unwrap_err();
         assert_eq!(e.code(), tonic::Code::FailedPrecondition);
         assert!(
             e.message().contains("--kubernetes-ca-cert"),
@@ -138,7 +196,7 @@ mod tests {
             e.message()
         );
         // Validation comes first.
-        let e = issue(None, &req("", &[])).unwrap_err();
+        let e = issue(None, &req("", &[]), None).unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
     }
 }

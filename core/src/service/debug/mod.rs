@@ -149,7 +149,9 @@ impl NodeDebugService for DebugService {
         &self,
         request: Request<debug::GetDebugKubeconfigRequest>,
     ) -> Result<Response<debug::GetDebugKubeconfigResponse>, Status> {
-        kubeconfig::issue(self.inner.kubeconfig.as_deref(), request.get_ref()).map(Response::new)
+        let peer = request.extensions().get::<super::RemoteAddr>().map(|r| r.0);
+        kubeconfig::issue(self.inner.kubeconfig.as_deref(), request.get_ref(), peer)
+            .map(Response::new)
     }
 
     type GetLogsStream = Closable<LogStream>;

@@ -123,15 +123,44 @@ impl fmt::Display for Progress {
     }
 }
 
-/// The root device path of a request's `root_device`: a name without `/`
-/// (`sda`, `nvme0n1`) is the block device of that name under `/dev`,
-/// anything else (`/dev/disk/by-id/…`, `./disk.img`) is a path.
-pub fn root_device_path(root_device: &str) -> PathBuf {
-    if root_device.contains('/') {
-        PathBuf::from(root_device)
-    } else {
-        Path::new("/dev").join(root_device)
+/// The root device path of a request's `root_device`, by the rule the
+/// server applies too ([`metropolis_core::provisioning::root_device_path`]):
+/// a name without `/` (`sda`, `nvme0n1`) is the device of that name under
+/// `/dev`, a path must be absolute and under `/dev/` without `.` or `..`
+/// components. Where the path exists, it must also stay under `/dev/` once
+/// its symbolic links are resolved: `/dev/disk/by-id/…` leads to
+/// `/dev/sda`, but `/dev/stdout` or `/dev/fd/3` lead out of it.
+pub fn root_device_path(root_device: &str) -> Result<PathBuf, InstallError> {
+    let invalid = |problem: String| InstallError::InvalidRequest {
+        field: "metropolis.root_device",
+        problem,
+    };
+    let path = PathBuf::from(
+        metropolis_core::provisioning::root_device_path(root_device)
+            .map_err(|e| invalid(e.to_string()))?,
+    );
+    match std::fs::symlink_metadata(&path) {
+        // Nothing there (yet): the installer's open says what it finds.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(path),
+        Err(e) => return Err(invalid(format!("{}: {e}", path.display()))),
+        Ok(_) => {}
     }
+    let resolved = std::fs::canonicalize(&path).map_err(|e| {
+        invalid(format!(
+            "{}: cannot resolve its symbolic links: {e}",
+            path.display()
+        ))
+    })?;
+    let dev = Path::new(metropolis_core::provisioning::DEVICE_DIR);
+    if resolved.parent().is_none_or(|p| !p.starts_with(dev)) {
+        return Err(invalid(format!(
+            "{} leads to {}, which is not under {}",
+            path.display(),
+            resolved.display(),
+            dev.display()
+        )));
+    }
+    Ok(path)
 }
 
 /// Carries out `request` with `installer`: checks that it is a Metropolis
@@ -154,13 +183,8 @@ pub fn install_request(
             problem: "missing".to_string(),
         });
     };
-    if metropolis.root_device.is_empty() {
-        return Err(InstallError::InvalidRequest {
-            field: "metropolis.root_device",
-            problem: "missing".to_string(),
-        });
-    }
-    installer.install(image, &root_device_path(&metropolis.root_device), progress)
+    let root_device = root_device_path(&metropolis.root_device)?;
+    installer.install(image, &root_device, progress)
 }
 
 /// [`install_request`] for an encoded `OSInstallationRequest`, as the
