@@ -72,6 +72,31 @@ pub fn bind_private(path: &Path) -> io::Result<std::os::unix::net::UnixListener>
     bound
 }
 
+/// Interval of TCP keepalive probes once a connection's idle time passed.
+pub const TCP_KEEPALIVE_PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+/// Unanswered probes after which the kernel drops the connection.
+pub const TCP_KEEPALIVE_PROBES: u32 = 3;
+
+/// Turns on TCP keepalive on `socket` (an accepted connection): after
+/// `idle` without traffic the kernel probes the peer every
+/// [`TCP_KEEPALIVE_PROBE_INTERVAL`] and drops the connection after
+/// [`TCP_KEEPALIVE_PROBES`] unanswered probes, so a peer that vanished
+/// (host down, network cut) stops holding its streams. Costs nothing per
+/// call, unlike HTTP/2 PINGs. `None` leaves the socket as it is.
+pub fn set_tcp_keepalive(
+    socket: &impl std::os::fd::AsFd,
+    idle: Option<std::time::Duration>,
+) -> io::Result<()> {
+    let Some(idle) = idle else {
+        return Ok(());
+    };
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(idle)
+        .with_interval(TCP_KEEPALIVE_PROBE_INTERVAL)
+        .with_retries(TCP_KEEPALIVE_PROBES);
+    socket2::SockRef::from(socket).set_tcp_keepalive(&keepalive)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -97,29 +122,19 @@ mod tests {
         assert_eq!(left.len(), 1);
         bind_private(&path).unwrap();
     }
-}
 
-/// Interval of TCP keepalive probes once a connection's idle time passed.
-pub const TCP_KEEPALIVE_PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
-/// Unanswered probes after which the kernel drops the connection.
-pub const TCP_KEEPALIVE_PROBES: u32 = 3;
-
-/// Turns on TCP keepalive on `socket` (an accepted connection): after
-/// `idle` without traffic the kernel probes the peer every
-/// [`TCP_KEEPALIVE_PROBE_INTERVAL`] and drops the connection after
-/// [`TCP_KEEPALIVE_PROBES`] unanswered probes, so a peer that vanished
-/// (host down, network cut) stops holding its streams. Costs nothing per
-/// call, unlike HTTP/2 PINGs. `None` leaves the socket as it is.
-pub fn set_tcp_keepalive(
-    socket: &impl std::os::fd::AsFd,
-    idle: Option<std::time::Duration>,
-) -> io::Result<()> {
-    let Some(idle) = idle else {
-        return Ok(());
-    };
-    let keepalive = socket2::TcpKeepalive::new()
-        .with_time(idle)
-        .with_interval(TCP_KEEPALIVE_PROBE_INTERVAL)
-        .with_retries(TCP_KEEPALIVE_PROBES);
-    socket2::SockRef::from(socket).set_tcp_keepalive(&keepalive)
+    #[test]
+    fn tcp_keepalive_is_set_as_asked() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let sock = socket2::SockRef::from(&client);
+        assert!(!sock.keepalive().unwrap());
+        super::set_tcp_keepalive(&client, None).unwrap();
+        assert!(!sock.keepalive().unwrap());
+        super::set_tcp_keepalive(&client, Some(std::time::Duration::from_secs(42))).unwrap();
+        assert!(sock.keepalive().unwrap());
+        assert_eq!(sock.tcp_keepalive_time().unwrap().as_secs(), 42);
+        assert_eq!(sock.tcp_keepalive_interval().unwrap().as_secs(), 10);
+        assert_eq!(sock.tcp_keepalive_retries().unwrap(), 3);
+    }
 }

@@ -84,7 +84,12 @@ fn enable_auth(etcd: &Etcd) {
     etcd.etcdctl_ok(&["user", "grant-role", "root", "root"]);
     for (role, permission) in [("metropolis", "readwrite"), ("reader", "read")] {
         etcd.etcdctl_ok(&["role", "add", role]);
-        for prefix in ["/nodes/", "/machines/", "/cluster/", DEFAULT_ELECTION_PREFIX] {
+        for prefix in [
+            "/nodes/",
+            "/machines/",
+            "/cluster/",
+            DEFAULT_ELECTION_PREFIX,
+        ] {
             etcd.etcdctl_ok(&[
                 "role",
                 "grant-permission",
