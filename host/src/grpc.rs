@@ -10,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -21,6 +21,7 @@ use metropolis_core::service::forward::CuratorPeer;
 
 use crate::edge::{EdgeLimits, SharedTimer, TimerHandle};
 use crate::peer::Peer;
+use crate::wake_flag::WakeFlag;
 use metropolis_core::service::Router;
 use tonic::body::Body;
 
@@ -194,34 +195,14 @@ struct IdleWatch {
     timer: SharedTimer,
     timeout: Duration,
     sleep: Pin<Box<dyn hyper::rt::Sleep>>,
-    /// Set when `sleep` fires; `sleep` is polled with this alarm's waker,
-    /// so the connection's other wake-ups (one per frame) need not poll the
-    /// timer or read the clock: they load one flag.
-    alarm: Arc<Alarm>,
-    alarm_waker: Waker,
-    /// `sleep` was polled since it was armed (the timer holds the alarm).
-    armed: bool,
-    /// The connection task's waker the alarm wakes, as last registered.
-    task: Option<Waker>,
+    /// `sleep` is polled only once it woke, not on every wake-up of the
+    /// connection (one per frame).
+    woke: WakeFlag,
     calls: Arc<Calls>,
     /// `calls.started` when the sleep was armed.
     seen: u64,
     /// GOAWAY sent; the sleep is the drain deadline.
     closing: bool,
-}
-
-/// What the idle watch's timer wakes: a flag, and the connection's task.
-#[derive(Default)]
-struct Alarm {
-    fired: std::sync::atomic::AtomicBool,
-    task: futures::task::AtomicWaker,
-}
-
-impl futures::task::ArcWake for Alarm {
-    fn wake_by_ref(alarm: &Arc<Self>) {
-        alarm.fired.store(true, Ordering::Release);
-        alarm.task.wake();
-    }
 }
 
 /// What the idle watch says when its sleep ends.
@@ -236,13 +217,9 @@ enum IdleVerdict {
 
 impl IdleWatch {
     fn new(timer: SharedTimer, timeout: Duration, calls: Arc<Calls>) -> Self {
-        let alarm = Arc::new(Alarm::default());
         IdleWatch {
             sleep: timer.sleep(timeout),
-            alarm_waker: futures::task::waker(alarm.clone()),
-            alarm,
-            armed: false,
-            task: None,
+            woke: WakeFlag::new(),
             timer,
             timeout,
             calls,
@@ -253,21 +230,11 @@ impl IdleWatch {
 
     fn arm(&mut self, after: Duration) {
         self.sleep = self.timer.sleep(after);
-        self.armed = false;
+        self.woke.rearm();
     }
 
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<IdleVerdict> {
-        if !self.task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            self.alarm.task.register(cx.waker());
-            self.task = Some(cx.waker().clone());
-        }
-        if self.armed && !self.alarm.fired.load(Ordering::Acquire) {
-            return Poll::Pending;
-        }
-        self.alarm.fired.store(false, Ordering::Relaxed);
-        let mut alarm = Context::from_waker(&self.alarm_waker);
-        if self.sleep.as_mut().poll(&mut alarm).is_pending() {
-            self.armed = true;
+        if self.woke.poll(self.sleep.as_mut(), cx).is_pending() {
             return Poll::Pending;
         }
         if self.closing {
@@ -300,8 +267,10 @@ where
     S: Future<Output = ()>,
 {
     let mut shutting_down = false;
+    // The shutdown signal is polled only once it fired.
+    let mut signalled = WakeFlag::new();
     futures::future::poll_fn(|cx| {
-        if !shutting_down && shutdown.as_mut().poll(cx).is_ready() {
+        if !shutting_down && signalled.poll(shutdown.as_mut(), cx).is_ready() {
             shutting_down = true;
             connection.as_mut().graceful();
         }

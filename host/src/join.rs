@@ -19,7 +19,7 @@ use std::path::Path;
 
 use metropolis_core::curator::CLUSTER_CA_KEY;
 use metropolis_core::ports::KvStore;
-use metropolis_core::store::{CmpOp, Compare, CompareTarget, KeyRange, Op, OpResult, Txn};
+use metropolis_core::store::{KeyRange, Op, OpResult, Txn};
 use sha2::Digest;
 
 use crate::daemon::DaemonError;
@@ -109,19 +109,11 @@ pub fn install_bundle(bundle: &Path, pki: &Path) -> Result<(), DaemonError> {
 pub async fn check_cluster_ca(store: &dyn KvStore, ca: &ClusterCa) -> Result<(), DaemonError> {
     let key = bytes::Bytes::from_static(CLUSTER_CA_KEY);
     let ours = bytes::Bytes::from(ca.cert_pem().into_bytes());
-    let txn = Txn {
-        compares: vec![Compare {
-            key: key.clone(),
-            op: CmpOp::Equal,
-            target: CompareTarget::CreateRevision(0),
-        }],
-        success: vec![Op::Put {
-            key: key.clone(),
-            value: ours.clone(),
-            lease: 0,
-        }],
-        failure: vec![Op::Range(KeyRange::Key(key))],
-    };
+    let txn = Txn::create(
+        key.clone(),
+        ours.clone(),
+        vec![Op::Range(KeyRange::Key(key))],
+    );
     let response = store
         .txn(txn)
         .await

@@ -22,3 +22,4 @@ pub mod socket;
 pub mod store;
 pub mod tracefs;
 pub mod upstream;
+mod wake_flag;

@@ -30,7 +30,7 @@ use super::curator::store_status;
 use crate::identity::Identity;
 use crate::ports::{KvStore, WallClock};
 use crate::provisioning::{MachineRecord, RequestError};
-use crate::store::{CmpOp, Compare, CompareTarget, KeyRange, KeyValue, Op, OpResult, Txn};
+use crate::store::{KeyRange, KeyValue, Op, OpResult, Txn};
 
 /// Key prefix of machine records.
 pub const MACHINES_PREFIX: &[u8] = b"/machines/";
@@ -219,19 +219,7 @@ impl machine_management_server::MachineManagement for ProvisioningService {
         })?;
         let record = MachineRecord::new(req.machine_id.clone(), key);
         let k = machine_key(&req.machine_id);
-        let txn = Txn {
-            compares: vec![Compare {
-                key: k.clone(),
-                op: CmpOp::Equal,
-                target: CompareTarget::CreateRevision(0),
-            }],
-            success: vec![Op::Put {
-                key: k,
-                value: record.encode().into(),
-                lease: 0,
-            }],
-            failure: vec![],
-        };
+        let txn = Txn::create(k, record.encode().into(), vec![]);
         if !self.store.txn(txn).await.map_err(store_status)?.succeeded {
             return Err(Status::already_exists(format!(
                 "machine {} already exists",

@@ -15,7 +15,7 @@ use super::watch_cache::{WatchCache, WatchStream};
 use crate::curator::{NODE_RECORD_SCHEMA, decode_record, node_key, validate_status};
 use crate::identity::{Identity, NodeId};
 use crate::ports::{CertIssuer, KvStore};
-use crate::store::{CmpOp, Compare, CompareTarget, KeyRange, Op, OpResult, StoreError, Txn};
+use crate::store::{KeyRange, Op, OpResult, StoreError, Txn};
 
 /// The Curator (`Watch`, `UpdateNodeStatus`) and the private
 /// NodeManagement (`AddNode`, `RemoveNode`) services.
@@ -83,19 +83,7 @@ impl CuratorService {
             status: None,
             state: state as i32,
         };
-        let txn = Txn {
-            compares: vec![Compare {
-                key: key.clone(),
-                op: CmpOp::Equal,
-                target: CompareTarget::CreateRevision(0),
-            }],
-            success: vec![Op::Put {
-                key,
-                value: record.encode_to_vec().into(),
-                lease: 0,
-            }],
-            failure: vec![],
-        };
+        let txn = Txn::create(key, record.encode_to_vec().into(), vec![]);
         Ok(self.store.txn(txn).await.map_err(store_status)?.succeeded)
     }
 }

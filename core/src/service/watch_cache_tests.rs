@@ -95,18 +95,24 @@ impl Executor {
     }
 }
 
-#[test]
-fn a_stream_waits_for_the_writes_acknowledged_before_it_opened() {
+/// A cache over a [`Lagging`] store, and the executor that drives it.
+fn lagging_cache() -> (Arc<Lagging>, Executor, WatchCache) {
     let store = Arc::new(Lagging {
         store: Mutex::new(MemStore::new()),
         watchers: Mutex::new(Vec::new()),
     });
     let tasks = Arc::new(Tasks::default());
-    let mut ex = Executor {
+    let ex = Executor {
         pool: LocalPool::new(),
         tasks: tasks.clone(),
     };
     let cache = WatchCache::new(store.clone(), tasks, WatchCacheOptions::default());
+    (store, ex, cache)
+}
+
+#[test]
+fn a_stream_waits_for_the_writes_acknowledged_before_it_opened() {
+    let (store, mut ex, cache) = lagging_cache();
     // A first stream starts the cache: an empty backlog.
     let mut first = cache.watch_nodes();
     let empty = ex.next_event(&mut first);
@@ -147,16 +153,7 @@ fn a_stream_waits_for_the_writes_acknowledged_before_it_opened() {
 /// owner's stream is unaffected.
 #[test]
 fn a_node_s_streams_end_when_it_is_removed() {
-    let store = Arc::new(Lagging {
-        store: Mutex::new(MemStore::new()),
-        watchers: Mutex::new(Vec::new()),
-    });
-    let tasks = Arc::new(Tasks::default());
-    let mut ex = Executor {
-        pool: LocalPool::new(),
-        tasks: tasks.clone(),
-    };
-    let cache = WatchCache::new(store.clone(), tasks, WatchCacheOptions::default());
+    let (store, mut ex, cache) = lagging_cache();
     let curator = CuratorService::new(cache.track_writes(store.clone()), cache.clone(), None);
     let (x, y) = (
         NodeId::from_public_key(&[7; 32]),

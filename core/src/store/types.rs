@@ -129,6 +129,26 @@ pub struct Txn {
     pub failure: Vec<Op>,
 }
 
+impl Txn {
+    /// Puts `value` at `key` only if `key` does not exist (its create
+    /// revision is 0); otherwise runs `failure` (e.g. a read of `key`).
+    pub fn create(key: bytes::Bytes, value: bytes::Bytes, failure: Vec<Op>) -> Txn {
+        Txn {
+            compares: vec![Compare {
+                key: key.clone(),
+                op: CmpOp::Equal,
+                target: CompareTarget::CreateRevision(0),
+            }],
+            success: vec![Op::Put {
+                key,
+                value,
+                lease: 0,
+            }],
+            failure,
+        }
+    }
+}
+
 /// Result of one operation of a transaction.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OpResult {
