@@ -1,4 +1,4 @@
-//! Every error code of semantics.md for `Watch` and `UpdateNodeStatus`,
+//! Every error code of docs/spec/semantics.md for `Watch` and `UpdateNodeStatus`,
 //! over real sockets against a real daemon.
 
 #![allow(clippy::unwrap_used)]

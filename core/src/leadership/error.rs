@@ -8,7 +8,7 @@ use std::fmt;
 
 /// Why a request ends without being served or forwarded. All of them are
 /// Unavailable ([`LeadershipError::code`]); the messages are part of the
-/// contract (semantics.md, "Leadership and forwarding").
+/// contract (docs/spec/semantics.md, "Leadership and forwarding").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LeadershipError {

@@ -57,7 +57,7 @@ use crate::time::Instant;
 /// Requests that are not waiting have no timer here: a served or
 /// forwarded request's own deadline is the RPC layer's business.
 ///
-/// # Behaviour (semantics.md, "Leadership and forwarding")
+/// # Behaviour (docs/spec/semantics.md, "Leadership and forwarding")
 ///
 /// - Every request gets routes through [`Event::Routed`]: served here
 ///   while leading, forwarded to the leader's curator address while

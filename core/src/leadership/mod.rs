@@ -1,5 +1,5 @@
 //! Leadership and request routing of a curator instance, as a sans-IO
-//! machine (semantics.md, "Leadership and forwarding").
+//! machine (docs/spec/semantics.md, "Leadership and forwarding").
 //!
 //! - [`Leadership`]: the machine. Its role ([`Role`]: campaigning, leader
 //!   with its election key and won revision, follower with the observed

@@ -14,7 +14,7 @@ use crate::time::Instant;
 /// Schema version of the [`LeaderElectionValue`] this build writes.
 pub const ELECTION_VALUE_SCHEMA_VERSION: u32 = 1;
 
-/// Default lease TTL (semantics.md: 60 s in production).
+/// Default lease TTL (docs/spec/semantics.md: 60 s in production).
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
 
 /// Default cap on how long a request waits for a leader.

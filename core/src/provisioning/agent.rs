@@ -245,7 +245,7 @@ enum Heartbeat {
 /// out the actions in order, then wait until
 /// [`poll_timeout`](Self::poll_timeout) (`None`: until the next input).
 ///
-/// # Behaviour (semantics.md, "The agent")
+/// # Behaviour (docs/spec/semantics.md, "The agent")
 ///
 /// - The first heartbeat is due at construction and carries no hardware
 ///   report. Once a heartbeat succeeded, heartbeats carry the hardware

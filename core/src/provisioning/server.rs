@@ -190,7 +190,7 @@ fn field_error(field: impl Into<String>, problem: impl Into<String>) -> RecordEr
 /// and stores the record ([`encode`](Self::encode) /
 /// [`decode`](Self::decode)) atomically with the transition.
 ///
-/// Rules (semantics.md, `AgentCallback.Heartbeat`):
+/// Rules (docs/spec/semantics.md, `AgentCallback.Heartbeat`):
 /// - Each submitted request gets the next generation (the first is 1) and
 ///   replaces the previous request; its bytes are stored and returned
 ///   byte-for-byte, with the generation set.

@@ -1,4 +1,4 @@
-//! The host side of the provisioning agent (semantics.md, "The agent
+//! The host side of the provisioning agent (docs/spec/semantics.md, "The agent
 //! (client side)"): what it needs from the machine it runs on.
 //!
 //! - [`hardware`] gathers the hardware report from `/proc`, `/sys` and

@@ -1,4 +1,4 @@
-//! Installing the OS an `OSInstallationRequest` asks for (semantics.md,
+//! Installing the OS an `OSInstallationRequest` asks for (docs/spec/semantics.md,
 //! "The agent": fetch the image from its OCI registry, manifest by digest,
 //! digest verified; write it to `root_device`; verify what was written).
 //!
