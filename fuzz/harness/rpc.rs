@@ -407,6 +407,9 @@ struct OpenWatch {
     markers: usize,
     tombstoned: bool,
     ended: bool,
+    /// The node that opened the stream, if a node did: the stream ends
+    /// with Unauthenticated once that node is not a member.
+    owner: Option<String>,
 }
 
 impl OpenWatch {
@@ -459,7 +462,12 @@ impl OpenWatch {
                     Err(frame) => {
                         let trailers = frame.into_trailers().unwrap_or_default();
                         let code = status_code(&trailers).expect("trailers without grpc-status");
-                        assert_eq!(code, Code::Unavailable as i32, "a Watch ended with {code}");
+                        let revoked = code == Code::Unauthenticated as i32 && self.owner.is_some();
+                        assert!(
+                            code == Code::Unavailable as i32 || revoked,
+                            "a Watch of {:?} ended with {code}",
+                            self.owner
+                        );
                         self.ended = true;
                     }
                 },
@@ -779,8 +787,15 @@ impl World {
                     Some(Kind::NodeInCluster(n)) if !valid_node_id(&n.node_id) => {
                         pre(InvalidArgument)
                     }
-                    // The stream's first read of the store may fail.
-                    Some(_) => store(Ok),
+                    // A node that is not a member: its stream ends with
+                    // Unauthenticated, perhaps before the call returns.
+                    Some(_) => match who {
+                        Some(Identity::Node(me)) if !self.node_registered(me.as_str()) => {
+                            Some((vec![Ok, Unauthenticated], true))
+                        }
+                        // The stream's first read of the store may fail.
+                        _ => store(Ok),
+                    },
                 }
             }
             Method::UpdateNodeStatus => {
@@ -795,10 +810,12 @@ impl World {
                 if !valid_status(&req.status) {
                     return pre(InvalidArgument);
                 }
+                // The caller is that node: without its record it is not a
+                // member (docs/spec/semantics.md, Identities).
                 store(if self.node_registered(&req.node_id) {
                     Ok
                 } else {
-                    NotFound
+                    Unauthenticated
                 })
             }
             Method::AddNode => {
@@ -1007,6 +1024,10 @@ impl World {
                         markers: 0,
                         tombstoned: false,
                         ended: false,
+                        owner: match &who {
+                            Some(Identity::Node(me)) => Some(me.to_string()),
+                            _ => None,
+                        },
                     };
                     for msg in &messages {
                         w.apply(msg);
@@ -1211,6 +1232,12 @@ impl World {
         for w in &self.watches {
             if w.ended {
                 continue;
+            }
+            if let Some(owner) = &w.owner {
+                assert!(
+                    self.node_registered(owner),
+                    "the Watch of node {owner}, no longer a member, is still open"
+                );
             }
             match &w.kind {
                 WatchKind::Nodes => {

@@ -126,16 +126,17 @@ async fn generated_ca_kubeconfig(runtime: RuntimeKind) {
     assert!(peer.contains("127.0.0.1:"), "{issued}");
 }
 
-async fn configured_ca_kubeconfig(runtime: RuntimeKind) {
-    let dir = tempfile::tempdir().unwrap();
+/// A daemon with the debug service and a Kubernetes CA of its own (an
+/// ECDSA P-256 CA generated here, not the cluster CA), and that CA.
+fn with_own_kubernetes_ca(dir: &std::path::Path, runtime: RuntimeKind) -> (Daemon, ClusterCa) {
     let ca =
         ClusterCa::generate_with("Test Kubernetes CA", &rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-    let cert = dir.path().join("k8s-ca.pem");
-    let key = dir.path().join("k8s-ca-key.pem");
+    let cert = dir.join("k8s-ca.pem");
+    let key = dir.join("k8s-ca-key.pem");
     std::fs::write(&cert, ca.cert_pem()).unwrap();
     std::fs::write(&key, ca.key_pem()).unwrap();
     let d = Daemon::start_debug(
-        &dir.path().join("data"),
+        &dir.join("data"),
         runtime,
         &[
             "--kubernetes-ca-cert",
@@ -144,6 +145,12 @@ async fn configured_ca_kubeconfig(runtime: RuntimeKind) {
             key.to_str().unwrap(),
         ],
     );
+    (d, ca)
+}
+
+async fn configured_ca_kubeconfig(runtime: RuntimeKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, ca) = with_own_kubernetes_ca(dir.path(), runtime);
     let resp = d
         .debug_client()
         .await
@@ -291,22 +298,7 @@ async fn the_cluster_ca_is_refused_as_kubernetes_ca(runtime: RuntimeKind) {
 /// has no caller identity to deny: the argument is what is refused).
 async fn metropolis_identities_are_refused(runtime: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
-    let ca =
-        ClusterCa::generate_with("Test Kubernetes CA", &rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-    let cert = dir.path().join("k8s-ca.pem");
-    let key = dir.path().join("k8s-ca-key.pem");
-    std::fs::write(&cert, ca.cert_pem()).unwrap();
-    std::fs::write(&key, ca.key_pem()).unwrap();
-    let d = Daemon::start_debug(
-        &dir.path().join("data"),
-        runtime,
-        &[
-            "--kubernetes-ca-cert",
-            cert.to_str().unwrap(),
-            "--kubernetes-ca-key",
-            key.to_str().unwrap(),
-        ],
-    );
+    let (d, ca) = with_own_kubernetes_ca(dir.path(), runtime);
     let node = d.node_id().to_string();
     let mut client = d.debug_client().await;
     for (id, groups, field) in [

@@ -91,33 +91,18 @@ async fn join_through_the_bundle(first: RuntimeKind, joining: RuntimeKind) {
     // The documented path: a bundle from the first instance's host, an
     // empty data directory with --join.
     let bundle = dir.path().join("bundle");
-    let out = metroctl(
-        &a.data_dir,
-        &[
-            "node",
-            "add",
-            "--curator",
-            "--out",
-            bundle.to_str().unwrap(),
-        ],
-    );
+    let write_bundle = || {
+        let out = bundle.to_str().unwrap();
+        metroctl(&a.data_dir, &["node", "add", "--curator", "--out", out])
+    };
+    let out = write_bundle();
     assert!(
         out.status.success(),
         "metroctl node add --curator: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     // Never over an existing bundle.
-    let again = metroctl(
-        &a.data_dir,
-        &[
-            "node",
-            "add",
-            "--curator",
-            "--out",
-            bundle.to_str().unwrap(),
-        ],
-    );
-    assert!(!again.status.success());
+    assert!(!write_bundle().status.success());
     let b = start_elected(
         &dir.path().join("b"),
         joining,
