@@ -62,7 +62,7 @@ mod tests {
         assert_eq!(hb, Some(None));
         assert_eq!(
             METHODS.len(),
-            2 + 2 + 4 + 1 + 4,
+            2 + 2 + 5 + 1 + 4,
             "every method of the three services and the two private ones is listed"
         );
     }
