@@ -36,7 +36,7 @@
 //!
 //! A binary uses it with
 //!
-//! ```ignore
+//! ```no_run
 //! #[global_allocator]
 //! static ALLOCATOR: metropolis_runtime_tokio::allocator::MiMalloc =
 //!     metropolis_runtime_tokio::allocator::MiMalloc;

@@ -17,38 +17,87 @@
 //! For the election port (etcd: a lease, a campaign and an observation
 //! under the election prefix):
 //!
-//! ```ignore
-//! while let Some(action) = machine.poll_action() {
-//!     match action {
-//!         Action::Campaign { campaign, ttl, value } => port.campaign(campaign, ttl, value),
-//!         Action::Abandon { campaign, lease } => port.abandon(campaign, lease),
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use bytes::Bytes;
+//! use metropolis_core::leadership::{Action, CampaignId, ElectionKey, LeaseGrant, Leadership};
+//! use metropolis_core::store::LeaseId;
+//! use metropolis_core::time::Instant;
+//!
+//! /// What the runtime's election port does (etcd: lease, campaign, observe).
+//! trait ElectionPort {
+//!     fn campaign(&self, campaign: CampaignId, ttl: Duration, value: Bytes);
+//!     fn abandon(&self, campaign: CampaignId, lease: Option<LeaseId>);
+//! }
+//!
+//! /// Carries out what the machine asks for.
+//! fn carry_out(machine: &mut Leadership, port: &impl ElectionPort) {
+//!     while let Some(action) = machine.poll_action() {
+//!         match action {
+//!             Action::Campaign { campaign, ttl, value } => port.campaign(campaign, ttl, value),
+//!             Action::Abandon { campaign, lease } => port.abandon(campaign, lease),
+//!         }
 //!     }
 //! }
-//! // port tasks report back, with the current Instant:
-//! machine.handle_lease_granted(now, LeaseGrant { campaign, lease, ttl, sent_at });
-//! machine.handle_campaign_won(now, campaign, ElectionKey { key, create_revision });
-//! machine.handle_leader_observed(now, ElectionKey { key, create_revision }, &value);
-//! machine.handle_leader_deleted(now, &previously_observed_key);
+//!
+//! /// The port's tasks report back, with the current instant (time is
+//! /// passed in: the machine reads no clock).
+//! fn report(
+//!     machine: &mut Leadership,
+//!     now: Instant,
+//!     grant: LeaseGrant,
+//!     won: (CampaignId, ElectionKey),
+//!     observed: ElectionKey,
+//!     value: &[u8],
+//! ) {
+//!     machine.handle_lease_granted(now, grant);
+//!     machine.handle_campaign_won(now, won.0, won.1);
+//!     machine.handle_leader_observed(now, observed.clone(), value);
+//!     machine.handle_leader_deleted(now, &observed);
+//! }
 //! ```
 //!
 //! For the service layer, per RPC:
 //!
-//! ```ignore
-//! let id = machine.handle_request(now, deadline);
-//! // the dispatcher hands each Event::Routed / Event::Cancelled to its request
-//! match route {
-//!     Route::Serve => { /* per write: */
-//!         let fence = machine.write_fence(now, id)?;          // Err -> Status::from
-//!         let response = store.txn(fence.guard(txn)).await?;
-//!         if fence.check(&response) == FenceCheck::Lost {
-//!             machine.handle_fence_failed(now, id);           // Cancelled(LostLeadership) follows
+//! ```no_run
+//! use metropolis_core::leadership::{FenceCheck, Leadership, RequestId, Route};
+//! use metropolis_core::ports::KvStore;
+//! use metropolis_core::store::Txn;
+//! use metropolis_core::time::Instant;
+//!
+//! /// One write of a request the machine routed to be served here. The
+//! /// request was registered with `machine.handle_request(now, deadline)`,
+//! /// and `machine.poll_event()` said `Event::Routed { request, route }`;
+//! /// `Route::Forward` calls the leader on the caller's behalf instead,
+//! /// `Route::Wait` waits for the next route, `Route::Reject(e)` ends the
+//! /// call with `e`'s status. `Event::Cancelled` ends it the same way.
+//! async fn serve_write(
+//!     machine: &mut Leadership,
+//!     now: Instant,
+//!     id: RequestId,
+//!     route: Route,
+//!     store: &dyn KvStore,
+//!     txn: Txn,
+//! ) -> Result<(), tonic::Status> {
+//!     match route {
+//!         Route::Serve => {
+//!             let fence = machine.write_fence(now, id)?;
+//!             let response = store
+//!                 .txn(fence.guard(txn))
+//!                 .await
+//!                 .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+//!             if fence.check(&response) == FenceCheck::Lost {
+//!                 // An Event::Cancelled (lost leadership) follows.
+//!                 machine.handle_fence_failed(now, id);
+//!             }
 //!         }
+//!         Route::Reject(e) => return Err(e.into()),
+//!         _ => {}
 //!     }
-//!     Route::Forward { node_id, address } => { /* call the leader on the caller's behalf */ }
-//!     Route::Wait { .. } => { /* wait for the next route */ }
-//!     Route::Reject(e) => return Err(e.into()),
+//!     machine.handle_request_finished(now, id);
+//!     Ok(())
 //! }
-//! machine.handle_request_finished(now, id);
 //! ```
 
 mod error;

@@ -14,10 +14,23 @@
 //!
 //! For the service:
 //!
-//! ```ignore
-//! let target = Target::Global; // or Target::Instance(buffers.fresh_instance_name())
-//! let stream = run_session(port.clone(), &buffers, target, &request)?; // Err -> Status::from
-//! Ok(Response::new(stream.boxed()))
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use metropolis_core::trace::{Target, TraceBuffers, TraceStream, Tracefs, run_session};
+//! use metropolis_proto::prelude::debug;
+//!
+//! fn start_trace(
+//!     port: Arc<dyn Tracefs>,
+//!     buffers: &TraceBuffers,
+//!     request: &debug::TraceRequest,
+//! ) -> Result<TraceStream, tonic::Status> {
+//!     // Or Target::Instance(buffers.fresh_instance_name()) for a buffer of
+//!     // the session's own.
+//!     let target = Target::Global;
+//!     // A TraceError converts into the status the RPC ends with.
+//!     Ok(run_session(port, buffers, target, request)?)
+//! }
 //! ```
 
 mod action;
