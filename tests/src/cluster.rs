@@ -57,6 +57,12 @@ pub fn share_ca(from: &Path, to: &Path) {
 }
 
 impl Curators {
+    /// Two instances under `dir` over `etcd`, the first on tokio, the
+    /// second on smol: the smallest cluster with a leader and a follower.
+    pub fn pair(dir: &Path, etcd: &str) -> Curators {
+        Self::start(dir, etcd, &[RuntimeKind::Tokio, RuntimeKind::Smol], &[])
+    }
+
     /// Starts one instance per entry of `runtimes` under `dir` over
     /// `etcd`, each with `extra` flags; the first creates the cluster CA.
     pub fn start(dir: &Path, etcd: &str, runtimes: &[RuntimeKind], extra: &[&str]) -> Curators {

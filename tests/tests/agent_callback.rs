@@ -24,6 +24,19 @@ async fn owner(d: &Daemon) -> MachineManagementClient<Channel> {
     MachineManagementClient::with_origin(d.owner().await, Channel::origin())
 }
 
+/// The owner's client, after registering machine [`MACHINE`] for `key`'s
+/// agent.
+async fn with_machine(d: &Daemon, key: &AgentKey) -> MachineManagementClient<Channel> {
+    let mut op = owner(d).await;
+    op.add_machine(AddMachineRequest {
+        machine_id: MACHINE.into(),
+        agent_public_key: key.public.to_vec().into(),
+    })
+    .await
+    .unwrap();
+    op
+}
+
 async fn agent(d: &Daemon, key: &AgentKey) -> AgentCallbackClient<Channel> {
     AgentCallbackClient::with_origin(
         d.agent_channel(Some(&key.creds), &key.creds.ca_pem).await,
@@ -100,13 +113,7 @@ async fn full_flow(rt: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(&dir.path().join("d"), rt);
     let key = AgentKey::new(&d);
-    let mut op = owner(&d).await;
-    op.add_machine(AddMachineRequest {
-        machine_id: MACHINE.into(),
-        agent_public_key: key.public.to_vec().into(),
-    })
-    .await
-    .unwrap();
+    let mut op = with_machine(&d, &key).await;
     let e = op
         .add_machine(AddMachineRequest {
             machine_id: MACHINE.into(),
@@ -368,13 +375,7 @@ async fn removed_machines_are_unknown(rt: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(&dir.path().join("d"), rt);
     let key = AgentKey::new(&d);
-    let mut op = owner(&d).await;
-    op.add_machine(AddMachineRequest {
-        machine_id: MACHINE.into(),
-        agent_public_key: key.public.to_vec().into(),
-    })
-    .await
-    .unwrap();
+    let mut op = with_machine(&d, &key).await;
     beat(&d, &key, MACHINE).await.unwrap();
 
     let out = machine_rm(&d, MACHINE).unwrap();
@@ -428,12 +429,7 @@ against_both_runtimes_and_etcd!(full_flow, refusals, removed_machines_are_unknow
 async fn removed_machines_are_unknown_through_a_follower() {
     let etcd = metropolis_tests::etcd::Etcd::start();
     let dir = tempfile::tempdir().unwrap();
-    let c = metropolis_tests::cluster::Curators::start(
-        dir.path(),
-        &etcd.urls(),
-        &[RuntimeKind::Tokio, RuntimeKind::Smol],
-        &[],
-    );
+    let c = metropolis_tests::cluster::Curators::pair(dir.path(), &etcd.urls());
     let leader = &c.daemons[c.leader(&etcd, std::time::Duration::from_secs(10)).await];
     let follower = c.daemons.iter().find(|d| d.addr != leader.addr).unwrap();
     let (key, other) = (AgentKey::new(leader), AgentKey::new(leader));

@@ -401,12 +401,7 @@ against_both_runtimes!(
 async fn a_follower_refuses_and_bounds_as_the_leader_does() {
     let etcd = metropolis_tests::etcd::Etcd::start();
     let dir = tempfile::tempdir().unwrap();
-    let c = metropolis_tests::cluster::Curators::start(
-        dir.path(),
-        &etcd.urls(),
-        &[RuntimeKind::Tokio, RuntimeKind::Smol],
-        &[],
-    );
+    let c = metropolis_tests::cluster::Curators::pair(dir.path(), &etcd.urls());
     let leader = c.leader(&etcd, Duration::from_secs(10)).await;
     for f in c.followers(leader) {
         let d = &c.daemons[f];

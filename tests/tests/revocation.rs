@@ -168,12 +168,7 @@ against_both_runtimes_and_etcd!(a_removed_node_is_refused);
 async fn a_removed_node_is_refused_through_a_follower() {
     let etcd = Etcd::start();
     let dir = tempfile::tempdir().unwrap();
-    let c = Curators::start(
-        dir.path(),
-        &etcd.urls(),
-        &[RuntimeKind::Tokio, RuntimeKind::Smol],
-        &[],
-    );
+    let c = Curators::pair(dir.path(), &etcd.urls());
     let l = c.leader(&etcd, Duration::from_secs(10)).await;
     let (leader, follower) = (&c.daemons[l], &c.daemons[c.followers(l)[0]]);
     let x_dir: &Path = &dir.path().join("x");
