@@ -179,6 +179,8 @@ pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Pat
     rows.push(row("daemon/echo heartbeats/s", format!("{ratio:.3}")));
     rows.push(row("daemon/echo per round", rounds::format_ratios(&ratios)));
     rows.push(row("daemon/echo, median round", format!("{median:.3}")));
+    let cpu = rounds::cpu_per_call_ratio(&d, &e);
+    rows.push(row("daemon/echo CPU per heartbeat", format!("{cpu:.3}")));
     print_table(
         &format!(
             "heartbeat: {} agents, {} x {} s measured on each",
@@ -188,7 +190,7 @@ pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Pat
     );
     rounds::print_first_errors(&d, &e);
     println!(
-        "RESULT heartbeat runtime={} agents={} rounds={} seconds={} daemon_rps={:.0} daemon_p50_ms={} daemon_p99_ms={} daemon_errors={} echo_rps={:.0} echo_p99_ms={} ratio_rps={ratio:.3} ratio_median={median:.3} daemon_cpu_cores={:.2} echo_cpu_cores={:.2}",
+        "RESULT heartbeat runtime={} agents={} rounds={} seconds={} daemon_rps={:.0} daemon_p50_ms={} daemon_p99_ms={} daemon_errors={} echo_rps={:.0} echo_p99_ms={} ratio_rps={ratio:.3} ratio_median={median:.3} daemon_cpu_cores={:.2} echo_cpu_cores={:.2} cpu_per_call_ratio={cpu:.3}",
         target.runtime,
         args.agents,
         args.rounds,

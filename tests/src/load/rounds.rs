@@ -326,6 +326,17 @@ pub fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 { a / b } else { 0.0 }
 }
 
+/// The daemon's CPU time per call over the echo server's (from their
+/// cores busy and calls per second over the measured windows): it moves
+/// less than the throughput ratio when other tenants take CPU, since both
+/// sides' calls get slower together. 0 when either side served nothing.
+pub fn cpu_per_call_ratio(daemon: &Totals, echo: &Totals) -> f64 {
+    ratio(
+        ratio(daemon.server_cores, daemon.rps),
+        ratio(echo.server_cores, echo.rps),
+    )
+}
+
 /// The daemon/echo ratio of calls per second in each round, and their
 /// median.
 pub fn round_ratios(daemon: &[Window], echo: &[Window]) -> (Vec<f64>, f64) {

@@ -155,6 +155,10 @@ fn level_rows(
     rows.push(row("daemon/echo per round", rounds::format_ratios(ratios)));
     rows.push(row("daemon/echo, median round", format!("{median:.3}")));
     rows.push(row(
+        "daemon/echo CPU per request",
+        format!("{:.3}", rounds::cpu_per_call_ratio(d, e)),
+    ));
+    rows.push(row(
         "daemon/echo p99",
         format!("{:.2}", rounds::ratio(d.p99_us as f64, e.p99_us as f64)),
     ));
@@ -252,7 +256,8 @@ pub async fn run(args: UpdateTlsArgs, target: &super::daemon::Target, work: &Pat
         println!(
             "RESULT update-tls runtime={} clients={n} connections={connections} rounds={} seconds={} daemon_rps={:.0} daemon_p50_ms={} \
              daemon_p99_ms={} daemon_errors={} echo_rps={:.0} echo_p50_ms={} echo_p99_ms={} \
-             echo_errors={} ratio_rps={:.3} ratio_median={median:.3} daemon_cpu_cores={:.2} echo_cpu_cores={:.2}",
+             echo_errors={} ratio_rps={:.3} ratio_median={median:.3} daemon_cpu_cores={:.2} echo_cpu_cores={:.2} \
+             cpu_per_call_ratio={:.3}",
             target.runtime,
             args.rounds,
             args.seconds,
@@ -267,6 +272,7 @@ pub async fn run(args: UpdateTlsArgs, target: &super::daemon::Target, work: &Pat
             rounds::ratio(d.rps, e.rps),
             d.server_cores,
             e.server_cores,
+            rounds::cpu_per_call_ratio(&d, &e),
         );
         if d.requests == 0 || e.requests == 0 {
             return Err(format!("{n} clients completed no request in a measured window").into());
