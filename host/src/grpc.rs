@@ -84,7 +84,8 @@ where
         addr,
     } = peer.into();
     let curator = curator.map(CuratorPeer);
-    let addr = addr.map(RemoteAddr);
+    // Formatted once per connection; each call's extensions share it.
+    let addr = addr.map(|a| RemoteAddr(Arc::from(a.to_string())));
     let limits = &options.limits;
     let idle = options.timer.clone().zip(limits.idle_timeout);
     let calls = idle.as_ref().map(|_| Arc::new(Calls::default()));
@@ -95,8 +96,8 @@ where
         if let Some(curator) = &curator {
             request.extensions_mut().insert(curator.clone());
         }
-        if let Some(addr) = addr {
-            request.extensions_mut().insert(addr);
+        if let Some(addr) = &addr {
+            request.extensions_mut().insert(addr.clone());
         }
         let open = counted.as_ref().map(|calls| calls.open());
         let response = router.call(request);

@@ -7,8 +7,6 @@
 //! refuses to start with a Kubernetes CA that is the cluster CA; this check
 //! is the second, independent layer.
 
-use std::net::SocketAddr;
-
 use metropolis_proto::prelude::debug;
 use tonic::Status;
 
@@ -85,7 +83,7 @@ pub fn validate(request: &debug::GetDebugKubeconfigRequest) -> Result<(), Status
 pub fn issue(
     issuer: Option<&dyn KubeconfigIssuer>,
     request: &debug::GetDebugKubeconfigRequest,
-    peer: Option<SocketAddr>,
+    peer: Option<&str>,
 ) -> Result<debug::GetDebugKubeconfigResponse, Status> {
     validate(request)?;
     let Some(issuer) = issuer else {
@@ -108,7 +106,7 @@ pub fn issue(
                 Status::internal(format!("issuing the kubeconfig failed: {m}"))
             }
         })?;
-    let peer = peer.map_or_else(|| "unknown".to_owned(), |addr| addr.to_string());
+    let peer = peer.unwrap_or("unknown");
     if request.groups.iter().any(|g| g == SYSTEM_MASTERS) {
         tracing::warn!(
             %peer,

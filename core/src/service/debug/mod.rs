@@ -149,9 +149,16 @@ impl NodeDebugService for DebugService {
         &self,
         request: Request<debug::GetDebugKubeconfigRequest>,
     ) -> Result<Response<debug::GetDebugKubeconfigResponse>, Status> {
-        let peer = request.extensions().get::<super::RemoteAddr>().map(|r| r.0);
-        kubeconfig::issue(self.inner.kubeconfig.as_deref(), request.get_ref(), peer)
-            .map(Response::new)
+        let peer = request
+            .extensions()
+            .get::<super::RemoteAddr>()
+            .map(|r| r.0.clone());
+        kubeconfig::issue(
+            self.inner.kubeconfig.as_deref(),
+            request.get_ref(),
+            peer.as_deref(),
+        )
+        .map(Response::new)
     }
 
     type GetLogsStream = Closable<LogStream>;
