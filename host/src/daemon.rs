@@ -323,7 +323,7 @@ impl NodePki {
         create_data_dir(config)?;
         let layout = Layout::new(&config.data_dir);
         if let Some(bundle) = &config.cluster.join {
-            create_private_dir(&layout.pki)?;
+            create_private_dir(&layout.pki, "PKI directory")?;
             crate::join::install_bundle(bundle, &layout.pki)?;
         }
         load_or_create_pki(&layout, &config.extra_sans)
@@ -344,27 +344,18 @@ impl NodePki {
     }
 }
 
-/// Creates `dir` (and its parents) with mode 0700 if missing.
-fn create_private_dir(dir: &Path) -> Result<(), DaemonError> {
+/// Creates `dir` (and its parents) with mode 0700 if missing; `what`
+/// names it in the error.
+fn create_private_dir(dir: &Path, what: &str) -> Result<(), DaemonError> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| format!("{}: cannot create the directory: {e}", dir.display()).into())
+        .map_err(|e| format!("{}: cannot create the {what}: {e}", dir.display()).into())
 }
 
 fn create_data_dir(config: &Config) -> Result<(), DaemonError> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&config.data_dir)
-        .map_err(|e| {
-            format!(
-                "{}: cannot create the data directory: {e}",
-                config.data_dir.display()
-            )
-            .into()
-        })
+    create_private_dir(&config.data_dir, "data directory")
 }
 
 fn load_or_create_pki(layout: &Layout, extra_sans: &[String]) -> Result<NodePki, DaemonError> {
