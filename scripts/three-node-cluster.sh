@@ -49,7 +49,7 @@ command -v etcd >/dev/null || { echo "etcd not found: apt-get install etcd-serve
 if [ -z "$daemon" ]; then
     command -v protoc >/dev/null || { echo "protoc not found: apt-get install protobuf-compiler" >&2; exit 1; }
     echo "building metropolisd and metroctl with etcd support..."
-    cargo build --release -q -p metropolis-runtime-tokio --features etcd --bin metropolisd --bin metroctl
+    cargo build --release -q -p metropolisd --features etcd -p metroctl
     daemon=target/release/metropolisd
     metroctl=${metroctl:-target/release/metroctl}
 fi

@@ -8,28 +8,30 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use metropolis_host::daemon::{Config, NodeServices};
-use metropolis_host::grpc::Channel;
-use metropolis_host::shutdown::shutdown_pair;
+use metropolis_node::daemon::{Config, NodeServices};
+use metropolis_node::serving;
 use metropolis_proto::prelude::curator::curator_client::CuratorClient;
 use metropolis_proto::prelude::{common, curator};
-use metropolis_runtime_smol::rt::SmolExecutor;
-use metropolis_runtime_smol::{connect, daemon};
+use metropolis_runtime_smol::rt::SmolRuntime;
+use metropolis_transport::connect;
+use metropolis_transport::grpc::Channel;
+use metropolis_transport::runtime::SharedRuntime;
+use metropolis_transport::shutdown::shutdown_pair;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
 fn main() -> Result<(), Error> {
     let executor = Arc::new(smol::Executor::new());
-    let ex = SmolExecutor::on(executor.clone());
-    smol::block_on(executor.run(scenario(ex)))
+    let runtime = SmolRuntime::on(executor.clone()).shared();
+    smol::block_on(executor.run(scenario(runtime)))
 }
 
-async fn scenario(ex: SmolExecutor) -> Result<(), Error> {
+async fn scenario(runtime: SharedRuntime) -> Result<(), Error> {
     let dir = tempfile::tempdir()?;
     let config = Config::new(dir.path(), "127.0.0.1:0".parse()?);
-    let node = NodeServices::prepare(&config, Arc::new(ex.clone())).await?;
+    let node = NodeServices::prepare(&config, runtime.clone()).await?;
     let (trigger, shutdown) = shutdown_pair();
-    let serving = daemon::start(&node, ex.clone(), shutdown).await?;
+    let serving = serving::start(&runtime, &node, shutdown)?;
     println!(
         "curator serving on {} and {}",
         node.socket.display(),
@@ -37,7 +39,7 @@ async fn scenario(ex: SmolExecutor) -> Result<(), Error> {
     );
 
     // The watcher: a NodesInCluster stream over the local socket.
-    let channel = connect::unix(&node.socket, ex.clone()).await?;
+    let channel = connect::unix(&runtime, &node.socket).await?;
     let mut client = CuratorClient::with_origin(channel, Channel::origin());
     let kind = curator::watch_request::Kind::NodesInCluster(Default::default());
     let mut events = client

@@ -1,13 +1,15 @@
-//! The Metropolis control plane on smol: async-io for sockets and timers,
-//! async-executor for tasks, futures-rustls for TLS, hyper's HTTP/2 through
-//! small adapters. No tokio reactor runs: tokio appears in the dependency
-//! tree only with `sync`, `io-util` and `bytes`, pulled by h2 and tonic.
+//! smol as the Metropolis node's runtime: async-io for sockets and
+//! timers, async-executor for tasks, futures-rustls for TLS, hyper's HTTP/2
+//! through `smol-hyper`'s IO adapter. No tokio reactor runs: tokio appears
+//! in the dependency tree only with `sync`, `io-util` and `bytes`, pulled
+//! by h2 and tonic.
 //!
-//! All protocol logic comes from `metropolis-core`; the durable store, PKI,
-//! HTTP/2 glue and daemon setup from `metropolis-host`.
+//! [`rt::SmolRuntime`] implements the node's one runtime seam,
+//! `metropolis_transport::runtime::Runtime`; [`threads::block_on`] runs a
+//! program on a multi-threaded executor. Accepted sockets are read through
+//! [`stream::DrainAware`]. The listeners, connectors and everything above
+//! them are written once, in `metropolis-transport` and `metropolis-node`.
 
-pub mod connect;
-pub mod daemon;
-pub mod listen;
 pub mod rt;
 pub mod stream;
+pub mod threads;

@@ -1,32 +1,51 @@
-//! smol implementations of the core ports and hyper's runtime traits.
+//! smol as the node's [`Runtime`]: tasks on a `smol::Executor` (an
+//! embedder's, or smol's global one), async-io's timers and sockets,
+//! futures-rustls, async-signal.
 
 use std::future::Future;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::io::{AsyncRead, AsyncWrite};
 use metropolis_core::ports::Spawner;
+use metropolis_transport::edge::SharedTimer;
+use metropolis_transport::runtime::{Accepted, Io, Listener, Runtime, SharedRuntime, Socket, Tls};
+use rustls::pki_types::ServerName;
+use smol::net::unix::{UnixListener, UnixStream};
+use smol::net::{TcpListener, TcpStream};
 use smol::{Executor, Task};
+use smol_hyper::rt::FuturesIo;
 
-pub use smol_hyper::rt::FuturesIo;
+use crate::stream::DrainAware;
 
-/// Spawns tasks on an embedder's `smol::Executor`, or on smol's global
-/// executor. Serves as the core [`Spawner`] and as hyper's executor.
+/// The node's runtime on smol: tasks go to an embedder's `smol::Executor`
+/// or to smol's global executor.
 #[derive(Clone, Debug, Default)]
-pub struct SmolExecutor {
+pub struct SmolRuntime {
     executor: Option<Arc<Executor<'static>>>,
 }
 
-impl SmolExecutor {
+impl SmolRuntime {
     /// Tasks go to smol's global executor (`smol::spawn`).
     pub fn global() -> Self {
-        SmolExecutor { executor: None }
+        SmolRuntime { executor: None }
     }
 
     /// Tasks go to `executor`, which the embedder drives.
     pub fn on(executor: Arc<Executor<'static>>) -> Self {
-        SmolExecutor {
+        SmolRuntime {
             executor: Some(executor),
         }
+    }
+
+    /// This runtime, shared.
+    pub fn shared(&self) -> SharedRuntime {
+        Arc::new(self.clone())
     }
 
     /// Spawns `future`, returning its task handle.
@@ -42,20 +61,171 @@ impl SmolExecutor {
     }
 }
 
-impl<F> hyper::rt::Executor<F> for SmolExecutor
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    fn execute(&self, future: F) {
-        self.spawn(future).detach();
+impl Spawner for SmolRuntime {
+    fn spawn(&self, task: Pin<Box<dyn Future<Output = ()> + Send + 'static>>) {
+        SmolRuntime::spawn(self, task).detach();
     }
 }
 
-impl Spawner for SmolExecutor {
-    fn spawn(&self, task: Pin<Box<dyn Future<Output = ()> + Send + 'static>>) {
-        SmolExecutor::spawn(self, task).detach();
+impl Runtime for SmolRuntime {
+    fn timer(&self) -> SharedTimer {
+        Arc::new(SmolTimer)
     }
+
+    fn tcp_listener(&self, listener: std::net::TcpListener) -> io::Result<Box<dyn Listener>> {
+        Ok(Box::new(Tcp(TcpListener::try_from(listener)?)))
+    }
+
+    fn unix_listener(
+        &self,
+        listener: std::os::unix::net::UnixListener,
+    ) -> io::Result<Box<dyn Listener>> {
+        Ok(Box::new(Unix(UnixListener::try_from(listener)?)))
+    }
+
+    fn connect_tcp(&self, addr: String) -> BoxFuture<'static, io::Result<Box<dyn Socket>>> {
+        Box::pin(async move {
+            let stream = TcpStream::connect(addr).await?;
+            Ok(Box::new(Dialled(stream)) as Box<dyn Socket>)
+        })
+    }
+
+    fn connect_unix(&self, path: PathBuf) -> BoxFuture<'static, io::Result<Box<dyn Socket>>> {
+        Box::pin(async move {
+            let stream = UnixStream::connect(path).await?;
+            Ok(Box::new(Dialled(stream)) as Box<dyn Socket>)
+        })
+    }
+
+    fn termination(&self) -> io::Result<BoxFuture<'static, ()>> {
+        let mut signals =
+            async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
+        Ok(Box::pin(async move {
+            let _ = signals.next().await;
+        }))
+    }
+}
+
+/// A TCP listener on async-io.
+struct Tcp(TcpListener);
+
+/// A UNIX socket listener on async-io.
+struct Unix(UnixListener);
+
+impl Listener for Tcp {
+    fn accept(&self) -> BoxFuture<'_, io::Result<Accepted>> {
+        Box::pin(async move {
+            let (stream, addr) = self.0.accept().await?;
+            let socket = Served(DrainAware::<std::net::TcpStream>::new(stream));
+            Ok((Box::new(socket) as Box<dyn Socket>, Some(addr)))
+        })
+    }
+}
+
+impl Listener for Unix {
+    fn accept(&self) -> BoxFuture<'_, io::Result<Accepted>> {
+        Box::pin(async move {
+            let (stream, _) = self.0.accept().await?;
+            let socket = Served(DrainAware::<std::os::unix::net::UnixStream>::new(stream));
+            Ok((Box::new(socket) as Box<dyn Socket>, None))
+        })
+    }
+}
+
+/// An accepted socket: read through [`DrainAware`] (no failed read
+/// before each wait for readiness).
+struct Served<T>(DrainAware<T>);
+
+/// A dialled socket, read as async-io reads.
+struct Dialled<S>(S);
+
+impl<T> Socket for Served<T>
+where
+    T: AsFd + Send + Sync + 'static,
+    DrainAware<T>: AsyncRead + AsyncWrite + Unpin,
+{
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.0.get_ref().as_fd()
+    }
+
+    fn into_io(self: Box<Self>) -> Io {
+        Io::new(FuturesIo::new(self.0))
+    }
+
+    fn tls_accept(
+        self: Box<Self>,
+        config: Arc<rustls::ServerConfig>,
+    ) -> BoxFuture<'static, io::Result<Tls>> {
+        Box::pin(tls_accept(self.0, config))
+    }
+
+    fn tls_connect(
+        self: Box<Self>,
+        config: Arc<rustls::ClientConfig>,
+        name: ServerName<'static>,
+    ) -> BoxFuture<'static, io::Result<Tls>> {
+        Box::pin(tls_connect(self.0, config, name))
+    }
+}
+
+impl<S> Socket for Dialled<S>
+where
+    S: AsyncRead + AsyncWrite + AsFd + Send + Unpin + 'static,
+{
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+
+    fn into_io(self: Box<Self>) -> Io {
+        Io::new(FuturesIo::new(self.0))
+    }
+
+    fn tls_accept(
+        self: Box<Self>,
+        config: Arc<rustls::ServerConfig>,
+    ) -> BoxFuture<'static, io::Result<Tls>> {
+        Box::pin(tls_accept(self.0, config))
+    }
+
+    fn tls_connect(
+        self: Box<Self>,
+        config: Arc<rustls::ClientConfig>,
+        name: ServerName<'static>,
+    ) -> BoxFuture<'static, io::Result<Tls>> {
+        Box::pin(tls_connect(self.0, config, name))
+    }
+}
+
+async fn tls_accept<S>(stream: S, config: Arc<rustls::ServerConfig>) -> io::Result<Tls>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let stream = futures_rustls::TlsAcceptor::from(config)
+        .accept(stream)
+        .await?;
+    let peer_certificates = stream.get_ref().1.peer_certificates().map(<[_]>::to_vec);
+    Ok(Tls {
+        io: Io::new(FuturesIo::new(stream)),
+        peer_certificates,
+    })
+}
+
+async fn tls_connect<S>(
+    stream: S,
+    config: Arc<rustls::ClientConfig>,
+    name: ServerName<'static>,
+) -> io::Result<Tls>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let stream = futures_rustls::TlsConnector::from(config)
+        .connect(name, stream)
+        .await?;
+    let peer_certificates = stream.get_ref().1.peer_certificates().map(<[_]>::to_vec);
+    Ok(Tls {
+        io: Io::new(FuturesIo::new(stream)),
+        peer_certificates,
+    })
 }
 
 /// async-io's timers as hyper's (and the edge's) timer.

@@ -40,6 +40,11 @@ impl<T> DrainAware<T> {
             drained: false,
         }
     }
+
+    /// The socket.
+    pub fn get_ref(&self) -> &T {
+        self.inner.get_ref()
+    }
 }
 
 impl<T> AsyncRead for DrainAware<T>

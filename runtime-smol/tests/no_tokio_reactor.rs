@@ -7,14 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use metropolis_host::daemon::{Config, NodeServices};
-use metropolis_host::grpc::Channel;
-use metropolis_host::pki::{Credentials, client_config};
-use metropolis_host::shutdown::shutdown_pair;
+use metropolis_node::daemon::{Config, NodeServices};
+use metropolis_node::serving;
+use metropolis_pki::{Credentials, client_config};
 use metropolis_proto::prelude::curator::curator_client::CuratorClient;
 use metropolis_proto::prelude::{common, curator};
-use metropolis_runtime_smol::rt::SmolExecutor;
-use metropolis_runtime_smol::{connect, daemon};
+use metropolis_runtime_smol::rt::SmolRuntime;
+use metropolis_transport::connect;
+use metropolis_transport::grpc::Channel;
+use metropolis_transport::shutdown::shutdown_pair;
 
 fn thread_names() -> Vec<String> {
     std::fs::read_dir("/proc/self/task")
@@ -31,18 +32,16 @@ fn thread_names() -> Vec<String> {
 #[test]
 fn serving_on_smol_starts_no_tokio_thread() {
     let executor = Arc::new(smol::Executor::new());
-    let ex = SmolExecutor::on(executor.clone());
+    let rt = SmolRuntime::on(executor.clone()).shared();
     smol::block_on(executor.run(async move {
         let dir = tempfile::tempdir().unwrap();
         let config = Config::new(dir.path(), "127.0.0.1:0".parse().unwrap());
-        let node = NodeServices::prepare(&config, Arc::new(ex.clone()))
-            .await
-            .unwrap();
+        let node = NodeServices::prepare(&config, rt.clone()).await.unwrap();
         let (trigger, shutdown) = shutdown_pair();
-        let serving = daemon::start(&node, ex.clone(), shutdown).await.unwrap();
+        let serving = serving::start(&rt, &node, shutdown).unwrap();
 
         // Over the socket: a watch and an update.
-        let channel = connect::unix(&node.socket, ex.clone()).await.unwrap();
+        let channel = connect::unix(&rt, &node.socket).await.unwrap();
         let mut c = CuratorClient::with_origin(channel, Channel::origin());
         let kind = curator::watch_request::Kind::NodesInCluster(Default::default());
         let mut events = c
@@ -66,7 +65,7 @@ fn serving_on_smol_starts_no_tokio_thread() {
         // Over mutual TLS as the owner.
         let owner = Credentials::read_from_dir(&dir.path().join("owner"), "owner").unwrap();
         let tls = client_config(Some(&owner), &owner.ca_pem).unwrap();
-        let channel = connect::tls(&serving.tls_addr.to_string(), tls, ex.clone())
+        let channel = connect::tls(&rt, &serving.tls_addr.to_string(), tls)
             .await
             .unwrap();
         let mut c = CuratorClient::with_origin(channel, Channel::origin());

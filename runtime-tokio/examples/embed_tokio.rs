@@ -4,17 +4,17 @@
 //!
 //! cargo run -p metropolis-runtime-tokio --example embed_tokio
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use metropolis_host::daemon::{Config, NodeServices};
-use metropolis_host::grpc::Channel;
-use metropolis_host::shutdown::shutdown_pair;
+use metropolis_node::daemon::{Config, NodeServices};
+use metropolis_node::serving;
 use metropolis_proto::prelude::curator::curator_client::CuratorClient;
 use metropolis_proto::prelude::{common, curator};
-use metropolis_runtime_tokio::rt::TokioSpawner;
-use metropolis_runtime_tokio::{connect, daemon};
+use metropolis_runtime_tokio::rt::TokioRuntime;
+use metropolis_transport::connect;
+use metropolis_transport::grpc::Channel;
+use metropolis_transport::shutdown::shutdown_pair;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -22,9 +22,10 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 async fn main() -> Result<(), Error> {
     let dir = tempfile::tempdir()?;
     let config = Config::new(dir.path(), "127.0.0.1:0".parse()?);
-    let node = NodeServices::prepare(&config, Arc::new(TokioSpawner::current())).await?;
+    let runtime = TokioRuntime::shared();
+    let node = NodeServices::prepare(&config, runtime.clone()).await?;
     let (trigger, shutdown) = shutdown_pair();
-    let serving = daemon::start(&node, shutdown).await?;
+    let serving = serving::start(&runtime, &node, shutdown)?;
     println!(
         "curator serving on {} and {}",
         node.socket.display(),
@@ -32,7 +33,7 @@ async fn main() -> Result<(), Error> {
     );
 
     // The watcher: a NodesInCluster stream over the local socket.
-    let channel = connect::unix(&node.socket).await?;
+    let channel = connect::unix(&runtime, &node.socket).await?;
     let mut client = CuratorClient::with_origin(channel, Channel::origin());
     let kind = curator::watch_request::Kind::NodesInCluster(Default::default());
     let mut events = client

@@ -1,18 +1,13 @@
-//! The Metropolis control plane on tokio.
+//! tokio as the Metropolis node's runtime.
 //!
-//! This crate is a set of port implementations and listeners on tokio,
-//! plus the binaries: `metropolisd` (the node daemon), `metroctl` (the CLI)
-//! and `bmaas-agent` (the provisioning agent). All protocol logic lives in `metropolis-core`; the durable
-//! store, PKI and HTTP/2 plumbing in `metropolis-host`.
+//! [`rt::TokioRuntime`] implements the node's one runtime seam,
+//! `metropolis_transport::runtime::Runtime`: tasks, timer, sockets,
+//! tokio-rustls, signals. [`threads::block_on`] runs a program on a
+//! multi-threaded tokio runtime with per-worker housekeeping. Accepted
+//! sockets write through [`coalesce::YieldBeforeWrite`]. The listeners,
+//! connectors and everything above them are written once, in
+//! `metropolis-transport` and `metropolis-node`.
 
-pub mod agent;
-#[cfg(feature = "mimalloc")]
-pub mod allocator;
 pub mod coalesce;
-pub mod connect;
-pub mod ctl;
-pub mod daemon;
-#[cfg(feature = "etcd")]
-pub mod etcd;
-pub mod listen;
 pub mod rt;
+pub mod threads;

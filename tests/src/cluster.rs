@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use metropolis_host::cluster::DEFAULT_ELECTION_PREFIX;
+use metropolis_etcd::EtcdStore;
+use metropolis_node::cluster::DEFAULT_ELECTION_PREFIX;
 use metropolis_proto::prelude::storage::LeaderElectionValue;
-use metropolis_runtime_tokio::etcd::EtcdStore;
 use prost::Message;
 
 use crate::etcd::Etcd;

@@ -3,9 +3,6 @@
 //! one member or a cluster of several, in the clear or serving its clients
 //! over TLS ([`EtcdOptions`]), and `etcdctl` (Debian package
 //! `etcd-client`) against it.
-//!
-//! Also compiled into `metropolis-runtime-tokio`'s etcd tests (through
-//! `#[path]`), so it uses nothing of this crate.
 
 #![allow(dead_code)]
 
@@ -14,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use metropolis_runtime_tokio::etcd::{EtcdAccess, EtcdConfig};
+use metropolis_etcd::{EtcdAccess, EtcdConfig};
 
 /// The etcd binary: `$ETCD_BIN`, else `etcd` on the PATH.
 fn etcd_bin() -> String {

@@ -3,8 +3,12 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[cfg(feature = "system")]
 pub mod cluster;
+pub mod containerd;
+#[cfg(feature = "system")]
 pub mod etcd;
+#[cfg(feature = "system")]
 pub mod etcd_pki;
 pub mod interop;
 pub mod plain_server;
@@ -16,16 +20,17 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use metropolis_core::identity::NodeId;
-pub use metropolis_host::daemon::RuntimeKind;
-use metropolis_host::grpc::Channel;
-use metropolis_host::pki::{Credentials, client_config};
+pub use metropolis_node::daemon::RuntimeKind;
+use metropolis_pki::{Credentials, client_config};
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
     AddNodeRequest, node_management_client::NodeManagementClient,
 };
 use metropolis_proto::prelude::curator;
 use metropolis_proto::prelude::curator::curator_client::CuratorClient;
 use metropolis_proto::prelude::debug::node_debug_service_client::NodeDebugServiceClient;
-use metropolis_runtime_tokio::connect;
+use metropolis_runtime_tokio::rt::TokioRuntime;
+use metropolis_transport::connect;
+use metropolis_transport::grpc::Channel;
 
 /// Where daemons started by a test keep their state.
 #[derive(Clone)]
@@ -322,7 +327,9 @@ impl Daemon {
 
     /// A channel over the local socket (as this node).
     pub async fn unix(&self) -> Channel {
-        connect::unix(&self.socket).await.unwrap()
+        connect::unix(&TokioRuntime::shared(), &self.socket)
+            .await
+            .unwrap()
     }
 
     /// A channel over TLS with the credential in `dir` (prefix `owner` or
@@ -330,7 +337,9 @@ impl Daemon {
     pub async fn tls(&self, dir: &Path, prefix: &str) -> Channel {
         let creds = Credentials::read_from_dir(dir, prefix).unwrap();
         let config = client_config(Some(&creds), &creds.ca_pem).unwrap();
-        connect::tls(&self.addr, config).await.unwrap()
+        connect::tls(&TokioRuntime::shared(), &self.addr, config)
+            .await
+            .unwrap()
     }
 
     /// A channel to the debug service (plain HTTP/2).
@@ -339,7 +348,7 @@ impl Daemon {
             .debug_addr
             .as_ref()
             .expect("daemon started with start_debug");
-        connect::plain(addr).await.unwrap()
+        connect::plain(&TokioRuntime::shared(), addr).await.unwrap()
     }
 
     /// A NodeDebugService client.
@@ -417,11 +426,13 @@ macro_rules! against_both_runtimes {
 
 /// [`against_both_runtimes!`], and the same tests again with each daemon
 /// elected over a fresh one-member etcd (`tokio_etcd::name`,
-/// `smol_etcd::name`).
+/// `smol_etcd::name`), which need etcd and so exist only with the `system`
+/// feature.
 #[macro_export]
 macro_rules! against_both_runtimes_and_etcd {
     ($($name:ident),* $(,)?) => {
         $crate::against_both_runtimes!($($name),*);
+        #[cfg(feature = "system")]
         mod tokio_etcd {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -430,6 +441,7 @@ macro_rules! against_both_runtimes_and_etcd {
                 }
             )*
         }
+        #[cfg(feature = "system")]
         mod smol_etcd {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -443,6 +455,7 @@ macro_rules! against_both_runtimes_and_etcd {
 
 /// Runs `test` against `runtime` with every daemon it starts elected over
 /// a fresh one-member etcd (see [`against_both_runtimes_and_etcd!`]).
+#[cfg(feature = "system")]
 pub async fn on_etcd<F: std::future::Future<Output = ()>>(
     runtime: RuntimeKind,
     test: impl FnOnce(RuntimeKind) -> F,
@@ -475,8 +488,8 @@ pub struct AgentKey {
 impl AgentKey {
     /// A new agent key trusting the daemon's cluster CA.
     pub fn new(d: &Daemon) -> AgentKey {
-        let key = metropolis_host::pki::generate_agent_key().unwrap();
-        let (cert, public) = metropolis_host::pki::self_signed_agent_certificate(&key).unwrap();
+        let key = metropolis_pki::generate_agent_key().unwrap();
+        let (cert, public) = metropolis_pki::self_signed_agent_certificate(&key).unwrap();
         let ca = std::fs::read_to_string(d.data_dir.join("pki/ca.pem")).unwrap();
         AgentKey {
             creds: Credentials::from_parts(cert, key, ca),
@@ -490,7 +503,9 @@ impl Daemon {
     /// certificate), trusting the cluster CA in `ca_pem`.
     pub async fn agent_channel(&self, creds: Option<&Credentials>, ca_pem: &str) -> Channel {
         let config = client_config(creds, ca_pem).unwrap();
-        connect::tls(&self.agent_addr, config).await.unwrap()
+        connect::tls(&TokioRuntime::shared(), &self.agent_addr, config)
+            .await
+            .unwrap()
     }
 }
 

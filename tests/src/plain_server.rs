@@ -4,8 +4,13 @@
 use std::net::SocketAddr;
 
 use metropolis_core::service::Router;
-use metropolis_host::grpc::Channel;
-use metropolis_host::shutdown::{ShutdownTrigger, shutdown_pair};
+use metropolis_runtime_smol::rt::SmolRuntime;
+use metropolis_runtime_tokio::rt::TokioRuntime;
+use metropolis_transport::connect;
+use metropolis_transport::grpc::Channel;
+use metropolis_transport::listen;
+use metropolis_transport::runtime::SharedRuntime;
+use metropolis_transport::shutdown::{ShutdownTrigger, shutdown_pair};
 
 use crate::RuntimeKind;
 
@@ -23,19 +28,17 @@ impl PlainServer {
     /// its own running a smol executor).
     pub async fn start(router: Router, runtime: RuntimeKind) -> PlainServer {
         let (trigger, shutdown) = shutdown_pair();
+        let serve = move |runtime: SharedRuntime| {
+            let (listener, addr) = listen::bind_tcp(&runtime, "127.0.0.1:0".parse().unwrap())
+                .expect("binds a loopback port");
+            let limits = metropolis_transport::edge::EdgeLimits::default();
+            let serving = listen::serve_plain(runtime, listener, router, limits, shutdown);
+            (addr, serving)
+        };
         match runtime {
             RuntimeKind::Tokio => {
-                let tcp =
-                    metropolis_runtime_tokio::listen::bind_tcp("127.0.0.1:0".parse().unwrap())
-                        .await
-                        .unwrap();
-                let addr = tcp.local_addr().unwrap();
-                tokio::spawn(metropolis_runtime_tokio::listen::serve_plain(
-                    tcp,
-                    router,
-                    metropolis_host::edge::EdgeLimits::default(),
-                    shutdown,
-                ));
+                let (addr, serving) = serve(TokioRuntime::shared());
+                tokio::spawn(serving);
                 PlainServer {
                     addr,
                     trigger: Some(trigger),
@@ -46,23 +49,9 @@ impl PlainServer {
                 let (tx, rx) = std::sync::mpsc::channel();
                 let thread = std::thread::spawn(move || {
                     let ex = std::sync::Arc::new(smol::Executor::new());
-                    let executor = metropolis_runtime_smol::rt::SmolExecutor::on(ex.clone());
-                    smol::block_on(ex.run(async move {
-                        let tcp = metropolis_runtime_smol::listen::bind_tcp(
-                            "127.0.0.1:0".parse().unwrap(),
-                        )
-                        .await
-                        .unwrap();
-                        tx.send(tcp.local_addr().unwrap()).unwrap();
-                        metropolis_runtime_smol::listen::serve_plain(
-                            tcp,
-                            router,
-                            metropolis_host::edge::EdgeLimits::default(),
-                            executor,
-                            shutdown,
-                        )
-                        .await;
-                    }));
+                    let (addr, serving) = serve(SmolRuntime::on(ex.clone()).shared());
+                    tx.send(addr).unwrap();
+                    smol::block_on(ex.run(serving));
                 });
                 let addr = rx.recv().unwrap();
                 PlainServer {
@@ -76,7 +65,7 @@ impl PlainServer {
 
     /// A channel to it (tokio client).
     pub async fn channel(&self) -> Channel {
-        metropolis_runtime_tokio::connect::plain(&self.addr.to_string())
+        connect::plain(&TokioRuntime::shared(), &self.addr.to_string())
             .await
             .unwrap()
     }

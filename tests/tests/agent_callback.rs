@@ -6,7 +6,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-use metropolis_host::grpc::Channel;
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
     AddMachineRequest, GetMachineRequest, ListMachinesRequest, RemoveMachineRequest,
     SubmitInstallationRequestRequest, machine_management_client::MachineManagementClient,
@@ -14,6 +13,7 @@ use metropolis_proto::metropolis::node::core::curator::proto::private::{
 use metropolis_proto::prelude::agent::agent_callback_client::AgentCallbackClient;
 use metropolis_proto::prelude::{agent, debug as api, hwreport};
 use metropolis_tests::{AgentKey, Daemon, RuntimeKind, against_both_runtimes_and_etcd};
+use metropolis_transport::grpc::Channel;
 use prost::Message;
 use tonic::Code;
 
@@ -305,8 +305,7 @@ async fn refusals(rt: RuntimeKind) {
     assert_eq!(e.code(), Code::Unauthenticated);
     // A certificate of the cluster CA (not self-signed) is not an agent's.
     let owner_creds =
-        metropolis_host::pki::Credentials::read_from_dir(&d.data_dir.join("owner"), "owner")
-            .unwrap();
+        metropolis_pki::Credentials::read_from_dir(&d.data_dir.join("owner"), "owner").unwrap();
     let mut as_owner = AgentCallbackClient::with_origin(
         d.agent_channel(Some(&owner_creds), &ca).await,
         Channel::origin(),
@@ -422,42 +421,48 @@ async fn removed_machines_are_unknown(rt: RuntimeKind) {
 
 against_both_runtimes_and_etcd!(full_flow, refusals, removed_machines_are_unknown);
 
-/// Two instances elected over etcd (tokio and smol): a machine removed
-/// through the follower and one removed on the leader are unknown to
-/// heartbeats on both, forwarded or not.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn removed_machines_are_unknown_through_a_follower() {
-    let etcd = metropolis_tests::etcd::Etcd::start();
-    let dir = tempfile::tempdir().unwrap();
-    let c = metropolis_tests::cluster::Curators::pair(dir.path(), &etcd.urls());
-    let leader = &c.daemons[c.leader(&etcd, std::time::Duration::from_secs(10)).await];
-    let follower = c.daemons.iter().find(|d| d.addr != leader.addr).unwrap();
-    let (key, other) = (AgentKey::new(leader), AgentKey::new(leader));
-    let mut op = owner(follower).await;
-    for (id, k) in [(MACHINE, &key), (OTHER_MACHINE, &other)] {
-        op.add_machine(AddMachineRequest {
-            machine_id: id.into(),
-            agent_public_key: k.public.to_vec().into(),
-        })
-        .await
-        .unwrap();
-    }
-    for d in [leader, follower] {
-        beat(d, &key, MACHINE).await.unwrap();
-        beat(d, &other, OTHER_MACHINE).await.unwrap();
-    }
+/// The cases that need etcd (the `system` feature).
+#[cfg(feature = "system")]
+mod over_etcd {
+    use super::*;
 
-    machine_rm(follower, MACHINE).unwrap();
-    machine_rm(leader, OTHER_MACHINE).unwrap();
-    for d in [leader, follower] {
-        assert_unknown(beat(d, &key, MACHINE).await, "removed through the follower");
-        assert_unknown(
-            beat(d, &other, OTHER_MACHINE).await,
-            "removed on the leader",
-        );
+    /// Two instances elected over etcd (tokio and smol): a machine removed
+    /// through the follower and one removed on the leader are unknown to
+    /// heartbeats on both, forwarded or not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn removed_machines_are_unknown_through_a_follower() {
+        let etcd = metropolis_tests::etcd::Etcd::start();
+        let dir = tempfile::tempdir().unwrap();
+        let c = metropolis_tests::cluster::Curators::pair(dir.path(), &etcd.urls());
+        let leader = &c.daemons[c.leader(&etcd, std::time::Duration::from_secs(10)).await];
+        let follower = c.daemons.iter().find(|d| d.addr != leader.addr).unwrap();
+        let (key, other) = (AgentKey::new(leader), AgentKey::new(leader));
+        let mut op = owner(follower).await;
+        for (id, k) in [(MACHINE, &key), (OTHER_MACHINE, &other)] {
+            op.add_machine(AddMachineRequest {
+                machine_id: id.into(),
+                agent_public_key: k.public.to_vec().into(),
+            })
+            .await
+            .unwrap();
+        }
+        for d in [leader, follower] {
+            beat(d, &key, MACHINE).await.unwrap();
+            beat(d, &other, OTHER_MACHINE).await.unwrap();
+        }
+
+        machine_rm(follower, MACHINE).unwrap();
+        machine_rm(leader, OTHER_MACHINE).unwrap();
+        for d in [leader, follower] {
+            assert_unknown(beat(d, &key, MACHINE).await, "removed through the follower");
+            assert_unknown(
+                beat(d, &other, OTHER_MACHINE).await,
+                "removed on the leader",
+            );
+        }
+        let e = machine_rm(follower, OTHER_MACHINE).unwrap_err();
+        assert!(e.contains("NotFound"), "{e}");
+        let e = machine_rm(leader, MACHINE).unwrap_err();
+        assert!(e.contains("NotFound"), "{e}");
     }
-    let e = machine_rm(follower, OTHER_MACHINE).unwrap_err();
-    assert!(e.contains("NotFound"), "{e}");
-    let e = machine_rm(leader, MACHINE).unwrap_err();
-    assert!(e.contains("NotFound"), "{e}");
 }

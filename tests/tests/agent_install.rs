@@ -9,7 +9,6 @@
 
 use std::time::{Duration, Instant};
 
-use metropolis_host::grpc::Channel;
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
     AddMachineRequest, GetMachineRequest, Machine, SubmitInstallationRequestRequest,
     machine_management_client::MachineManagementClient,
@@ -17,6 +16,7 @@ use metropolis_proto::metropolis::node::core::curator::proto::private::{
 use metropolis_proto::prelude::{agent, debug as api};
 use metropolis_tests::registry::Registry;
 use metropolis_tests::{AgentProcess, Daemon, RuntimeKind, against_both_runtimes};
+use metropolis_transport::grpc::Channel;
 use prost::Message;
 
 const MACHINE: &str = "3b241101-e2bb-4255-8caf-4136c566a962";
@@ -103,9 +103,9 @@ async fn install_flow(rt: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(&dir.path().join("d"), rt);
     let key_file = dir.path().join("agent.key");
-    let key = metropolis_host::pki::generate_agent_key().unwrap();
+    let key = metropolis_pki::generate_agent_key().unwrap();
     std::fs::write(&key_file, &key).unwrap();
-    let (_, public) = metropolis_host::pki::self_signed_agent_certificate(&key).unwrap();
+    let (_, public) = metropolis_pki::self_signed_agent_certificate(&key).unwrap();
     let mut op = MachineManagementClient::with_origin(d.owner().await, Channel::origin());
     op.add_machine(AddMachineRequest {
         machine_id: MACHINE.into(),

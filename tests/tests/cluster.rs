@@ -16,16 +16,16 @@ use futures::StreamExt;
 use metropolis_core::curator::node_key;
 use metropolis_core::identity::NodeId;
 use metropolis_core::store::{KeyRange, Op, StoreError, Txn};
-use metropolis_host::grpc::Channel;
+use metropolis_etcd::EtcdStore;
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
     AddMachineRequest, machine_management_client::MachineManagementClient,
 };
 use metropolis_proto::prelude::agent::{self, agent_callback_client::AgentCallbackClient};
 use metropolis_proto::prelude::{common, curator, storage};
-use metropolis_runtime_tokio::etcd::EtcdStore;
 use metropolis_tests::cluster::{Curators, LEASE_TTL_S};
 use metropolis_tests::etcd::Etcd;
 use metropolis_tests::{AgentKey, Daemon, RuntimeKind, curator, watch_nodes};
+use metropolis_transport::grpc::Channel;
 use prost::Message;
 use tonic::Code;
 
@@ -194,7 +194,12 @@ fn writer(
         let mut failures = 0;
         let mut seq = 1;
         while !stop.load(Ordering::SeqCst) {
-            let result = match metropolis_runtime_tokio::connect::unix(&target.socket).await {
+            let result = match metropolis_transport::connect::unix(
+                &metropolis_runtime_tokio::rt::TokioRuntime::shared(),
+                &target.socket,
+            )
+            .await
+            {
                 Ok(channel) => update_own(channel, &target.id, "192.0.2.100", seq).await,
                 Err(e) => Err(tonic::Status::unavailable(e.to_string())),
             };

@@ -6,12 +6,12 @@
 #![allow(clippy::unwrap_used)]
 
 use futures::StreamExt;
-use metropolis_host::grpc::Channel;
-use metropolis_host::pki::{Credentials, client_config};
+use metropolis_pki::{Credentials, client_config};
 use metropolis_proto::prelude::{common, curator};
-use metropolis_runtime_smol::connect;
-use metropolis_runtime_smol::rt::SmolExecutor;
+use metropolis_runtime_smol::rt::SmolRuntime;
 use metropolis_tests::{Daemon, RuntimeKind, curator};
+use metropolis_transport::connect;
+use metropolis_transport::grpc::Channel;
 
 fn update(id: &str, addr: &str) -> curator::UpdateNodeStatusRequest {
     let status = common::NodeStatus {
@@ -46,14 +46,14 @@ fn smol_client_against(server: RuntimeKind) {
     let d = Daemon::start(&dir.path().join("d"), server);
     let me = d.node_id().to_string();
     smol::block_on(async {
-        let ex = SmolExecutor::global();
+        let rt = SmolRuntime::global().shared();
         // Over the socket, as this node.
-        let mut c = curator(connect::unix(&d.socket, ex.clone()).await.unwrap());
+        let mut c = curator(connect::unix(&rt, &d.socket).await.unwrap());
         c.update_node_status(update(&me, "10.7.7.7")).await.unwrap();
         // Over mutual TLS, as the owner.
         let owner = Credentials::read_from_dir(&d.data_dir.join("owner"), "owner").unwrap();
         let tls = client_config(Some(&owner), &owner.ca_pem).unwrap();
-        let channel = connect::tls(&d.addr, tls, ex).await.unwrap();
+        let channel = connect::tls(&rt, &d.addr, tls).await.unwrap();
         let nodes = backlog(channel).await;
         assert_eq!(nodes.len(), 1);
         assert_eq!(

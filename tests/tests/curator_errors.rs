@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use futures::StreamExt;
-use metropolis_host::pki::{ClusterCa, client_config};
+use metropolis_pki::{ClusterCa, client_config};
 use metropolis_proto::prelude::{common, curator};
 use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes_and_etcd, curator};
 use tonic::Code;
@@ -110,7 +110,7 @@ async fn permission_denied_and_removed_nodes(rt: RuntimeKind) {
     let gone = d.add_node(&gone_dir).await;
     let mut mgmt = metropolis_proto::metropolis::node::core::curator::proto::private::node_management_client::NodeManagementClient::with_origin(
         d.owner().await,
-        metropolis_host::grpc::Channel::origin(),
+        metropolis_transport::grpc::Channel::origin(),
     );
     mgmt.remove_node(
         metropolis_proto::metropolis::node::core::curator::proto::private::RemoveNodeRequest {
@@ -129,7 +129,7 @@ async fn permission_denied_and_removed_nodes(rt: RuntimeKind) {
     // A node may not manage nodes.
     let mut mgmt_as_node = metropolis_proto::metropolis::node::core::curator::proto::private::node_management_client::NodeManagementClient::with_origin(
         d.tls(&other_dir, "node").await,
-        metropolis_host::grpc::Channel::origin(),
+        metropolis_transport::grpc::Channel::origin(),
     );
     let e = mgmt_as_node
         .remove_node(
@@ -150,9 +150,13 @@ async fn unauthenticated(rt: RuntimeKind) {
     // TLS without a client certificate.
     let config = client_config(None, &ca_pem).unwrap();
     let mut anon = curator(
-        metropolis_runtime_tokio::connect::tls(&d.addr, config)
-            .await
-            .unwrap(),
+        metropolis_transport::connect::tls(
+            &metropolis_runtime_tokio::rt::TokioRuntime::shared(),
+            &d.addr,
+            config,
+        )
+        .await
+        .unwrap(),
     );
     let kind = curator::watch_request::Kind::NodesInCluster(Default::default());
     let e = anon
@@ -174,9 +178,13 @@ async fn unauthenticated(rt: RuntimeKind) {
     creds.ca_pem = ca_pem;
     let config = client_config(Some(&creds), &creds.ca_pem).unwrap();
     let mut stranger = curator(
-        metropolis_runtime_tokio::connect::tls(&d.addr, config)
-            .await
-            .unwrap(),
+        metropolis_transport::connect::tls(
+            &metropolis_runtime_tokio::rt::TokioRuntime::shared(),
+            &d.addr,
+            config,
+        )
+        .await
+        .unwrap(),
     );
     let e = stranger
         .watch(curator::WatchRequest { kind: Some(kind) })

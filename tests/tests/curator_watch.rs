@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use metropolis_core::identity::NodeId;
-use metropolis_host::grpc::Channel;
 use metropolis_proto::prelude::{common, curator};
 use metropolis_proto::version::spec::{Version, version::GitInformation};
 use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes_and_etcd, curator, watch_nodes};
+use metropolis_transport::grpc::Channel;
 use prost::Message;
 
 const LIMIT: usize = 2 * 1024 * 1024;

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut};
 use futures::StreamExt;
-use metropolis_host::grpc::Channel;
 use metropolis_proto::prelude::{common, curator};
 use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes_and_etcd, curator};
+use metropolis_transport::grpc::Channel;
 use prost::Message;
 use tonic::Code;
 

@@ -5,19 +5,17 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../../host/tests/images/archives.rs"]
+#[path = "../../node/tests/images/archives.rs"]
 mod archives;
-#[path = "../../host/tests/images/containerd_process.rs"]
-mod containerd_process;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use archives::{Limit, check_layout, docker_archive, hostile_cases, oci_archive, snapshot};
-use containerd_process::Containerd;
-use metropolis_host::grpc::Channel;
 use metropolis_proto::prelude::debug::{self, node_debug_service_client::NodeDebugServiceClient};
+use metropolis_tests::containerd::Containerd;
 use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes};
+use metropolis_transport::grpc::Channel;
 
 /// Streams `archive` in `chunk`-byte parts.
 async fn load(

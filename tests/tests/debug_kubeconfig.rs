@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use base64::Engine as _;
-use metropolis_host::pki::{ClusterCa, GENERATED_KUBERNETES_CA_CERT, Kubeconfig};
+use metropolis_pki::{ClusterCa, GENERATED_KUBERNETES_CA_CERT, Kubeconfig};
 use metropolis_proto::prelude::debug;
 use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, free_port};
 
@@ -244,7 +244,7 @@ async fn the_cluster_ca_is_refused_as_kubernetes_ca(runtime: RuntimeKind) {
     // A CA the cluster CA signed.
     let sub_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
     let cluster_issuer = rcgen::Issuer::new(
-        ca_params(metropolis_host::pki::CA_COMMON_NAME),
+        ca_params(metropolis_pki::CA_COMMON_NAME),
         rcgen::KeyPair::from_pem(&cluster_key).unwrap(),
     );
     let sub = ca_params("Kubernetes CA")

@@ -10,7 +10,6 @@ use futures::StreamExt;
 use metropolis_core::logtree::{Dn, Entry, EntryKind, LogTreeConfig, Severity};
 use metropolis_core::service::Router;
 use metropolis_core::service::debug::{DebugService, LogHub};
-use metropolis_host::grpc::Channel;
 use metropolis_proto::prelude::common::{self, log_entry, log_filter};
 use metropolis_proto::prelude::debug::{
     self, get_logs_request::BacklogMode, get_logs_request::StreamMode,
@@ -18,6 +17,7 @@ use metropolis_proto::prelude::debug::{
 };
 use metropolis_tests::plain_server::PlainServer;
 use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes};
+use metropolis_transport::grpc::Channel;
 
 fn leveled(dn: &str, text: &str, severity: Severity) -> Entry {
     Entry {

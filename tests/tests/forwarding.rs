@@ -17,10 +17,12 @@ use http::{Request, Response};
 use metropolis_core::identity::NodeId;
 use metropolis_core::service::forward::{Destination, FixedRouting, Upstream};
 use metropolis_core::service::{GrpcService, Router};
-use metropolis_host::pki::{ClusterCa, Credentials, client_config};
+use metropolis_pki::{ClusterCa, Credentials, client_config};
 use metropolis_proto::prelude::{common, curator};
-use metropolis_runtime_tokio::{connect, listen};
+use metropolis_runtime_tokio::rt::TokioRuntime;
 use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, curator as curator_client};
+use metropolis_transport::shutdown::shutdown_pair;
+use metropolis_transport::{connect, listen};
 use tonic::body::Body;
 
 /// Stands in for the follower's own Curator: never called, since every
@@ -48,22 +50,28 @@ async fn follower(
     dir: &Path,
 ) -> (
     std::path::PathBuf,
-    metropolis_host::shutdown::ShutdownTrigger,
+    metropolis_transport::shutdown::ShutdownTrigger,
 ) {
     let config = client_config(Some(creds), &creds.ca_pem).unwrap();
-    let upstream: Arc<dyn Upstream> = Arc::new(connect::tls(&d.addr, config).await.unwrap());
+    let upstream: Arc<dyn Upstream> = Arc::new(
+        connect::tls(&TokioRuntime::shared(), &d.addr, config)
+            .await
+            .unwrap(),
+    );
     let router = Router::new()
         .with_service(NotHere)
         .with_routing(Arc::new(FixedRouting(Destination::Forward(upstream))));
     let socket = dir.join("follower.sock");
-    let listener = listen::bind_unix(&socket).unwrap();
-    let (trigger, shutdown) = listen::shutdown_pair();
+    let runtime = TokioRuntime::shared();
+    let listener = listen::bind_unix(&runtime, &socket).unwrap();
+    let (trigger, shutdown) = shutdown_pair();
     tokio::spawn(listen::serve_unix(
+        runtime,
         listener,
         socket.clone(),
         me,
         router,
-        metropolis_host::edge::EdgeLimits::default(),
+        metropolis_transport::edge::EdgeLimits::default(),
         shutdown,
     ));
     (socket, trigger)
@@ -83,7 +91,11 @@ async fn calls_reach_the_leader_as_the_caller(runtime: RuntimeKind) {
     let ca = ClusterCa::read_from_dir(&d.data_dir.join("pki")).unwrap();
     let (instance, _) = ca.issue_curator_node(&[]).unwrap();
     let (socket, _stop) = follower(&d, &instance, x.clone(), dir.path()).await;
-    let mut via_follower = curator_client(connect::unix(&socket).await.unwrap());
+    let mut via_follower = curator_client(
+        connect::unix(&TokioRuntime::shared(), &socket)
+            .await
+            .unwrap(),
+    );
 
     // A watch through the follower streams the leader's state.
     let kind = curator::watch_request::Kind::NodeInCluster(curator::watch_request::NodeInCluster {
@@ -140,7 +152,11 @@ async fn only_curator_instances_forward(runtime: RuntimeKind) {
     // A node certificate without the curator mark.
     let (plain, _) = ca.issue_node(&[]).unwrap();
     let (socket, _stop) = follower(&d, &plain, x.clone(), dir.path()).await;
-    let mut via_follower = curator_client(connect::unix(&socket).await.unwrap());
+    let mut via_follower = curator_client(
+        connect::unix(&TokioRuntime::shared(), &socket)
+            .await
+            .unwrap(),
+    );
     let e = via_follower
         .update_node_status(curator::UpdateNodeStatusRequest {
             node_id: x.to_string(),

@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use metropolis_host::h2_authority::{self, Decoder};
 use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes};
+use metropolis_transport::h2_authority::{self, Decoder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 

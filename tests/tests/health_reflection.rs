@@ -10,10 +10,11 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use metropolis_host::grpc::Channel;
-use metropolis_host::pki::client_config;
-use metropolis_runtime_tokio::connect;
+use metropolis_pki::client_config;
+use metropolis_runtime_tokio::rt::TokioRuntime;
 use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes_and_etcd};
+use metropolis_transport::connect;
+use metropolis_transport::grpc::Channel;
 use prost::Message;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -136,7 +137,9 @@ async fn every_listener_answers_health_and_reflection(runtime: RuntimeKind) {
         false => &[CURATOR, MACHINES, MANAGEMENT],
         true => &[CURATOR, MACHINES, MANAGEMENT, AGENT],
     };
-    let tls = connect::tls(&d.addr, anonymous.clone()).await.unwrap();
+    let tls = connect::tls(&TokioRuntime::shared(), &d.addr, anonymous.clone())
+        .await
+        .unwrap();
     check_listener("curator TLS", &tls, curator).await;
     let mut open_watch = HealthClient::with_origin(tls.clone(), Channel::origin())
         .watch(HealthCheckRequest::default())
@@ -145,7 +148,9 @@ async fn every_listener_answers_health_and_reflection(runtime: RuntimeKind) {
         .into_inner();
     assert!(open_watch.next().await.unwrap().is_ok());
     check_listener("local socket", &d.unix().await, curator).await;
-    let agent = connect::tls(&d.agent_addr, anonymous).await.unwrap();
+    let agent = connect::tls(&TokioRuntime::shared(), &d.agent_addr, anonymous)
+        .await
+        .unwrap();
     check_listener("agent", &agent, &[AGENT]).await;
     check_listener("debug", &d.debug().await, &[DEBUG]).await;
 

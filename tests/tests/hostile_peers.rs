@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::StreamExt;
 use http_body_util::StreamBody;
-use metropolis_host::grpc::Channel;
-use metropolis_host::pki::client_config;
+use metropolis_pki::client_config;
 use metropolis_proto::prelude::agent::agent_callback_client::AgentCallbackClient;
 use metropolis_proto::prelude::{agent, common, curator};
-use metropolis_runtime_tokio::connect;
+use metropolis_runtime_tokio::rt::TokioRuntime;
 use metropolis_tests::{AgentKey, Daemon, RuntimeKind, against_both_runtimes, curator};
+use metropolis_transport::connect;
+use metropolis_transport::grpc::Channel;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Code;
 use tonic::codegen::Service;
@@ -271,8 +272,18 @@ async fn silent_connections_are_closed(rt: RuntimeKind) {
     }
 
     let tcp_silent = tokio::net::TcpStream::connect(&d.addr).await.unwrap();
-    let tls_silent = connect::tls_stream(&d.addr, config.clone()).await.unwrap();
-    let mut tls_preface = connect::tls_stream(&d.agent_addr, config).await.unwrap();
+    // The TLS streams as tokio IO (hyper's IO traits, adapted back).
+    let rt = TokioRuntime::shared();
+    let tls = |addr: &str, config| {
+        let rt = rt.clone();
+        let addr = addr.to_string();
+        async move {
+            let stream = connect::tls_stream(&rt, &addr, config).await.unwrap();
+            hyper_util::rt::TokioIo::new(stream.io)
+        }
+    };
+    let tls_silent = tls(&d.addr, config.clone()).await;
+    let mut tls_preface = tls(&d.agent_addr, config).await;
     tls_preface.write_all(PREFACE).await.unwrap();
     let debug_silent = tokio::net::TcpStream::connect(&debug_addr).await.unwrap();
     let mut debug_preface = tokio::net::TcpStream::connect(&debug_addr).await.unwrap();
@@ -394,37 +405,43 @@ against_both_runtimes!(
     the_descriptor_limit_does_not_spin,
 );
 
-/// Through a follower (two instances elected over etcd, tokio and smol):
-/// a Heartbeat without an agent certificate is refused at once, before it
-/// is forwarded; an error quoting input is as bounded as the leader's.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_follower_refuses_and_bounds_as_the_leader_does() {
-    let etcd = metropolis_tests::etcd::Etcd::start();
-    let dir = tempfile::tempdir().unwrap();
-    let c = metropolis_tests::cluster::Curators::pair(dir.path(), &etcd.urls());
-    let leader = c.leader(&etcd, Duration::from_secs(10)).await;
-    for f in c.followers(leader) {
-        let d = &c.daemons[f];
-        let ca = std::fs::read_to_string(d.data_dir.join("pki/ca.pem")).unwrap();
-        let mut channel = d.agent_channel(None, &ca).await;
-        let mut calls = Vec::new();
-        for _ in 0..20 {
-            calls.push(hold_open_call(&mut channel, 4 << 20, 1 << 20).await);
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let statuses = answered(&mut calls).await;
-        assert_eq!(
-            statuses.iter().filter(|s| *s == "16").count(),
-            20,
-            "follower {f}: {statuses:?}"
-        );
+/// The cases that need etcd (the `system` feature).
+#[cfg(feature = "system")]
+mod over_etcd {
+    use super::*;
 
-        let e = heartbeat_with_a_huge_machine_id(d).await;
-        assert_eq!(e.code(), Code::InvalidArgument, "follower {f}");
-        assert!(
-            e.message().len() < 400,
-            "follower {f}: a {}-byte message",
-            e.message().len()
-        );
+    /// Through a follower (two instances elected over etcd, tokio and smol):
+    /// a Heartbeat without an agent certificate is refused at once, before it
+    /// is forwarded; an error quoting input is as bounded as the leader's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_follower_refuses_and_bounds_as_the_leader_does() {
+        let etcd = metropolis_tests::etcd::Etcd::start();
+        let dir = tempfile::tempdir().unwrap();
+        let c = metropolis_tests::cluster::Curators::pair(dir.path(), &etcd.urls());
+        let leader = c.leader(&etcd, Duration::from_secs(10)).await;
+        for f in c.followers(leader) {
+            let d = &c.daemons[f];
+            let ca = std::fs::read_to_string(d.data_dir.join("pki/ca.pem")).unwrap();
+            let mut channel = d.agent_channel(None, &ca).await;
+            let mut calls = Vec::new();
+            for _ in 0..20 {
+                calls.push(hold_open_call(&mut channel, 4 << 20, 1 << 20).await);
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let statuses = answered(&mut calls).await;
+            assert_eq!(
+                statuses.iter().filter(|s| *s == "16").count(),
+                20,
+                "follower {f}: {statuses:?}"
+            );
+
+            let e = heartbeat_with_a_huge_machine_id(d).await;
+            assert_eq!(e.code(), Code::InvalidArgument, "follower {f}");
+            assert!(
+                e.message().len() < 400,
+                "follower {f}: a {}-byte message",
+                e.message().len()
+            );
+        }
     }
 }

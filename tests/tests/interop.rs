@@ -12,7 +12,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../../host/tests/images/archives.rs"]
+#[path = "../../node/tests/images/archives.rs"]
 mod archives;
 
 use std::collections::HashMap;
@@ -20,7 +20,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
-use metropolis_host::pki::{generate_agent_key, self_signed_agent_certificate};
+use metropolis_pki::{generate_agent_key, self_signed_agent_certificate};
 use metropolis_tests::interop::{self, ClientRun, Listener, SCENARIOS, Stack};
 use metropolis_tests::{Daemon, RuntimeKind, daemon_bin};
 

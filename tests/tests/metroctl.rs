@@ -6,7 +6,7 @@
 
 use std::process::{Command, Output};
 
-#[path = "../../host/tests/images/archives.rs"]
+#[path = "../../node/tests/images/archives.rs"]
 mod archives;
 
 use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, daemon_bin};
@@ -263,121 +263,6 @@ fn debug_commands_logs_and_kubeconfig() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--debug-listen"));
 }
 
-#[test]
-fn debug_commands_load_image_and_trace() {
-    use std::io::{BufRead, Write};
-    let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start_debug(&dir.path().join("d"), RuntimeKind::Tokio, &[]);
-
-    // load-image from a file: progress on stderr, names in the store.
-    let archive = dir.path().join("image.tar");
-    std::fs::write(&archive, archives::docker_archive("tool:1", "from a file")).unwrap();
-    let out = debug_ctl(
-        &d,
-        &[
-            "load-image",
-            archive.to_str().unwrap(),
-            "--chunk-size",
-            "1000",
-        ],
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("(100%)"), "progress: {stderr}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("image loaded"));
-    // From standard input.
-    let mut child = Command::new(daemon_bin().with_file_name("metroctl-under-test"))
-        .args([
-            "--debug-endpoint",
-            d.debug_addr.as_ref().unwrap(),
-            "load-image",
-            "-",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&archives::docker_archive("tool:2", "from stdin"))
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let index = std::fs::read_to_string(d.data_dir.join("images/index.json")).unwrap();
-    assert!(index.contains("docker.io/library/tool:1"), "{index}");
-    assert!(index.contains("docker.io/library/tool:2"), "{index}");
-    // A hostile archive: the reason, non-zero exit.
-    let evil = archives::build(&[archives::E::RawFile(b"../evil".to_vec(), b"x".to_vec())]);
-    std::fs::write(&archive, evil).unwrap();
-    let out = debug_ctl(&d, &["load-image", archive.to_str().unwrap()]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("InvalidArgument"));
-    let out = debug_ctl(
-        &d,
-        &["load-image", archive.to_str().unwrap(), "--chunk-size", "0"],
-    );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--chunk-size"));
-
-    // trace: prints marker lines until SIGINT, then the node restores
-    // tracefs.
-    let tracefs = std::path::Path::new("/sys/kernel/tracing");
-    let mut child = Command::new(daemon_bin().with_file_name("metroctl-under-test"))
-        .args([
-            "--debug-endpoint",
-            d.debug_addr.as_ref().unwrap(),
-            "trace",
-            "--tracer",
-            "nop",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::fs::read_to_string(tracefs.join("tracing_on"))
-        .unwrap()
-        .trim()
-        != "1"
-    {
-        assert!(std::time::Instant::now() < deadline, "trace did not start");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    std::fs::write(tracefs.join("trace_marker"), "metroctl-trace-marker").unwrap();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("metroctl-trace-marker") {
-        line.clear();
-        assert!(
-            stdout.read_line(&mut line).unwrap() > 0,
-            "trace output ended"
-        );
-    }
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{status}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let on = std::fs::read_to_string(tracefs.join("tracing_on")).unwrap();
-        let tracer = std::fs::read_to_string(tracefs.join("current_tracer")).unwrap();
-        if on.trim() == "0" && tracer.trim() == "nop" {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "tracefs not restored");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 /// `install request --root-device` names a device: a device name or a
 /// path under /dev/ without `..`. The curator refuses anything else
 /// (InvalidArgument naming the field) and the generation stays.
@@ -443,3 +328,124 @@ async fn install_requests_name_a_device(runtime: RuntimeKind) {
 }
 
 against_both_runtimes!(install_requests_name_a_device);
+
+/// The cases that need etcd (the `system` feature).
+#[cfg(feature = "system")]
+mod over_etcd {
+    use super::*;
+
+    #[test]
+    fn debug_commands_load_image_and_trace() {
+        use std::io::{BufRead, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let d = Daemon::start_debug(&dir.path().join("d"), RuntimeKind::Tokio, &[]);
+
+        // load-image from a file: progress on stderr, names in the store.
+        let archive = dir.path().join("image.tar");
+        std::fs::write(&archive, archives::docker_archive("tool:1", "from a file")).unwrap();
+        let out = debug_ctl(
+            &d,
+            &[
+                "load-image",
+                archive.to_str().unwrap(),
+                "--chunk-size",
+                "1000",
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains("(100%)"), "progress: {stderr}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("image loaded"));
+        // From standard input.
+        let mut child = Command::new(daemon_bin().with_file_name("metroctl-under-test"))
+            .args([
+                "--debug-endpoint",
+                d.debug_addr.as_ref().unwrap(),
+                "load-image",
+                "-",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&archives::docker_archive("tool:2", "from stdin"))
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let index = std::fs::read_to_string(d.data_dir.join("images/index.json")).unwrap();
+        assert!(index.contains("docker.io/library/tool:1"), "{index}");
+        assert!(index.contains("docker.io/library/tool:2"), "{index}");
+        // A hostile archive: the reason, non-zero exit.
+        let evil = archives::build(&[archives::E::RawFile(b"../evil".to_vec(), b"x".to_vec())]);
+        std::fs::write(&archive, evil).unwrap();
+        let out = debug_ctl(&d, &["load-image", archive.to_str().unwrap()]);
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("InvalidArgument"));
+        let out = debug_ctl(
+            &d,
+            &["load-image", archive.to_str().unwrap(), "--chunk-size", "0"],
+        );
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--chunk-size"));
+
+        // trace: prints marker lines until SIGINT, then the node restores
+        // tracefs.
+        let tracefs = std::path::Path::new("/sys/kernel/tracing");
+        let mut child = Command::new(daemon_bin().with_file_name("metroctl-under-test"))
+            .args([
+                "--debug-endpoint",
+                d.debug_addr.as_ref().unwrap(),
+                "trace",
+                "--tracer",
+                "nop",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read_to_string(tracefs.join("tracing_on"))
+            .unwrap()
+            .trim()
+            != "1"
+        {
+            assert!(std::time::Instant::now() < deadline, "trace did not start");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::fs::write(tracefs.join("trace_marker"), "metroctl-trace-marker").unwrap();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("metroctl-trace-marker") {
+            line.clear();
+            assert!(
+                stdout.read_line(&mut line).unwrap() > 0,
+                "trace output ended"
+            );
+        }
+        let kill = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{status}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let on = std::fs::read_to_string(tracefs.join("tracing_on")).unwrap();
+            let tracer = std::fs::read_to_string(tracefs.join("current_tracer")).unwrap();
+            if on.trim() == "0" && tracer.trim() == "nop" {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "tracefs not restored");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}

@@ -6,19 +6,16 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
 use std::time::Duration;
 
 use futures::StreamExt;
 use metropolis_core::identity::NodeId;
-use metropolis_host::grpc::Channel;
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
     RemoveNodeRequest, node_management_client::NodeManagementClient,
 };
 use metropolis_proto::prelude::{common, curator};
-use metropolis_tests::cluster::Curators;
-use metropolis_tests::etcd::Etcd;
 use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes_and_etcd, watch_nodes};
+use metropolis_transport::grpc::Channel;
 use tonic::Code;
 
 fn update(id: &NodeId, address: &str) -> curator::UpdateNodeStatusRequest {
@@ -161,31 +158,40 @@ async fn a_removed_node_is_refused(rt: RuntimeKind) {
 
 against_both_runtimes_and_etcd!(a_removed_node_is_refused);
 
-/// Two instances over etcd: X's streams and calls go through the follower
-/// (forwarded to the leader on X's behalf), the removal through the
-/// leader.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_removed_node_is_refused_through_a_follower() {
-    let etcd = Etcd::start();
-    let dir = tempfile::tempdir().unwrap();
-    let c = Curators::pair(dir.path(), &etcd.urls());
-    let l = c.leader(&etcd, Duration::from_secs(10)).await;
-    let (leader, follower) = (&c.daemons[l], &c.daemons[c.followers(l)[0]]);
-    let x_dir: &Path = &dir.path().join("x");
-    let x = leader.add_node(x_dir).await;
-    let as_x = follower.tls(x_dir, "node").await;
-    metropolis_tests::curator(as_x.clone())
-        .update_node_status(update(&x, "192.0.2.6"))
-        .await
-        .unwrap();
-    let open = open_watches(&as_x, &leader.node_id()).await;
+/// The cases that need etcd (the `system` feature).
+#[cfg(feature = "system")]
+mod over_etcd {
+    use super::*;
+    use metropolis_tests::cluster::Curators;
+    use metropolis_tests::etcd::Etcd;
+    use std::path::Path;
 
-    remove(leader.owner().await, &x).await;
-    assert_refused(open, as_x, follower.tls(x_dir, "node").await, &x).await;
-    // And on the leader directly.
-    let e = metropolis_tests::curator(leader.tls(x_dir, "node").await)
-        .update_node_status(update(&x, "192.0.2.67"))
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    /// Two instances over etcd: X's streams and calls go through the follower
+    /// (forwarded to the leader on X's behalf), the removal through the
+    /// leader.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_removed_node_is_refused_through_a_follower() {
+        let etcd = Etcd::start();
+        let dir = tempfile::tempdir().unwrap();
+        let c = Curators::pair(dir.path(), &etcd.urls());
+        let l = c.leader(&etcd, Duration::from_secs(10)).await;
+        let (leader, follower) = (&c.daemons[l], &c.daemons[c.followers(l)[0]]);
+        let x_dir: &Path = &dir.path().join("x");
+        let x = leader.add_node(x_dir).await;
+        let as_x = follower.tls(x_dir, "node").await;
+        metropolis_tests::curator(as_x.clone())
+            .update_node_status(update(&x, "192.0.2.6"))
+            .await
+            .unwrap();
+        let open = open_watches(&as_x, &leader.node_id()).await;
+
+        remove(leader.owner().await, &x).await;
+        assert_refused(open, as_x, follower.tls(x_dir, "node").await, &x).await;
+        // And on the leader directly.
+        let e = metropolis_tests::curator(leader.tls(x_dir, "node").await)
+            .update_node_status(update(&x, "192.0.2.67"))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    }
 }

@@ -7,7 +7,7 @@
 //! - [`TraceSession`]: the sans-IO lifecycle machine (tracefs operations
 //!   in order, `TraceEvent`s, the teardown that always runs).
 //! - [`Tracefs`] / [`TracePipe`]: the port the host implements
-//!   (`metropolis_host::tracefs::HostTracefs` for the kernel's tracefs).
+//!   (`metropolis_node::tracefs::HostTracefs` for the kernel's tracefs).
 //! - [`run_session`]: runs a session against the port as a stream of
 //!   events; what the service calls.
 //! - [`TraceError`]: every failure, with its gRPC code.

@@ -10,7 +10,7 @@ use std::fmt;
 use futures::Stream;
 
 /// How a failed tracefs operation failed, as far as the session machine
-/// cares. The host maps `errno`s onto these (see `metropolis_host::tracefs`).
+/// cares. The host maps `errno`s onto these (see `metropolis_node::tracefs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FailureKind {

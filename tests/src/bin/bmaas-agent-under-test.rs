@@ -3,5 +3,5 @@
 //! `bmaas-agent` of `metropolis-runtime-tokio`.
 
 fn main() -> std::process::ExitCode {
-    metropolis_runtime_tokio::agent::main()
+    bmaas_agent::main()
 }

@@ -3,5 +3,5 @@
 //! `metropolis-runtime-tokio`.
 
 fn main() -> std::process::ExitCode {
-    metropolis_runtime_tokio::ctl::main()
+    metroctl::main()
 }

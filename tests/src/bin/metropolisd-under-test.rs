@@ -3,10 +3,9 @@
 //! `metropolisd` of `metropolis-runtime-tokio`, with the same allocator.
 
 #[global_allocator]
-static ALLOCATOR: metropolis_runtime_tokio::allocator::MiMalloc =
-    metropolis_runtime_tokio::allocator::MiMalloc;
+static ALLOCATOR: metropolisd::allocator::MiMalloc = metropolisd::allocator::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    metropolis_runtime_tokio::allocator::configure();
-    metropolis_runtime_tokio::daemon::main()
+    metropolisd::allocator::configure();
+    metropolisd::main()
 }

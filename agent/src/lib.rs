@@ -1,0 +1,334 @@
+//! `bmaas-agent`, the provisioning agent, on tokio: drives the sans-IO
+//! [`AgentLoop`](metropolis_core::provisioning::AgentLoop) with real
+//! heartbeats over mutual TLS, a persisted last-acted generation, the host's
+//! hardware report and an [`Installer`].
+//!
+//! What it needs from the machine it runs on (docs/spec/semantics.md, "The
+//! agent (client side)"):
+//!
+//! - [`hardware`] gathers the hardware report from `/proc`, `/sys` and
+//!   DMI, with a warning for each part it could not read.
+//! - [`install`] installs an OS image from an OCI registry onto the root
+//!   device, behind the [`install::Installer`] trait.
+//!
+//! Both are plain blocking `std` code: reading sysfs and writing a disk
+//! image are blocking file I/O on every runtime anyway, and an
+//! installation is one long sequential transfer, so it gains nothing from
+//! an event loop. The agent calls them on a blocking thread
+//! (`spawn_blocking`).
+//!
+//! The agent authenticates with a self-signed certificate made at start
+//! from its Ed25519 key (`--key`), and trusts the server certificate's CA
+//! (`--ca`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use clap::Parser;
+use metropolis_core::provisioning::{Action, AgentConfig, AgentLoop, offered_request};
+use metropolis_core::time::Instant as CoreInstant;
+pub mod hardware;
+pub mod install;
+
+use crate::hardware::gather_hardware_report;
+use crate::install::{Installer, OciInstaller, Progress, install_encoded_request};
+use metropolis_pki::{Credentials, client_config, self_signed_agent_certificate};
+use metropolis_proto::prelude::agent;
+use metropolis_proto::wire::EncodedHeartbeatResponse;
+use metropolis_transport::grpc::Channel;
+
+use metropolis_runtime_tokio::rt::TokioRuntime;
+use metropolis_transport::connect;
+
+/// Command-line configuration of `bmaas-agent`.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "bmaas-agent",
+    version,
+    about = "Provisioning agent: heartbeats to the AgentCallback service, reports hardware, installs the OS it is asked to, once per generation"
+)]
+pub struct AgentArgs {
+    /// host:port of the AgentCallback service.
+    #[arg(long)]
+    pub endpoint: String,
+    /// This machine's ID (a UUID, as registered by the operator).
+    #[arg(long)]
+    pub machine_id: String,
+    /// The agent's Ed25519 key (PKCS#8 PEM), e.g. from `metroctl machine add --generate-key`.
+    #[arg(long)]
+    pub key: PathBuf,
+    /// CA certificate (PEM) that issued the server's certificate.
+    #[arg(long)]
+    pub ca: PathBuf,
+    /// Directory where the agent keeps the last generation it acted on
+    /// (so a restart never installs the same generation twice).
+    #[arg(long)]
+    pub state_dir: PathBuf,
+    /// Seconds between heartbeats when idle (jittered ±20 %).
+    #[arg(long, default_value = "30")]
+    pub interval: f64,
+    /// Root of the filesystem the hardware report is read from.
+    #[arg(long, default_value = "/", hide = true)]
+    pub hardware_root: PathBuf,
+    /// Log filter (tracing EnvFilter syntax).
+    #[arg(long, env = "METROPOLIS_LOG", default_value = "info")]
+    pub log: String,
+}
+
+/// An agent failure that stops it (bad flags, unreadable key or state).
+pub type AgentError = Box<dyn std::error::Error + Send + Sync>;
+
+const STATE_FILE: &str = "last-acted-generation";
+
+/// The last generation acted on, as persisted in `dir`.
+pub fn read_last_acted(dir: &Path) -> Result<Option<i64>, AgentError> {
+    let path = dir.join(STATE_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(s) => s
+            .trim()
+            .parse::<i64>()
+            .map(Some)
+            .map_err(|e| format!("{}: not a generation number: {e}", path.display()).into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display()).into()),
+    }
+}
+
+/// Durably records `generation` in `dir` (temporary file, fsync, rename,
+/// fsync of the directory).
+pub fn write_last_acted(dir: &Path, generation: i64) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{STATE_FILE}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(format!("{generation}\n").as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(STATE_FILE))?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+fn seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .is_ok()
+    {
+        return u64::from_le_bytes(bytes);
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    nanos.as_nanos() as u64 ^ u64::from(std::process::id())
+}
+
+/// One heartbeat over `channel`; the offered request kept as bytes.
+async fn send_heartbeat(
+    channel: Channel,
+    request: agent::HeartbeatRequest,
+) -> Result<Option<Bytes>, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::with_origin(channel, Channel::origin());
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let path =
+        http::uri::PathAndQuery::from_static("/cloud.bmaas.server.api.AgentCallback/Heartbeat");
+    let codec =
+        tonic_prost::ProstCodec::<agent::HeartbeatRequest, EncodedHeartbeatResponse>::default();
+    let response = grpc
+        .unary(tonic::Request::new(request), path, codec)
+        .await?;
+    Ok(response.into_inner().installation_request)
+}
+
+fn install(installer: &dyn Installer, generation: i64, request: &Bytes) -> Result<(), String> {
+    // Progress is logged at most every two seconds, and always the first.
+    let mut last: Option<std::time::Instant> = None;
+    let mut progress = |p: &Progress| {
+        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(2)) {
+            last = Some(std::time::Instant::now());
+            tracing::info!(generation, "installing: {p}");
+        }
+    };
+    install_encoded_request(installer, request, &mut progress).map_err(|e| e.to_string())
+}
+
+/// Runs the agent until the process is stopped.
+pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), AgentError> {
+    let key_pem = std::fs::read_to_string(&args.key)
+        .map_err(|e| format!("--key {}: {e}", args.key.display()))?;
+    let ca_pem = std::fs::read_to_string(&args.ca)
+        .map_err(|e| format!("--ca {}: {e}", args.ca.display()))?;
+    let (cert_pem, public) = self_signed_agent_certificate(&key_pem)
+        .map_err(|e| format!("--key {}: {e}", args.key.display()))?;
+    let creds = Credentials::from_parts(cert_pem, key_pem, ca_pem.clone());
+    let tls = client_config(Some(&creds), &ca_pem)
+        .map_err(|e| format!("--ca {}: {e}", args.ca.display()))?;
+    let last_acted = read_last_acted(&args.state_dir)?;
+    if !args.interval.is_finite() || args.interval <= 0.0 {
+        return Err(format!(
+            "--interval: {} is not a positive number of seconds",
+            args.interval
+        )
+        .into());
+    }
+    let config = AgentConfig {
+        interval: Duration::from_secs_f64(args.interval),
+        ..AgentConfig::default()
+    };
+    let base = tokio::time::Instant::now();
+    let now = || CoreInstant::from_offset(base.elapsed());
+    let mut machine =
+        AgentLoop::new(config, last_acted, seed(), now()).map_err(|e| e.to_string())?;
+    tracing::info!(
+        machine = %args.machine_id,
+        endpoint = %args.endpoint,
+        key = %public.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+        last_acted = ?last_acted,
+        "agent starting"
+    );
+
+    let mut channel: Option<Channel> = None;
+    let mut heartbeat: Option<tokio::task::JoinHandle<Result<Option<Bytes>, String>>> = None;
+    let mut installing: Option<(i64, tokio::task::JoinHandle<Result<(), String>>)> = None;
+    loop {
+        while let Some(action) = machine.poll_action() {
+            match action {
+                Action::SendHeartbeat(plan) => {
+                    let root = args.hardware_root.clone();
+                    let request =
+                        plan.to_request(&args.machine_id, || gather_hardware_report(&root));
+                    let ch = match &channel {
+                        Some(c) => Ok(c.clone()),
+                        None => connect::tls(&TokioRuntime::shared(), &args.endpoint, tls.clone())
+                            .await
+                            .map_err(|e| e.to_string()),
+                    };
+                    match ch {
+                        Ok(c) => {
+                            channel = Some(c.clone());
+                            heartbeat = Some(tokio::spawn(async move {
+                                send_heartbeat(c, request)
+                                    .await
+                                    .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+                            }));
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "heartbeat failed: cannot connect");
+                            machine.handle_heartbeat_failed(now());
+                        }
+                    }
+                }
+                Action::PersistLastActed(generation) => {
+                    if let Err(e) = write_last_acted(&args.state_dir, generation) {
+                        // Refuse to install what could be installed again
+                        // after a restart: report the failure instead.
+                        tracing::error!(generation, error = %e, "cannot persist the generation; not installing");
+                        return Err(format!(
+                            "{}: cannot persist generation {generation}: {e}",
+                            args.state_dir.display()
+                        )
+                        .into());
+                    }
+                }
+                Action::Install {
+                    generation,
+                    request,
+                } => {
+                    tracing::info!(generation, "installing");
+                    let installer = installer.clone();
+                    let task = tokio::task::spawn_blocking(move || {
+                        install(installer.as_ref(), generation, &request)
+                    });
+                    installing = Some((generation, task));
+                }
+            }
+        }
+        let deadline = machine
+            .poll_timeout()
+            .map(|t| base + t.offset())
+            .unwrap_or_else(|| base + Duration::from_secs(3600 * 24 * 365));
+        tokio::select! {
+            result = async { heartbeat.as_mut().expect("guarded by the select condition").await }, if heartbeat.is_some() => {
+                heartbeat = None;
+                match result {
+                    Ok(Ok(offered)) => {
+                        let offered = match offered.map(offered_request).transpose() {
+                            Ok(o) => o,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "server offered an unreadable installation request");
+                                None
+                            }
+                        };
+                        machine.handle_heartbeat_ok(now(), offered);
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "heartbeat failed");
+                        channel = None;
+                        machine.handle_heartbeat_failed(now());
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "heartbeat task failed");
+                        channel = None;
+                        machine.handle_heartbeat_failed(now());
+                    }
+                }
+            }
+            result = async { (&mut installing.as_mut().expect("guarded by the select condition").1).await }, if installing.is_some() => {
+                let Some((generation, _)) = installing.take() else { continue };
+                let result = result.unwrap_or_else(|e| Err(format!("installer crashed: {e}")));
+                match &result {
+                    Ok(()) => tracing::info!(generation, "installation succeeded"),
+                    Err(e) => tracing::error!(generation, error = %e, "installation failed"),
+                }
+                machine.handle_install_done(now(), generation, result);
+            }
+            _ = tokio::time::sleep_until(deadline) => machine.handle_timeout(now()),
+        }
+    }
+}
+
+/// Entry point of the `bmaas-agent` binary.
+pub fn main() -> std::process::ExitCode {
+    let args = AgentArgs::parse();
+    // The agent serves no logs; its tree only needs to exist.
+    let tree = metropolis_core::logtree::LogTreeConfig {
+        max_bytes: 1024 * 1024,
+        ..Default::default()
+    };
+    let _ = metropolis_node::daemon::init_logging(&args.log, tree);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bmaas-agent: cannot start the tokio runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args, Arc::new(OciInstaller::new()))) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bmaas-agent: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_acted_round_trips() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(read_last_acted(dir.path()).expect("read"), None);
+        write_last_acted(dir.path(), 7).expect("write");
+        assert_eq!(read_last_acted(dir.path()).expect("read"), Some(7));
+        std::fs::write(dir.path().join(STATE_FILE), "x").expect("write");
+        assert!(read_last_acted(dir.path()).is_err());
+    }
+}

@@ -1,0 +1,500 @@
+//! `metroctl logs | trace | load-image | kubeconfig`: clients of a node's
+//! NodeDebugService (plain HTTP/2 on `--debug-endpoint`, no credentials).
+
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use futures::StreamExt;
+use metropolis_proto::prelude::common::{self, log_entry, log_filter};
+use metropolis_proto::prelude::debug::{self, node_debug_service_client::NodeDebugServiceClient};
+use metropolis_transport::grpc::Channel;
+use tokio::io::AsyncReadExt;
+
+use super::output::json_str;
+use super::{CliError, status_error};
+use metropolis_runtime_tokio::rt::TokioRuntime;
+use metropolis_transport::connect;
+
+/// Largest `--chunk-size`: the server accepts messages up to 4 MiB.
+pub const MAX_CHUNK_SIZE: usize = 4 * 1024 * 1024 - 1024;
+
+/// `metroctl logs`.
+#[derive(Args, Debug)]
+pub struct LogsArgs {
+    /// The DN to read, e.g. `root` or `root.curator`.
+    dn: String,
+    /// Include the DN's children (the whole subtree).
+    #[arg(short = 'r', long)]
+    recursive: bool,
+    /// Only the last N entries of the backlog (0: none). Default: all.
+    #[arg(long, value_name = "N")]
+    tail: Option<u64>,
+    /// Keep streaming new entries until interrupted.
+    #[arg(short = 'f', long)]
+    follow: bool,
+    /// Only leveled entries at this severity or above.
+    #[arg(long, value_enum, value_name = "S")]
+    min_severity: Option<SeverityArg>,
+    /// Only raw entries (unstructured output lines).
+    #[arg(long, conflicts_with_all = ["leveled", "min_severity"])]
+    raw: bool,
+    /// Only leveled entries.
+    #[arg(long)]
+    leveled: bool,
+    /// One JSON object per entry and line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A minimum severity.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum SeverityArg {
+    /// INFO and above (everything).
+    Info,
+    /// WARNING and above.
+    Warning,
+    /// ERROR and above.
+    Error,
+    /// FATAL only.
+    Fatal,
+}
+
+impl SeverityArg {
+    fn proto(self) -> common::LeveledLogSeverity {
+        match self {
+            SeverityArg::Info => common::LeveledLogSeverity::Info,
+            SeverityArg::Warning => common::LeveledLogSeverity::Warning,
+            SeverityArg::Error => common::LeveledLogSeverity::Error,
+            SeverityArg::Fatal => common::LeveledLogSeverity::Fatal,
+        }
+    }
+}
+
+/// `metroctl trace`.
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    /// The kernel tracer (see the node's tracefs available_tracers), e.g.
+    /// `nop`, `function`, `function_graph`.
+    #[arg(long)]
+    tracer: String,
+    /// Function filter pattern (`*` wildcards; repeatable). None: all.
+    #[arg(long = "filter", value_name = "PATTERN")]
+    filters: Vec<String>,
+    /// Graph function filter for function_graph (repeatable).
+    #[arg(long = "graph", value_name = "PATTERN")]
+    graph: Vec<String>,
+}
+
+/// `metroctl load-image`.
+#[derive(Args, Debug)]
+pub struct LoadImageArgs {
+    /// An uncompressed image tarball (Docker v1.1/v1.2 archive or OCI image
+    /// layout), or `-` for standard input.
+    file: String,
+    /// Bytes per streamed message.
+    #[arg(long, default_value_t = 1024 * 1024, value_name = "BYTES")]
+    chunk_size: usize,
+}
+
+/// `metroctl kubeconfig`.
+#[derive(Args, Debug)]
+pub struct KubeconfigArgs {
+    /// The Kubernetes user (the certificate's common name).
+    #[arg(long)]
+    id: String,
+    /// A Kubernetes group (an organization of the certificate; repeatable).
+    #[arg(long = "group", value_name = "G")]
+    groups: Vec<String>,
+    /// Write the kubeconfig to FILE (mode 0600: it holds a private key)
+    /// instead of standard output.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+async fn client(endpoint: &str) -> Result<NodeDebugServiceClient<Channel>, CliError> {
+    let channel = connect::plain(&TokioRuntime::shared(), endpoint)
+        .await
+        .map_err(|e| format!("{e} (is metropolisd running with --debug-listen {endpoint}?)"))?;
+    Ok(
+        NodeDebugServiceClient::with_origin(channel, Channel::origin())
+            .max_decoding_message_size(8 * 1024 * 1024),
+    )
+}
+
+/// The request `metroctl logs` sends.
+pub fn logs_request(args: &LogsArgs) -> debug::GetLogsRequest {
+    use debug::get_logs_request::{BacklogMode, StreamMode};
+    let mut filters = Vec::new();
+    let mut filter = |f| filters.push(common::LogFilter { filter: Some(f) });
+    if args.recursive {
+        filter(log_filter::Filter::WithChildren(Default::default()));
+    }
+    if args.raw {
+        filter(log_filter::Filter::OnlyRaw(Default::default()));
+    }
+    if args.leveled {
+        filter(log_filter::Filter::OnlyLeveled(Default::default()));
+    }
+    if let Some(s) = args.min_severity {
+        filter(log_filter::Filter::LeveledWithMinimumSeverity(
+            log_filter::LeveledWithMinimumSeverity {
+                minimum: s.proto() as i32,
+            },
+        ));
+    }
+    let (backlog_mode, backlog_count) = match args.tail {
+        None => (BacklogMode::BacklogAll, 0),
+        Some(0) => (BacklogMode::BacklogDisable, 0),
+        Some(n) => (
+            BacklogMode::BacklogCount,
+            i64::try_from(n).unwrap_or(i64::MAX),
+        ),
+    };
+    debug::GetLogsRequest {
+        dn: args.dn.clone(),
+        filters,
+        backlog_mode: backlog_mode as i32,
+        backlog_count,
+        stream_mode: if args.follow {
+            StreamMode::StreamUnbuffered
+        } else {
+            StreamMode::StreamDisable
+        } as i32,
+    }
+}
+
+/// RFC 3339 UTC time of a protobuf timestamp, microsecond precision.
+pub fn rfc3339(ts: &prost_types::Timestamp) -> String {
+    let days = ts.seconds.div_euclid(86_400);
+    let secs = ts.seconds.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60,
+        ts.nanos / 1000
+    )
+}
+
+fn severity_letter(s: i32) -> &'static str {
+    match common::LeveledLogSeverity::try_from(s) {
+        Ok(common::LeveledLogSeverity::Info) => "I",
+        Ok(common::LeveledLogSeverity::Warning) => "W",
+        Ok(common::LeveledLogSeverity::Error) => "E",
+        Ok(common::LeveledLogSeverity::Fatal) => "F",
+        _ => "?",
+    }
+}
+
+/// One entry as text lines (leveled: one per message line) or one JSON
+/// object.
+pub fn format_entry(entry: &common::LogEntry, json: bool) -> String {
+    match (&entry.kind, json) {
+        (Some(log_entry::Kind::Leveled(l)), false) => {
+            let ts = l.timestamp.as_ref().map(rfc3339).unwrap_or_default();
+            let prefix = format!(
+                "{ts} {} {} {}]",
+                severity_letter(l.severity),
+                entry.dn,
+                l.location
+            );
+            let lines: Vec<String> = l
+                .lines
+                .iter()
+                .map(|line| format!("{prefix} {line}"))
+                .collect();
+            lines.join("\n")
+        }
+        (Some(log_entry::Kind::Raw(r)), false) => format!("{} R] {}", entry.dn, r.data),
+        (Some(log_entry::Kind::Leveled(l)), true) => {
+            let lines: Vec<String> = l.lines.iter().map(|s| json_str(s)).collect();
+            format!(
+                "{{\"dn\":{},\"kind\":\"leveled\",\"timestamp\":{},\"severity\":{},\"location\":{},\"lines\":[{}]}}",
+                json_str(&entry.dn),
+                json_str(&l.timestamp.as_ref().map(rfc3339).unwrap_or_default()),
+                json_str(
+                    common::LeveledLogSeverity::try_from(l.severity)
+                        .map(|s| s.as_str_name())
+                        .unwrap_or("INVALID")
+                ),
+                json_str(&l.location),
+                lines.join(",")
+            )
+        }
+        (Some(log_entry::Kind::Raw(r)), true) => format!(
+            "{{\"dn\":{},\"kind\":\"raw\",\"data\":{},\"original_length\":{}}}",
+            json_str(&entry.dn),
+            json_str(&r.data),
+            r.original_length
+        ),
+        (None, false) => format!("{} ?] (entry without payload)", entry.dn),
+        (None, true) => format!("{{\"dn\":{},\"kind\":null}}", json_str(&entry.dn)),
+    }
+}
+
+/// `metroctl logs`.
+pub async fn logs(endpoint: &str, args: LogsArgs) -> Result<(), CliError> {
+    let request = logs_request(&args);
+    let mut stream = client(endpoint)
+        .await?
+        .get_logs(request)
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    while let Some(response) = stream.next().await {
+        let response = response.map_err(status_error)?;
+        for entry in response
+            .backlog_entries
+            .iter()
+            .chain(&response.stream_entries)
+        {
+            outln!("{}", format_entry(entry, args.json));
+        }
+    }
+    Ok(())
+}
+
+/// `metroctl trace`: prints lines until Ctrl-C, then cancels the call (the
+/// server restores tracefs).
+pub async fn trace(endpoint: &str, args: TraceArgs) -> Result<(), CliError> {
+    let request = debug::TraceRequest {
+        tracer: args.tracer,
+        function_filter: args.filters,
+        graph_function_filter: args.graph,
+    };
+    let mut stream = client(endpoint)
+        .await?
+        .trace(request)
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    eprintln!("tracing; Ctrl-C stops (the node then restores tracefs)");
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            event = stream.next() => match event {
+                Some(Ok(event)) => outln!("{}", event.raw_line),
+                Some(Err(status)) => return Err(status_error(status)),
+                None => return Ok(()),
+            },
+            _ = &mut ctrl_c => {
+                drop(stream);
+                // Let the connection send the cancellation before exiting.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                eprintln!("trace stopped");
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Progress of an upload on standard error: bytes, rate and (with a known
+/// total) percentage and ETA. Redrawn in place on a terminal, a line every
+/// few seconds otherwise.
+struct Progress {
+    total: Option<u64>,
+    sent: u64,
+    start: Instant,
+    last: Instant,
+    tty: bool,
+}
+
+fn human(bytes: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+impl Progress {
+    fn new(total: Option<u64>) -> Progress {
+        let now = Instant::now();
+        Progress {
+            total,
+            sent: 0,
+            start: now,
+            last: now,
+            tty: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn line(&self) -> String {
+        let elapsed = self.start.elapsed().as_secs_f64().max(1e-3);
+        let rate = self.sent as f64 / elapsed;
+        match self.total {
+            Some(total) if total > 0 => {
+                let pct = self.sent as f64 * 100.0 / total as f64;
+                let eta = if rate > 0.0 {
+                    format!("{:.0} s", (total.saturating_sub(self.sent)) as f64 / rate)
+                } else {
+                    "?".into()
+                };
+                format!(
+                    "{} / {} ({pct:.0}%), {}/s, ETA {eta}",
+                    human(self.sent as f64),
+                    human(total as f64),
+                    human(rate)
+                )
+            }
+            _ => format!("{}, {}/s", human(self.sent as f64), human(rate)),
+        }
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.sent += n as u64;
+        let every = if self.tty {
+            Duration::from_millis(200)
+        } else {
+            Duration::from_secs(5)
+        };
+        if self.last.elapsed() >= every {
+            self.last = Instant::now();
+            if self.tty {
+                eprint!("\r\x1b[K{}", self.line());
+            } else {
+                eprintln!("{}", self.line());
+            }
+        }
+    }
+
+    fn finish(&self) {
+        if self.tty {
+            eprintln!("\r\x1b[K{}", self.line());
+        } else {
+            eprintln!("{}", self.line());
+        }
+    }
+}
+
+/// `metroctl load-image`.
+pub async fn load_image(endpoint: &str, args: LoadImageArgs) -> Result<(), CliError> {
+    if args.chunk_size == 0 || args.chunk_size > MAX_CHUNK_SIZE {
+        return Err(format!(
+            "--chunk-size: {} is out of range 1..={MAX_CHUNK_SIZE}",
+            args.chunk_size
+        )
+        .into());
+    }
+    let (reader, total): (Box<dyn tokio::io::AsyncRead + Unpin + Send>, Option<u64>) =
+        if args.file == "-" {
+            (Box::new(tokio::io::stdin()), None)
+        } else {
+            let path = Path::new(&args.file);
+            let file = tokio::fs::File::open(path)
+                .await
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let len = file.metadata().await.ok().map(|m| m.len());
+            (Box::new(file), len)
+        };
+    let (tx, rx) = futures::channel::mpsc::channel::<debug::ImagePart>(4);
+    let chunk_size = args.chunk_size;
+    let name = args.file.clone();
+    // The reader runs beside the call, so a refused upload ends the call
+    // (and this loop) instead of waiting for the whole file.
+    let reader_task = tokio::spawn(async move {
+        let mut reader = reader;
+        let mut tx = tx;
+        let mut progress = Progress::new(total);
+        loop {
+            let mut buf = vec![0u8; chunk_size];
+            let mut filled = 0;
+            while filled < chunk_size {
+                match reader.read(&mut buf[filled..]).await {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) => return Err(format!("{name}: {e}")),
+                }
+            }
+            if filled == 0 {
+                progress.finish();
+                return Ok(progress.sent);
+            }
+            buf.truncate(filled);
+            use futures::SinkExt;
+            if tx
+                .send(debug::ImagePart {
+                    data_part: buf.into(),
+                })
+                .await
+                .is_err()
+            {
+                // The call ended early; its status says why.
+                return Ok(progress.sent);
+            }
+            progress.advance(filled);
+        }
+    });
+    let result = client(endpoint).await?.load_image(rx).await;
+    let sent = match reader_task.await {
+        Ok(Ok(sent)) => sent,
+        Ok(Err(e)) => return Err(e.into()),
+        Err(e) => return Err(format!("reader task failed: {e}").into()),
+    };
+    result.map_err(status_error)?;
+    outln!("image loaded ({sent} bytes)");
+    Ok(())
+}
+
+/// `metroctl kubeconfig`.
+pub async fn kubeconfig(endpoint: &str, args: KubeconfigArgs) -> Result<(), CliError> {
+    let response = client(endpoint)
+        .await?
+        .get_debug_kubeconfig(debug::GetDebugKubeconfigRequest {
+            id: args.id,
+            groups: args.groups,
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    match args.output {
+        Some(path) => {
+            super::machines::write_private(&path, &response.debug_kubeconfig)?;
+            eprintln!("kubeconfig written to {}", path.display());
+        }
+        None => {
+            use std::io::Write as _;
+            if std::io::stdout()
+                .write_all(response.debug_kubeconfig.as_bytes())
+                .is_err()
+            {
+                std::process::exit(0);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_format_as_rfc3339() {
+        let ts = |seconds, nanos| prost_types::Timestamp { seconds, nanos };
+        assert_eq!(rfc3339(&ts(0, 0)), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(
+            rfc3339(&ts(1_796_010_946, 123_456_789)),
+            "2026-11-30T03:55:46.123456Z"
+        );
+        assert_eq!(rfc3339(&ts(951_782_400, 0)), "2000-02-29T00:00:00.000000Z");
+        assert_eq!(rfc3339(&ts(-1, 0)), "1969-12-31T23:59:59.000000Z");
+    }
+}

@@ -1,0 +1,391 @@
+//! `metroctl`: the command-line client of the curator.
+
+/// `println!` that ends the program quietly when stdout is closed (e.g.
+/// `metroctl watch nodes | head`), instead of panicking on EPIPE.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
+mod debug;
+mod machines;
+mod output;
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+use futures::StreamExt;
+use metropolis_core::identity::NodeId;
+use metropolis_pki::{Credentials, client_config};
+use metropolis_proto::metropolis::node::core::curator::proto::private::{
+    AddNodeRequest, RemoveNodeRequest, node_management_client::NodeManagementClient,
+};
+use metropolis_proto::prelude::curator::curator_client::CuratorClient;
+use metropolis_proto::prelude::{common, curator};
+use metropolis_transport::grpc::Channel;
+
+use metropolis_runtime_tokio::rt::TokioRuntime;
+use metropolis_transport::connect as dial;
+
+/// Command-line interface of `metroctl`.
+#[derive(Parser, Debug)]
+#[command(
+    name = "metroctl",
+    version,
+    about = "Talk to a Metropolis curator",
+    long_about = "Talk to a Metropolis curator.\n\n\
+        By default metroctl connects to the local UNIX socket of the daemon (as this node). \
+        With --endpoint it connects over mutual TLS with a credential directory (default: the \
+        owner credential <data-dir>/owner, or a node bundle written by `metroctl node add`)."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    conn: ConnectionArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Debug)]
+struct ConnectionArgs {
+    /// The daemon's data directory (for the default socket and credentials).
+    #[arg(
+        long,
+        global = true,
+        env = "METROPOLIS_DATA_DIR",
+        default_value = "/var/lib/metropolis"
+    )]
+    data_dir: PathBuf,
+    /// Local UNIX socket of the curator. Default: <data-dir>/curator.sock.
+    #[arg(long, global = true, conflicts_with = "endpoint")]
+    socket: Option<PathBuf>,
+    /// host:port of a curator's TLS listener; uses --credentials.
+    #[arg(long, global = true)]
+    endpoint: Option<String>,
+    /// Credential directory for --endpoint (holding owner.pem or node.pem,
+    /// its -key.pem, and ca.pem). Default: <data-dir>/owner.
+    #[arg(long, global = true)]
+    credentials: Option<PathBuf>,
+    /// host:port of a node's debug service (metropolisd --debug-listen),
+    /// used by logs, trace, load-image and kubeconfig. Plain HTTP/2, no
+    /// credentials: the debug service is unauthenticated.
+    #[arg(
+        long,
+        global = true,
+        env = "METROPOLIS_DEBUG_ENDPOINT",
+        default_value = "127.0.0.1:7837"
+    )]
+    debug_endpoint: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Stream changes of the cluster's nodes until interrupted.
+    #[command(subcommand)]
+    Watch(WatchCommand),
+    /// Report a node's status.
+    #[command(subcommand)]
+    Status(StatusCommand),
+    /// Manage nodes (owner credential needed).
+    #[command(subcommand)]
+    Node(NodeCommand),
+    /// Manage provisioned machines (owner credential needed).
+    #[command(subcommand)]
+    Machine(machines::MachineCommand),
+    /// OS installation requests of provisioned machines (owner credential needed).
+    #[command(subcommand)]
+    Install(machines::InstallCommand),
+    /// Read a node's logs (debug service): the backlog, and with -f new
+    /// entries until interrupted.
+    Logs(debug::LogsArgs),
+    /// Trace the node's kernel through tracefs (debug service) until
+    /// Ctrl-C; the node restores tracefs afterwards.
+    Trace(debug::TraceArgs),
+    /// Load a container image tarball into the node's image store (debug
+    /// service), with progress on standard error.
+    LoadImage(debug::LoadImageArgs),
+    /// Get a kubeconfig for any Kubernetes identity (debug service).
+    Kubeconfig(debug::KubeconfigArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum WatchCommand {
+    /// Every node: first the current state, then every change.
+    Nodes {
+        /// One JSON object per event and line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One node: its states, then a tombstone when it is deleted.
+    Node {
+        /// The node ID (metropolis-<32 hex>).
+        id: String,
+        /// One JSON object per event and line.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum StatusCommand {
+    /// Set this node's status (over the socket: the daemon's node; over
+    /// TLS: the node of the credential).
+    Set {
+        /// The address at which other nodes reach this node (IPv4 or IPv6).
+        #[arg(long)]
+        external_address: String,
+        /// The node to update. Default: the node the connection speaks for.
+        #[arg(long)]
+        node_id: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum NodeCommand {
+    /// Create a node: generate its key here, have the curator register it
+    /// and issue its certificate, and write the credential bundle. With
+    /// --curator: write the join bundle of a new curator instance instead.
+    Add {
+        /// Directory for the bundle (node.pem, node-key.pem mode 0600,
+        /// ca.pem; with --curator: ca.pem and ca-key.pem mode 0600).
+        #[arg(long)]
+        out: PathBuf,
+        /// Write a join bundle for a new curator instance (`metropolisd
+        /// --join DIR --etcd ...`): the cluster CA of the instance whose
+        /// --data-dir this is, read from its pki/ directory, so run it on
+        /// that instance's host with access to the data directory. Needs
+        /// no connection: the CA key never crosses the network. The bundle
+        /// holds the CA key: carry it safely, delete it once joined.
+        #[arg(long)]
+        curator: bool,
+    },
+    /// List the nodes of the cluster.
+    List {
+        /// One JSON object per node and line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a node from the cluster.
+    Rm {
+        /// The node ID.
+        id: String,
+    },
+}
+
+/// A CLI failure: printed as `metroctl: <message>`.
+type CliError = Box<dyn std::error::Error + Send + Sync>;
+
+struct Connection {
+    channel: Channel,
+    /// The node this connection speaks for, if any.
+    node_id: Option<NodeId>,
+}
+
+fn credential_prefix(dir: &Path) -> &'static str {
+    if dir.join("owner.pem").exists() {
+        "owner"
+    } else {
+        "node"
+    }
+}
+
+async fn connect(args: &ConnectionArgs) -> Result<Connection, CliError> {
+    if let Some(endpoint) = &args.endpoint {
+        let dir = args
+            .credentials
+            .clone()
+            .unwrap_or_else(|| args.data_dir.join("owner"));
+        let creds = Credentials::read_from_dir(&dir, credential_prefix(&dir))?;
+        let node_id = creds
+            .ed25519_public_key()
+            .ok()
+            .map(|k| NodeId::from_public_key(&k));
+        let node_id = if credential_prefix(&dir) == "node" {
+            node_id
+        } else {
+            None
+        };
+        let config = client_config(Some(&creds), &creds.ca_pem)?;
+        let channel = dial::tls(&TokioRuntime::shared(), endpoint, config).await?;
+        return Ok(Connection { channel, node_id });
+    }
+    let socket = args
+        .socket
+        .clone()
+        .unwrap_or_else(|| args.data_dir.join("curator.sock"));
+    let channel = dial::unix(&TokioRuntime::shared(), &socket).await?;
+    let node_id = Credentials::read_from_dir(&args.data_dir.join("pki"), "node")
+        .ok()
+        .and_then(|c| c.ed25519_public_key().ok())
+        .map(|k| NodeId::from_public_key(&k));
+    Ok(Connection { channel, node_id })
+}
+
+fn status_error(s: tonic::Status) -> CliError {
+    format!("{:?}: {}", s.code(), s.message()).into()
+}
+
+async fn run(cli: Cli) -> Result<(), CliError> {
+    let endpoint = cli.conn.debug_endpoint.as_str();
+    let command = match cli.command {
+        Command::Logs(args) => return debug::logs(endpoint, args).await,
+        Command::Trace(args) => return debug::trace(endpoint, args).await,
+        Command::LoadImage(args) => return debug::load_image(endpoint, args).await,
+        Command::Kubeconfig(args) => return debug::kubeconfig(endpoint, args).await,
+        Command::Node(NodeCommand::Add { out, curator: true }) => {
+            let ca = metropolis_node::join::write_bundle(&cli.conn.data_dir.join("pki"), &out)?;
+            outln!(
+                "join bundle of the cluster CA (SHA-256 {}) in {}; on the new instance's host: \
+                 metropolisd --join {} --etcd ... with an empty --data-dir, then delete the bundle",
+                metropolis_node::join::fingerprint(&ca),
+                out.display(),
+                out.display()
+            );
+            return Ok(());
+        }
+        other => other,
+    };
+    let conn = connect(&cli.conn).await?;
+    let mut curator = CuratorClient::with_origin(conn.channel.clone(), Channel::origin());
+    match command {
+        Command::Machine(m) => machines::machine(conn.channel, m).await,
+        Command::Install(i) => machines::install(conn.channel, i).await,
+        Command::Watch(w) => {
+            let (kind, json) = match w {
+                WatchCommand::Nodes { json } => (
+                    curator::watch_request::Kind::NodesInCluster(Default::default()),
+                    json,
+                ),
+                WatchCommand::Node { id, json } => {
+                    let id = NodeId::parse(&id).map_err(|e| format!("ID: {e}"))?;
+                    let n = curator::watch_request::NodeInCluster {
+                        node_id: id.to_string(),
+                    };
+                    (curator::watch_request::Kind::NodeInCluster(n), json)
+                }
+            };
+            let mut stream = curator
+                .watch(curator::WatchRequest { kind: Some(kind) })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            while let Some(event) = stream.next().await {
+                let event = event.map_err(status_error)?;
+                output::print_event(&event, json);
+            }
+            Ok(())
+        }
+        Command::Status(StatusCommand::Set {
+            external_address,
+            node_id,
+        }) => {
+            external_address.parse::<IpAddr>().map_err(|_| {
+                format!("--external-address: {external_address:?} is not an IPv4 or IPv6 address")
+            })?;
+            let node_id = match node_id {
+                Some(id) => id,
+                None => conn
+                    .node_id
+                    .ok_or("--node-id: needed, as this connection does not speak for a node")?
+                    .to_string(),
+            };
+            let status = common::NodeStatus {
+                external_address,
+                timestamp: Some(prost_types::Timestamp::from(std::time::SystemTime::now())),
+                ..Default::default()
+            };
+            curator
+                .update_node_status(curator::UpdateNodeStatusRequest {
+                    node_id: node_id.clone(),
+                    status: Some(status),
+                })
+                .await
+                .map_err(status_error)?;
+            outln!("status of {node_id} updated");
+            Ok(())
+        }
+        Command::Node(NodeCommand::List { json }) => {
+            let kind = curator::watch_request::Kind::NodesInCluster(Default::default());
+            let mut stream = curator
+                .watch(curator::WatchRequest { kind: Some(kind) })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            let mut nodes = Vec::new();
+            while let Some(event) = stream.next().await {
+                let event = event.map_err(status_error)?;
+                let done = event.progress == curator::watch_event::Progress::LastBacklogged as i32;
+                nodes.extend(event.nodes);
+                if done {
+                    break;
+                }
+            }
+            output::print_nodes(&nodes, json);
+            Ok(())
+        }
+        Command::Node(NodeCommand::Add { out, .. }) => {
+            // PKCS#8 v1: OpenSSL and BoringSSL read it too.
+            let (key_pem, public) = metropolis_pki::generate_ed25519_key()?;
+            let mut mgmt = NodeManagementClient::with_origin(conn.channel, Channel::origin());
+            let resp = mgmt
+                .add_node(AddNodeRequest {
+                    public_key: public.to_vec().into(),
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            let creds = Credentials::from_parts(
+                String::from_utf8(resp.certificate.to_vec())?,
+                key_pem,
+                String::from_utf8(resp.ca_certificate.to_vec())?,
+            );
+            creds.write_to_dir(&out, "node")?;
+            outln!(
+                "node {} added; credentials in {}",
+                resp.node_id,
+                out.display()
+            );
+            Ok(())
+        }
+        Command::Node(NodeCommand::Rm { id }) => {
+            let id = NodeId::parse(&id).map_err(|e| format!("ID: {e}"))?;
+            let mut mgmt = NodeManagementClient::with_origin(conn.channel, Channel::origin());
+            mgmt.remove_node(RemoveNodeRequest {
+                node_id: id.to_string(),
+            })
+            .await
+            .map_err(status_error)?;
+            outln!("node {id} removed");
+            Ok(())
+        }
+        Command::Logs(_) | Command::Trace(_) | Command::LoadImage(_) | Command::Kubeconfig(_) => {
+            unreachable!("debug commands returned above")
+        }
+    }
+}
+
+/// Entry point of the `metroctl` binary.
+pub fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("metroctl: cannot start the tokio runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("metroctl: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

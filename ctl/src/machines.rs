@@ -1,0 +1,407 @@
+//! `metroctl machine …` and `metroctl install …`: the operator's view of
+//! provisioned machines and their OS installation requests.
+
+use std::path::{Path, PathBuf};
+
+use clap::Subcommand;
+use metropolis_proto::metropolis::node::core::curator::proto::private::{
+    AddMachineRequest, GetMachineRequest, ListMachinesRequest, Machine, RemoveMachineRequest,
+    SubmitInstallationRequestRequest, machine_management_client::MachineManagementClient,
+};
+use metropolis_proto::prelude::{agent, debug as api};
+use metropolis_transport::grpc::Channel;
+use prost::Message;
+
+use super::{CliError, status_error};
+
+/// `metroctl machine …`
+#[derive(Subcommand, Debug)]
+pub enum MachineCommand {
+    /// Register a machine and the Ed25519 key its agent presents.
+    Add {
+        /// The machine's ID (a UUID).
+        id: String,
+        /// The agent's public key, 64 hex characters.
+        #[arg(
+            long,
+            conflicts_with = "generate_key",
+            required_unless_present = "generate_key"
+        )]
+        agent_pubkey: Option<String>,
+        /// Generate the agent's key here and write it (PKCS#8 PEM, mode
+        /// 0600) to this file, for `bmaas-agent --key`.
+        #[arg(long, value_name = "FILE")]
+        generate_key: Option<PathBuf>,
+    },
+    /// List machines: last heartbeat age, lost flag, hardware summary,
+    /// current generation and latest report.
+    List,
+    /// Show one machine with its full hardware report.
+    Show {
+        /// The machine's ID.
+        id: String,
+    },
+    /// Remove a machine: its agent key, reports and installation request.
+    /// Its agent's heartbeats are refused from then on.
+    Rm {
+        /// The machine's ID.
+        id: String,
+    },
+}
+
+/// `metroctl install …`
+#[derive(Subcommand, Debug)]
+pub enum InstallCommand {
+    /// Submit an OS installation request (increments the generation).
+    Request {
+        /// The machine's ID.
+        id: String,
+        /// The OS image: http(s)://HOST[:PORT]/REPOSITORY@sha256:DIGEST
+        #[arg(long)]
+        image: String,
+        /// Tag to fetch instead of the digest (the digest still verifies).
+        #[arg(long)]
+        tag: Option<String>,
+        /// The device to install to: a device name (sda, meaning
+        /// /dev/sda) or a path under /dev/ without . or .. components
+        /// (/dev/nvme0n1, /dev/disk/by-id/...). The curator refuses
+        /// anything else.
+        #[arg(long)]
+        root_device: String,
+        /// File holding an encoded metropolis.proto.api.NodeParameters.
+        #[arg(long)]
+        node_parameters: Option<PathBuf>,
+    },
+    /// Show the current request and the reports of a machine.
+    Status {
+        /// The machine's ID.
+        id: String,
+    },
+}
+
+fn hex_key(s: &str) -> Result<Vec<u8>, CliError> {
+    let bad = || {
+        format!("--agent-pubkey: {s:?} is not 64 hexadecimal characters (a 32-byte Ed25519 key)")
+    };
+    if s.len() != 64 {
+        return Err(bad().into());
+    }
+    (0..32)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad().into()))
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub(super) fn write_private(path: &Path, contents: &str) -> Result<(), CliError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("--generate-key {}: {e}", path.display()))?;
+    f.write_all(contents.as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(())
+}
+
+/// Parses `http(s)://HOST[:PORT]/REPOSITORY@sha256:DIGEST`.
+pub fn parse_image(image: &str, tag: Option<String>) -> Result<api::OsImageRef, CliError> {
+    let bad = |why: &str| {
+        format!("--image {image:?}: {why} (expected http(s)://HOST/REPOSITORY@sha256:DIGEST)")
+    };
+    let (scheme, rest) = image.split_once("://").ok_or_else(|| bad("no scheme"))?;
+    if scheme != "http" && scheme != "https" {
+        return Err(bad("the scheme must be http or https").into());
+    }
+    let (host, path) = rest.split_once('/').ok_or_else(|| bad("no repository"))?;
+    let (repository, digest) = path
+        .rsplit_once('@')
+        .ok_or_else(|| bad("no @sha256: digest"))?;
+    let hexpart = digest
+        .strip_prefix("sha256:")
+        .ok_or_else(|| bad("the digest must start with sha256:"))?;
+    if hexpart.len() != 64
+        || !hexpart
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    {
+        return Err(
+            bad("the digest must be sha256: and 64 lowercase hexadecimal characters").into(),
+        );
+    }
+    if host.is_empty() || repository.is_empty() {
+        return Err(bad("empty host or repository").into());
+    }
+    Ok(api::OsImageRef {
+        scheme: scheme.into(),
+        host: host.into(),
+        repository: repository.into(),
+        tag: tag.unwrap_or_default(),
+        digest: digest.into(),
+    })
+}
+
+fn age(now_ms: i64, then_ms: i64) -> String {
+    if then_ms == 0 {
+        return "never".into();
+    }
+    let s = (now_ms - then_ms).max(0) / 1000;
+    match s {
+        0..60 => format!("{s}s ago"),
+        60..3600 => format!("{}m ago", s / 60),
+        _ => format!("{}h ago", s / 3600),
+    }
+}
+
+fn hardware_summary(m: &Machine) -> String {
+    let Some(report) = m.hardware_report.as_ref().and_then(|r| r.report.as_ref()) else {
+        return "no hardware report".into();
+    };
+    let threads: i32 = report.cpu.iter().map(|c| c.hardware_threads).sum();
+    let disks: i64 = report.block_device.iter().map(|d| d.capacity_bytes).sum();
+    let model = format!("{} {}", report.manufacturer, report.product);
+    let model = if model.trim().is_empty() {
+        "unknown model"
+    } else {
+        model.trim()
+    };
+    format!(
+        "{model}, {} threads, {:.1} GiB RAM, {} disks ({:.0} GB), {} NICs",
+        threads,
+        report.memory_installed_bytes as f64 / (1u64 << 30) as f64,
+        report.block_device.len(),
+        disks as f64 / 1e9,
+        report.network_interface.len()
+    )
+}
+
+fn latest_report(m: &Machine) -> String {
+    match m.reports.last() {
+        None => "-".into(),
+        Some(r) if r.success => format!("gen {}: success", r.generation),
+        Some(r) => format!("gen {}: error: {}", r.generation, r.error),
+    }
+}
+
+fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Runs a `machine` command.
+pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), CliError> {
+    let mut client = MachineManagementClient::with_origin(channel, Channel::origin());
+    match command {
+        MachineCommand::Add {
+            id,
+            agent_pubkey,
+            generate_key,
+        } => {
+            let key = match (agent_pubkey, generate_key) {
+                (Some(hexkey), _) => hex_key(&hexkey)?,
+                (None, Some(path)) => {
+                    // PKCS#8 v1: OpenSSL and BoringSSL read it too.
+                    let (key_pem, public) = metropolis_pki::generate_ed25519_key()?;
+                    write_private(&path, &key_pem)?;
+                    outln!("agent key written to {}", path.display());
+                    public.to_vec()
+                }
+                (None, None) => return Err("give --agent-pubkey HEX or --generate-key FILE".into()),
+            };
+            client
+                .add_machine(AddMachineRequest {
+                    machine_id: id.clone(),
+                    agent_public_key: key.clone().into(),
+                })
+                .await
+                .map_err(status_error)?;
+            outln!("machine {id} added (agent key {})", hex(&key));
+        }
+        MachineCommand::List => {
+            let machines = client
+                .list_machines(ListMachinesRequest {})
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            let now = now_ms();
+            for m in &machines.machines {
+                outln!(
+                    "{}  {:<10} {}  gen={}  {}  [{}]",
+                    m.machine_id,
+                    age(now, m.last_heartbeat_unix_ms),
+                    if m.lost { "LOST" } else { "ok  " },
+                    m.current_generation,
+                    latest_report(m),
+                    hardware_summary(m)
+                );
+            }
+            outln!("{} machine(s)", machines.machines.len());
+        }
+        MachineCommand::Show { id } => {
+            let m = client
+                .get_machine(GetMachineRequest { machine_id: id })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            outln!("machine          {}", m.machine_id);
+            outln!("agent key        {}", hex(&m.agent_public_key));
+            outln!(
+                "last heartbeat   {}{}",
+                age(now_ms(), m.last_heartbeat_unix_ms),
+                if m.lost { " (LOST)" } else { "" }
+            );
+            outln!("generation       {}", m.current_generation);
+            outln!("latest report    {}", latest_report(&m));
+            outln!("summary          {}", hardware_summary(&m));
+            match &m.hardware_report {
+                Some(r) => outln!("hardware report  {r:#?}"),
+                None => outln!("hardware report  none yet"),
+            }
+        }
+        MachineCommand::Rm { id } => {
+            client
+                .remove_machine(RemoveMachineRequest {
+                    machine_id: id.clone(),
+                })
+                .await
+                .map_err(status_error)?;
+            outln!("machine {id} removed");
+        }
+    }
+    Ok(())
+}
+
+/// Runs an `install` command.
+pub async fn install(channel: Channel, command: InstallCommand) -> Result<(), CliError> {
+    let mut client = MachineManagementClient::with_origin(channel, Channel::origin());
+    match command {
+        InstallCommand::Request {
+            id,
+            image,
+            tag,
+            root_device,
+            node_parameters,
+        } => {
+            let os_image = parse_image(&image, tag)?;
+            let node_parameters = match node_parameters {
+                None => None,
+                Some(path) => {
+                    let bytes = std::fs::read(&path)
+                        .map_err(|e| format!("--node-parameters {}: {e}", path.display()))?;
+                    Some(api::NodeParameters::decode(bytes.as_slice()).map_err(|e| {
+                        format!(
+                            "--node-parameters {}: not an encoded NodeParameters: {e}",
+                            path.display()
+                        )
+                    })?)
+                }
+            };
+            let request = agent::OsInstallationRequest {
+                generation: 0,
+                r#type: Some(agent::os_installation_request::Type::Metropolis(
+                    agent::MetropolisInstallationRequest {
+                        os_image: Some(os_image),
+                        node_parameters,
+                        root_device,
+                    },
+                )),
+            };
+            let response = client
+                .submit_installation_request(SubmitInstallationRequestRequest {
+                    machine_id: id.clone(),
+                    request: request.encode_to_vec().into(),
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            outln!(
+                "installation request for {id} submitted: generation {}",
+                response.generation
+            );
+        }
+        InstallCommand::Status { id } => {
+            let m = client
+                .get_machine(GetMachineRequest { machine_id: id })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            if m.current_generation == 0 {
+                outln!("no installation request");
+            } else {
+                let request = agent::OsInstallationRequest::decode(m.current_request.as_ref()).ok();
+                let target = request
+                    .and_then(|r| r.r#type)
+                    .map(|agent::os_installation_request::Type::Metropolis(r)| {
+                        let image = r.os_image.unwrap_or_default();
+                        format!(
+                            "{}://{}/{}@{} -> {}",
+                            image.scheme, image.host, image.repository, image.digest, r.root_device
+                        )
+                    })
+                    .unwrap_or_else(|| "(undecodable request)".into());
+                let done = m
+                    .reports
+                    .iter()
+                    .any(|r| r.generation == m.current_generation);
+                outln!(
+                    "generation {}: {} [{}]",
+                    m.current_generation,
+                    target,
+                    if done { "reported" } else { "pending" }
+                );
+            }
+            for r in &m.reports {
+                let result = if r.success {
+                    "success".to_string()
+                } else {
+                    format!("error: {}", r.error)
+                };
+                outln!(
+                    "  report gen {}: {} ({})",
+                    r.generation,
+                    result,
+                    age(now_ms(), r.received_unix_ms)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_references() {
+        let d = "a".repeat(64);
+        let r = parse_image(
+            &format!("http://127.0.0.1:5000/os/metropolis@sha256:{d}"),
+            None,
+        )
+        .expect("valid");
+        assert_eq!(
+            (r.scheme.as_str(), r.host.as_str(), r.repository.as_str()),
+            ("http", "127.0.0.1:5000", "os/metropolis")
+        );
+        assert_eq!(r.digest, format!("sha256:{d}"));
+        for bad in [
+            "ftp://h/r@sha256:x",
+            "http://h@sha256:aa",
+            "http://h/r",
+            &format!("http://h/r@md5:{d}"),
+        ] {
+            assert!(parse_image(bad, None).is_err(), "{bad}");
+        }
+        assert!(hex_key(&"ab".repeat(32)).is_ok());
+        assert!(hex_key("zz").is_err());
+    }
+}

@@ -1,0 +1,5 @@
+//! The Metropolis CLI. See `metroctl --help`.
+
+fn main() -> std::process::ExitCode {
+    metroctl::main()
+}

@@ -1,0 +1,141 @@
+//! A containerd process of a test's own (the Debian `containerd` package:
+//! `containerd` and `ctr` in `PATH`): root, state and socket in a
+//! temporary directory; killed on drop, so also when the test panics.
+//! Used by the containerd image store tests and the end-to-end LoadImage
+//! tests.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use metropolis_node::images::{ContainerdConfig, ContainerdStore};
+
+/// Plugins a store test does not need: the CRI plugin, snapshotters that
+/// want special filesystems, and `opt` (which writes to `/opt/containerd`).
+const DISABLED_PLUGINS: &[&str] = &[
+    "io.containerd.grpc.v1.cri",
+    "io.containerd.internal.v1.opt",
+    "io.containerd.snapshotter.v1.aufs",
+    "io.containerd.snapshotter.v1.btrfs",
+    "io.containerd.snapshotter.v1.devmapper",
+    "io.containerd.snapshotter.v1.zfs",
+    "io.containerd.tracing.processor.v1.otlp",
+];
+
+/// A containerd of the test's own; killed on drop.
+pub struct Containerd {
+    child: Child,
+    /// Its gRPC socket.
+    pub socket: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Containerd {
+    /// Starts a containerd and waits until it answers.
+    pub fn start() -> Containerd {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path();
+        let socket = root.join("containerd.sock");
+        let disabled: Vec<String> = DISABLED_PLUGINS.iter().map(|p| format!("{p:?}")).collect();
+        let config = format!(
+            "version = 2\nroot = {:?}\nstate = {:?}\ndisabled_plugins = [{}]\n\n\
+             [grpc]\n  address = {:?}\n\n[ttrpc]\n  address = {:?}\n\n\
+             [debug]\n  address = \"\"\n\n[metrics]\n  address = \"\"\n",
+            root.join("root"),
+            root.join("state"),
+            disabled.join(", "),
+            socket,
+            root.join("containerd.sock.ttrpc"),
+        );
+        let config_path = root.join("config.toml");
+        std::fs::write(&config_path, config).expect("write config.toml");
+        let log = File::create(root.join("containerd.log")).expect("create log");
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(&config_path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone log"))
+            .stderr(log)
+            .spawn()
+            .expect("start containerd (the Debian package `containerd` must be installed)");
+        let mut containerd = Containerd { child, socket, dir };
+        containerd.wait_ready();
+        containerd
+    }
+
+    /// Waits until `ctr version` reaches the daemon.
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("containerd exited ({status}):\n{}", self.log());
+            }
+            let ok = Command::new("ctr")
+                .arg("--address")
+                .arg(&self.socket)
+                .args(["--connect-timeout", "1s", "version"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "containerd not ready:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// What it logged.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
+    }
+
+    /// A store on this containerd, staging in the temporary directory.
+    pub fn store(&self, replace_tags: bool) -> ContainerdStore {
+        let mut config = ContainerdConfig::new(&self.socket, self.staging());
+        config.replace_tags = replace_tags;
+        ContainerdStore::open(config).expect("open containerd store")
+    }
+
+    /// A staging directory for stores on it.
+    pub fn staging(&self) -> PathBuf {
+        self.dir.path().join("staging")
+    }
+
+    /// `ctr images ls` in `k8s.io`: (name, digest) per image.
+    pub fn images(&self) -> Vec<(String, String)> {
+        let output = Command::new("ctr")
+            .arg("-a")
+            .arg(&self.socket)
+            .args(["-n", "k8s.io", "images", "ls"])
+            .output()
+            .expect("run ctr images ls");
+        assert!(output.status.success(), "ctr images ls: {output:?}");
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let mut images: Vec<(String, String)> = stdout
+            .lines()
+            .skip(1)
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace();
+                let name = fields.next()?.to_owned();
+                let digest = fields.nth(1)?.to_owned();
+                Some((name, digest))
+            })
+            .collect();
+        images.sort();
+        images
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

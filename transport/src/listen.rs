@@ -1,0 +1,217 @@
+//! The node's listeners, on any [`Runtime`]: the local UNIX socket (the
+//! caller is this node), TCP with TLS 1.3 (the caller is whoever its client
+//! certificate says) and plain TCP for the debug service. The accept loop
+//! and its limits are [`edge`](crate::edge)'s, each connection is served
+//! by [`serve_connection`].
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use metropolis_core::identity::{Identity, NodeId};
+use metropolis_core::service::Router;
+
+use crate::edge::{EdgeLimits, accept_until, with_timeout};
+use crate::grpc::{ServeOptions, serve_connection};
+use crate::peer::{Classify, Peer};
+use crate::runtime::{Executor, Io, Listener, SharedRuntime, Socket};
+use crate::shutdown::Shutdown;
+
+/// Pending connections the kernel queues per TCP listener (tokio's
+/// default), so a thousand agents connecting at once are not refused.
+const TCP_BACKLOG: i32 = 1024;
+
+/// Binds a TCP listener on `addr` and registers it with `runtime`;
+/// returns it with the address it is bound to (useful with port 0).
+pub fn bind_tcp(
+    runtime: &SharedRuntime,
+    addr: SocketAddr,
+) -> io::Result<(Box<dyn Listener>, SocketAddr)> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(TCP_BACKLOG)?;
+    let listener = std::net::TcpListener::from(socket);
+    let bound = listener.local_addr()?;
+    Ok((runtime.tcp_listener(listener)?, bound))
+}
+
+/// Binds the local UNIX socket at `path` with mode 0600 (from the moment
+/// it exists), replacing a stale socket file left by a previous run, and
+/// registers it with `runtime`.
+pub fn bind_unix(runtime: &SharedRuntime, path: &Path) -> io::Result<Box<dyn Listener>> {
+    runtime.unix_listener(crate::socket::bind_private(path)?)
+}
+
+/// Serves `router` on the UNIX socket at `path` until `shutdown`; every
+/// caller is node `me`. Removes the socket file when it stops accepting,
+/// then lets open connections finish their calls.
+pub async fn serve_unix(
+    runtime: SharedRuntime,
+    listener: Box<dyn Listener>,
+    path: PathBuf,
+    me: NodeId,
+    router: Router,
+    limits: EdgeLimits,
+    shutdown: Shutdown,
+) {
+    let timer = runtime.timer();
+    let connections = accept_until(
+        "local socket",
+        || listener.accept(),
+        &limits,
+        &timer,
+        |task| runtime.spawn(task),
+        &shutdown,
+        |socket: Box<dyn Socket>, _| {
+            let io = crate::h2_authority::RewriteAuthority::new(socket.into_io());
+            let options = ServeOptions::new(limits.clone(), timer.clone());
+            Box::pin(serve(
+                Io::new(io),
+                Identity::Node(me.clone()).into(),
+                router.clone(),
+                Executor(runtime.clone()),
+                options,
+                shutdown.clone(),
+            ))
+        },
+    )
+    .await;
+    let _ = std::fs::remove_file(&path);
+    connections.wait().await;
+}
+
+/// Serves `router` over TLS until `shutdown`; each caller's identity comes
+/// from its client certificate, classified by `classifier` (no
+/// certificate, or one not chained to the cluster CA: unauthenticated).
+pub async fn serve_tls(
+    runtime: SharedRuntime,
+    listener: Box<dyn Listener>,
+    tls: Arc<rustls::ServerConfig>,
+    classifier: Arc<dyn Classify>,
+    router: Router,
+    limits: EdgeLimits,
+    shutdown: Shutdown,
+) {
+    let timer = runtime.timer();
+    let connections = accept_until(
+        "TLS listener",
+        || listener.accept(),
+        &limits,
+        &timer,
+        |task| runtime.spawn(task),
+        &shutdown,
+        |socket: Box<dyn Socket>, peer_addr: Option<SocketAddr>| {
+            tune_tcp(&*socket, &limits);
+            let handshake = socket.tls_accept(tls.clone());
+            let (router, classifier, shutdown) =
+                (router.clone(), classifier.clone(), shutdown.clone());
+            let executor = Executor(runtime.clone());
+            let options = ServeOptions::new(limits.clone(), timer.clone());
+            let (timer, handshake_timeout) = (timer.clone(), limits.handshake_timeout);
+            Box::pin(async move {
+                let peer_addr = Addr(peer_addr);
+                let stream = match with_timeout(&timer, handshake_timeout, handshake).await {
+                    Some(Ok(s)) => s,
+                    Some(Err(e)) => {
+                        tracing::debug!(%peer_addr, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    None => {
+                        tracing::debug!(%peer_addr, "TLS handshake timed out");
+                        return;
+                    }
+                };
+                let peer = classifier.peer(stream.peer_certificates.as_deref());
+                tracing::debug!(%peer_addr, identity = %peer.identity, "TLS connection");
+                serve(stream.io, peer, router, executor, options, shutdown).await;
+            })
+        },
+    )
+    .await;
+    connections.wait().await;
+}
+
+/// Serves `router` over plain TCP (HTTP/2 without TLS) until `shutdown`;
+/// every caller is unauthenticated, and its socket address reaches the
+/// services as [`RemoteAddr`](metropolis_core::service::RemoteAddr) (for
+/// the debug service's audit log). Only for the debug service, which is
+/// unauthenticated by contract.
+pub async fn serve_plain(
+    runtime: SharedRuntime,
+    listener: Box<dyn Listener>,
+    router: Router,
+    limits: EdgeLimits,
+    shutdown: Shutdown,
+) {
+    let timer = runtime.timer();
+    let connections = accept_until(
+        "debug listener",
+        || listener.accept(),
+        &limits,
+        &timer,
+        |task| runtime.spawn(task),
+        &shutdown,
+        |socket: Box<dyn Socket>, peer_addr: Option<SocketAddr>| {
+            tune_tcp(&*socket, &limits);
+            tracing::debug!(peer_addr = %Addr(peer_addr), "debug connection");
+            let mut caller = Peer::from(Identity::Unauthenticated);
+            if let Some(addr) = peer_addr {
+                caller = caller.with_addr(addr);
+            }
+            let options = ServeOptions::new(limits.clone(), timer.clone());
+            Box::pin(serve(
+                socket.into_io(),
+                caller,
+                router.clone(),
+                Executor(runtime.clone()),
+                options,
+                shutdown.clone(),
+            ))
+        },
+    )
+    .await;
+    connections.wait().await;
+}
+
+/// Serves one accepted connection until it ends or drains after shutdown.
+async fn serve(
+    io: Io,
+    peer: Peer,
+    router: Router,
+    executor: Executor,
+    options: ServeOptions,
+    shutdown: Shutdown,
+) {
+    if let Err(e) = serve_connection(io, peer, router, executor, options, shutdown.wait()).await {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+/// Every accepted TCP connection: no Nagle delay (responses are small and
+/// latency-bound), and TCP keepalive as the limits say.
+fn tune_tcp(socket: &dyn Socket, limits: &EdgeLimits) {
+    let fd = socket.fd();
+    let _ = socket2::SockRef::from(&fd).set_tcp_nodelay(true);
+    if let Err(e) = crate::socket::set_tcp_keepalive(&fd, limits.tcp_keepalive) {
+        tracing::debug!(error = %e, "cannot turn on TCP keepalive");
+    }
+}
+
+/// A peer's address in a log line (`-` when the socket has none).
+struct Addr(Option<SocketAddr>);
+
+impl std::fmt::Display for Addr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(addr) => addr.fmt(f),
+            None => f.write_str("-"),
+        }
+    }
+}
