@@ -86,14 +86,14 @@ impl Runtime for SmolRuntime {
     fn connect_tcp(&self, addr: String) -> BoxFuture<'static, io::Result<Box<dyn Socket>>> {
         Box::pin(async move {
             let stream = TcpStream::connect(addr).await?;
-            Ok(Box::new(Dialled(stream)) as Box<dyn Socket>)
+            Ok(Box::new(SmolSocket(stream)) as Box<dyn Socket>)
         })
     }
 
     fn connect_unix(&self, path: PathBuf) -> BoxFuture<'static, io::Result<Box<dyn Socket>>> {
         Box::pin(async move {
             let stream = UnixStream::connect(path).await?;
-            Ok(Box::new(Dialled(stream)) as Box<dyn Socket>)
+            Ok(Box::new(SmolSocket(stream)) as Box<dyn Socket>)
         })
     }
 
@@ -116,7 +116,7 @@ impl Listener for Tcp {
     fn accept(&self) -> BoxFuture<'_, io::Result<Accepted>> {
         Box::pin(async move {
             let (stream, addr) = self.0.accept().await?;
-            let socket = Served(DrainAware::<std::net::TcpStream>::new(stream));
+            let socket = SmolSocket(DrainAware::<std::net::TcpStream>::new(stream));
             Ok((Box::new(socket) as Box<dyn Socket>, Some(addr)))
         })
     }
@@ -126,49 +126,18 @@ impl Listener for Unix {
     fn accept(&self) -> BoxFuture<'_, io::Result<Accepted>> {
         Box::pin(async move {
             let (stream, _) = self.0.accept().await?;
-            let socket = Served(DrainAware::<std::os::unix::net::UnixStream>::new(stream));
+            let socket = SmolSocket(DrainAware::<std::os::unix::net::UnixStream>::new(stream));
             Ok((Box::new(socket) as Box<dyn Socket>, None))
         })
     }
 }
 
-/// An accepted socket: read through [`DrainAware`] (no failed read
-/// before each wait for readiness).
-struct Served<T>(DrainAware<T>);
+/// A socket on async-io: accepted ones are read through [`DrainAware`]
+/// (no failed read before each wait for readiness), dialled ones as
+/// async-io reads.
+struct SmolSocket<S>(S);
 
-/// A dialled socket, read as async-io reads.
-struct Dialled<S>(S);
-
-impl<T> Socket for Served<T>
-where
-    T: AsFd + Send + Sync + 'static,
-    DrainAware<T>: AsyncRead + AsyncWrite + Unpin,
-{
-    fn fd(&self) -> BorrowedFd<'_> {
-        self.0.get_ref().as_fd()
-    }
-
-    fn into_io(self: Box<Self>) -> Io {
-        Io::new(FuturesIo::new(self.0))
-    }
-
-    fn tls_accept(
-        self: Box<Self>,
-        config: Arc<rustls::ServerConfig>,
-    ) -> BoxFuture<'static, io::Result<Tls>> {
-        Box::pin(tls_accept(self.0, config))
-    }
-
-    fn tls_connect(
-        self: Box<Self>,
-        config: Arc<rustls::ClientConfig>,
-        name: ServerName<'static>,
-    ) -> BoxFuture<'static, io::Result<Tls>> {
-        Box::pin(tls_connect(self.0, config, name))
-    }
-}
-
-impl<S> Socket for Dialled<S>
+impl<S> Socket for SmolSocket<S>
 where
     S: AsyncRead + AsyncWrite + AsFd + Send + Unpin + 'static,
 {

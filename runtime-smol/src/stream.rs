@@ -47,6 +47,12 @@ impl<T> DrainAware<T> {
     }
 }
 
+impl<T: std::os::fd::AsFd> std::os::fd::AsFd for DrainAware<T> {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.inner.get_ref().as_fd()
+    }
+}
+
 impl<T> AsyncRead for DrainAware<T>
 where
     for<'a> &'a T: Read,
