@@ -9,8 +9,19 @@ use futures::StreamExt;
 use metropolis_proto::prelude::debug;
 use proptest::prelude::*;
 
-use super::*;
-use crate::testing::tracefs::{FakeBuffer, FakePort, FakeTracefs};
+use metropolis_core::trace::{
+    Action, FailureKind, Field, InstanceName, MAX_NAME_LEN, MAX_PATTERN_LEN, MAX_PATTERNS, Problem,
+    State, StepFailure, Target, TraceBuffers, TraceError, TraceSession, TraceSpec, TraceStream,
+    TracefsFailure, ValidationError, run_session,
+};
+use metropolis_testkit::tracefs::{FakeBuffer, FakePort, FakeTracefs};
+
+/// Where proptest keeps this file's failing cases: next to it
+/// (`<file>.proptest-regressions`; the default looks for a `src/` that an
+/// integration test is not in).
+fn regressions() -> proptest::test_runner::FileFailurePersistence {
+    proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions")
+}
 
 fn request(tracer: &str, filters: &[&str], graphs: &[&str]) -> debug::TraceRequest {
     debug::TraceRequest {
@@ -388,7 +399,11 @@ fn check(sc: &Scenario, r: &Record) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 2000,
+        failure_persistence: Some(Box::new(regressions())),
+        ..ProptestConfig::default()
+    })]
 
     /// Whatever fails and whenever the owner cancels, the teardown runs to
     /// the end and leaves the buffer restored where its steps succeeded.
@@ -466,7 +481,11 @@ fn arb_bad_char() -> impl Strategy<Value = (char, Problem)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 512,
+        failure_persistence: Some(Box::new(regressions())),
+        ..ProptestConfig::default()
+    })]
 
     /// A bad character anywhere in any field is refused with that field
     /// and problem, and nothing is written nor claimed.

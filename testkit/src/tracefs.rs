@@ -1,4 +1,5 @@
-//! An in-memory tracefs for tests, the fuzz harnesses and the simulator:
+//! An in-memory tracefs for tests, the fuzz harnesses and the simulator
+//! ([`FakeTracefs`], and the [`Tracefs`] port over it, [`FakePort`]):
 //! enough kernel behaviour to catch order mistakes (`EBUSY` for a tracer
 //! change or `rmdir` with the pipe open, refused tracers reset to `nop`,
 //! missing `set_graph_function`), plus failures injected at one operation
@@ -10,8 +11,7 @@ use std::task::{Context, Poll};
 
 use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
-
-use crate::trace::{Action, FailureKind, TracePipe, Tracefs, TracefsFailure, WriteMode};
+use metropolis_core::trace::{Action, FailureKind, TracePipe, Tracefs, TracefsFailure, WriteMode};
 
 /// Every failure kind, for schedules.
 pub const KINDS: [FailureKind; 7] = [
@@ -263,7 +263,6 @@ impl FakeTracefs {
     }
 }
 
-/// The sending side of a fake pipe.
 /// The sending end of a fake `trace_pipe`.
 pub type PipeSender = mpsc::UnboundedSender<Result<String, TracefsFailure>>;
 
