@@ -7,50 +7,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use futures::stream::BoxStream;
 use http::Request;
+use metropolis_core::ports::KvStore;
+use metropolis_core::service::{
+    CuratorService, GrpcService, ProvisioningService, WatchCache, WatchCacheOptions,
+};
+use metropolis_testkit::clock::ManualClock;
+use metropolis_testkit::exec::Tasks;
+use metropolis_testkit::store::MemKv;
 use tonic::body::Body;
-
-use super::{GrpcService, ProvisioningService, WatchCache, WatchCacheOptions};
-use crate::ports::{KvStore, Spawner, WallClock, WatchBatch};
-use crate::service::CuratorService;
-use crate::store::{KeyRange, Revision, StoreError, Txn, TxnResponse};
 
 /// glibc's largest per-thread-cache request size on 64-bit.
 const TCACHE_MAX: usize = 1024;
-
-struct NoStore;
-
-impl KvStore for NoStore {
-    fn txn(&self, _: Txn) -> BoxFuture<'static, Result<TxnResponse, StoreError>> {
-        Box::pin(futures::future::ready(Err(StoreError::Unavailable(
-            "none".into(),
-        ))))
-    }
-
-    fn watch(
-        &self,
-        _: KeyRange,
-        _: Revision,
-    ) -> BoxStream<'static, Result<WatchBatch, StoreError>> {
-        Box::pin(futures::stream::empty())
-    }
-}
-
-struct NoTasks;
-
-impl Spawner for NoTasks {
-    fn spawn(&self, _: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>) {}
-}
-
-struct Epoch;
-
-impl WallClock for Epoch {
-    fn now_unix_ms(&self) -> i64 {
-        0
-    }
-}
 
 fn boxed_size(service: &dyn GrpcService, path: &'static str) -> usize {
     let request = Request::builder()
@@ -63,10 +31,10 @@ fn boxed_size(service: &dyn GrpcService, path: &'static str) -> usize {
 
 #[test]
 fn update_node_status_fits_the_allocators_thread_cache() {
-    let store: Arc<dyn KvStore> = Arc::new(NoStore);
+    let store: Arc<dyn KvStore> = Arc::new(MemKv::new());
     let cache = WatchCache::new(
         store.clone(),
-        Arc::new(NoTasks),
+        Arc::new(Tasks::new()),
         WatchCacheOptions::default(),
     );
     let curator = CuratorService::new(store, cache, None).curator_server();
@@ -79,7 +47,11 @@ fn update_node_status_fits_the_allocators_thread_cache() {
 
 #[test]
 fn heartbeat_fits_the_allocators_thread_cache() {
-    let service = ProvisioningService::new(Arc::new(NoStore), Arc::new(Epoch), Duration::ZERO);
+    let service = ProvisioningService::new(
+        Arc::new(MemKv::new()),
+        Arc::new(ManualClock::new()),
+        Duration::ZERO,
+    );
     let agent = service.agent_callback_server();
     let size = boxed_size(&agent, "/cloud.bmaas.server.api.AgentCallback/Heartbeat");
     assert!(size <= TCACHE_MAX, "Heartbeat future: {size} bytes");

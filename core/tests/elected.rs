@@ -4,86 +4,38 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::executor::block_on;
+use futures::future::BoxFuture;
 use http::{Request, Response};
 use http_body_util::BodyExt;
+use metropolis_core::identity::Identity;
+use metropolis_core::leadership::{
+    Action, CampaignId, ElectionKey, Leadership, LeadershipConfig, LeadershipError, LeaseGrant,
+    Role,
+};
+use metropolis_core::ports::{KvStore, MonotonicClock};
+use metropolis_core::service::elected::{FencedStore, SharedLeadership};
+use metropolis_core::service::forward::{Connector, Destination, Routed, Routing, Upstream};
+use metropolis_core::service::{GrpcService, Router};
+use metropolis_core::store::{CmpOp, Compare, CompareTarget, KeyRange, Op, OpResult, Txn};
+use metropolis_core::time::Instant;
 use metropolis_proto::prelude::storage::LeaderElectionValue;
+use metropolis_testkit::clock::ManualClock;
+use metropolis_testkit::store::MemKv;
 use prost::Message;
 use tonic::body::Body;
 
-use super::*;
-use crate::identity::Identity;
-use crate::leadership::{CampaignId, ElectionKey, LeadershipConfig, LeaseGrant};
-use crate::ports::KvStore;
-use crate::service::{GrpcService, Router};
-use crate::store::{CmpOp, Compare, CompareTarget, MemStore, Op, OpResult, Txn, TxnResponse};
-
-/// A clock moved by hand.
-#[derive(Default)]
-struct Clock(Mutex<Duration>);
-
-impl Clock {
-    fn advance(&self, by: Duration) {
-        *self.0.lock().unwrap() += by;
-    }
-}
-
-impl MonotonicClock for Clock {
-    fn now(&self) -> Instant {
-        Instant::from_offset(*self.0.lock().unwrap())
-    }
-}
-
-/// The store model as a [`KvStore`] (transactions only).
-#[derive(Default)]
-struct Model(Mutex<MemStore>);
-
-impl KvStore for Model {
-    fn txn(&self, txn: Txn) -> BoxFuture<'static, Result<TxnResponse, crate::store::StoreError>> {
-        let result = self.0.lock().unwrap().txn(&txn);
-        Box::pin(futures::future::ready(result))
-    }
-
-    fn watch(
-        &self,
-        _: crate::store::KeyRange,
-        _: crate::store::Revision,
-    ) -> futures::stream::BoxStream<
-        'static,
-        Result<crate::ports::WatchBatch, crate::store::StoreError>,
-    > {
-        Box::pin(futures::stream::empty())
-    }
-}
-
-impl Model {
-    fn put(&self, key: &str, value: &str) -> i64 {
-        let r = self.0.lock().unwrap().txn(&put(key, value)).unwrap();
-        r.revision
-    }
-
-    fn get(&self, key: &str) -> Option<Bytes> {
-        self.0
-            .lock()
-            .unwrap()
-            .get(key.as_bytes())
-            .map(|kv| kv.value.clone())
-    }
-
-    fn delete(&self, key: &str) {
-        let txn = Txn {
-            success: vec![Op::Delete(crate::store::KeyRange::Key(Bytes::from(
-                key.to_owned(),
-            )))],
-            ..Default::default()
-        };
-        self.0.lock().unwrap().txn(&txn).unwrap();
-    }
+/// Where proptest keeps this file's failing cases: next to it
+/// (`<file>.proptest-regressions`; the default looks for a `src/` that an
+/// integration test is not in).
+fn regressions() -> proptest::test_runner::FileFailurePersistence {
+    proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions")
 }
 
 fn put(key: &str, value: &str) -> Txn {
@@ -121,16 +73,16 @@ impl Connector for Connections {
 
 struct Setup {
     shared: SharedLeadership,
-    clock: Arc<Clock>,
+    clock: ManualClock,
     connections: Arc<Connections>,
-    model: Arc<Model>,
+    model: MemKv,
     campaign: CampaignId,
 }
 
 const TTL: Duration = Duration::from_secs(10);
 
 fn setup() -> Setup {
-    let clock = Arc::new(Clock::default());
+    let clock = ManualClock::new();
     let connections = Arc::new(Connections::default());
     let config = LeadershipConfig {
         lease_ttl: TTL,
@@ -138,7 +90,7 @@ fn setup() -> Setup {
         ..LeadershipConfig::new("node-a", "10.0.0.1:7835")
     };
     let machine = Leadership::new(config, clock.now()).unwrap();
-    let shared = SharedLeadership::new(machine, clock.clone(), connections.clone());
+    let shared = SharedLeadership::new(machine, Arc::new(clock.clone()), connections.clone());
     let campaign = std::iter::from_fn(|| shared.poll_action())
         .find_map(|a| match a {
             Action::Campaign { campaign, .. } => Some(campaign),
@@ -149,7 +101,7 @@ fn setup() -> Setup {
         shared,
         clock,
         connections,
-        model: Arc::new(Model::default()),
+        model: MemKv::new(),
         campaign,
     }
 }
@@ -196,7 +148,7 @@ impl Setup {
     }
 
     fn store(&self) -> FencedStore {
-        FencedStore::new(self.model.clone(), self.shared.clone())
+        FencedStore::new(Arc::new(self.model.clone()), self.shared.clone())
     }
 }
 
@@ -217,9 +169,7 @@ fn a_leader_serves_and_its_writes_commit() {
             op: CmpOp::Equal,
             target: CompareTarget::Version(9),
         }],
-        failure: vec![Op::Range(crate::store::KeyRange::Key(Bytes::from_static(
-            b"nodes/x",
-        )))],
+        failure: vec![Op::Range(KeyRange::Key(Bytes::from_static(b"nodes/x")))],
         ..Default::default()
     };
     let r = block_on(s.store().txn(txn)).unwrap();
@@ -433,7 +383,11 @@ mod random {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig {
+            cases: 300,
+            failure_persistence: Some(Box::new(regressions())),
+            ..ProptestConfig::default()
+        })]
 
         #[test]
         fn calls_end_once_and_leave_nothing_behind(steps in prop::collection::vec(step(), 1..60)) {
@@ -524,7 +478,7 @@ mod random {
             drop(live);
             let (waiting, in_flight) = s.shared.input(|m, _| (m.waiting(), m.in_flight()));
             prop_assert_eq!((waiting, in_flight), (0, 0));
-            prop_assert!(lock(&s.shared.inner.state).calls.is_empty(), "call bookkeeping leaked");
+            prop_assert_eq!(s.shared.open_calls(), 0, "call bookkeeping leaked");
         }
     }
 }
