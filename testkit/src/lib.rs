@@ -14,6 +14,9 @@
 //! - [`tracefs`]: an in-memory tracefs with failure injection
 //!   ([`tracefs::FakeTracefs`]) and the [`Tracefs`](metropolis_core::trace::Tracefs)
 //!   port over it ([`tracefs::FakePort`]).
+//! - [`fuzz`]: the fuzz targets' harnesses over these doubles, run by the
+//!   cargo-fuzz crate (`fuzz/`) and replayed on stable by
+//!   `core/tests/fuzz_corpus.rs`.
 //!
 //! Nothing here reads a clock, opens a socket, reads the environment or
 //! spawns a thread: a test built on these doubles gives the same result
@@ -30,5 +33,6 @@
 
 pub mod clock;
 pub mod exec;
+pub mod fuzz;
 pub mod store;
 pub mod tracefs;

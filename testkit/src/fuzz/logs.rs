@@ -29,8 +29,8 @@ use metropolis_core::logtree::{
 use metropolis_core::service::debug::{LogHub, LogStream};
 use metropolis_proto::prelude::{common, debug};
 
-use super::exec::poll_next;
 use super::input::Input;
+use crate::exec::poll_next;
 
 /// DNs most entries and queries use (selector bytes below 240).
 pub const DNS: [&str; 8] = [

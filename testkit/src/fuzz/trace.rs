@@ -3,7 +3,7 @@
 //! in the start and in the teardown), cancels (also while an operation is
 //! outstanding), pipe lines, pipe errors and end of file. Drives either
 //! the bare [`TraceSession`] machine or the service's [`run_session`]
-//! stream, against the fake in [`super::tracefs`].
+//! stream, against the fake in [`crate::tracefs`].
 //!
 //! Input: `[flags]`, the encoded `TraceRequest` (u16-length-prefixed), the
 //! failure schedule (u16-length-prefixed, one byte per tracefs operation
@@ -39,9 +39,9 @@ use metropolis_core::trace::{
 use metropolis_proto::prelude::debug;
 use prost::Message;
 
-use super::exec::poll_next;
 use super::input::Input;
-use super::tracefs::{FakeBuffer, FakePort, FakeTracefs, KINDS, Op};
+use crate::exec::poll_next;
+use crate::tracefs::{FakeBuffer, FakePort, FakeTracefs, KINDS, Op};
 
 /// The instance name used for instance targets.
 pub const INSTANCE: &str = "t1";

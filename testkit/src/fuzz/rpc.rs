@@ -51,7 +51,7 @@ use metropolis_core::identity::{Identity, NodeId};
 use metropolis_core::images::{ImageImport, ImageStore, ImageStoreError};
 use metropolis_core::logtree::{Entry, EntryKind, LogTreeConfig, Query, Severity};
 use metropolis_core::ports::{
-    CertIssuer, IssuedCertificate, IssuedKubeconfig, KubeconfigError, KubeconfigIssuer, WallClock,
+    CertIssuer, IssuedCertificate, IssuedKubeconfig, KubeconfigError, KubeconfigIssuer,
 };
 use metropolis_core::provisioning::MachineRecord;
 use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub};
@@ -65,10 +65,11 @@ use prost::Message;
 use tonic::Code;
 
 use super::archive::{OutputChecker, check_plan};
-use super::exec::{Tasks, block_on};
 use super::input::Input;
-use super::kv::MemKv;
-use super::tracefs::{FakePort, FakeTracefs};
+use crate::clock::ManualClock;
+use crate::exec::{Tasks, block_on};
+use crate::store::MemKv;
+use crate::tracefs::{FakePort, FakeTracefs};
 
 /// The public keys of nodes 1, 2 (registered at the start) and 3 (not).
 pub const NODE_KEYS: [[u8; 32]; 3] = [[1; 32], [2; 32], [3; 32]];
@@ -479,13 +480,8 @@ impl OpenWatch {
     }
 }
 
-struct FixedClock;
-
-impl WallClock for FixedClock {
-    fn now_unix_ms(&self) -> i64 {
-        1_700_000_000_000
-    }
-}
+/// The wall-clock time of every call (the clock never moves).
+const NOW_UNIX_MS: i64 = 1_700_000_000_000;
 
 struct FakeIssuer;
 
@@ -658,7 +654,7 @@ impl World {
         .expect("registering machine A");
         let provisioning = ProvisioningService::new(
             store,
-            Arc::new(FixedClock),
+            Arc::new(ManualClock::at_unix_ms(NOW_UNIX_MS)),
             std::time::Duration::from_secs(60),
         );
         let hub = LogHub::new(LogTreeConfig {
@@ -1146,10 +1142,7 @@ impl World {
                     record.pending_request().map(|r| r.generation),
                     "the offered request"
                 );
-                assert_eq!(
-                    record.last_heartbeat_unix_ms,
-                    Some(FixedClock.now_unix_ms())
-                );
+                assert_eq!(record.last_heartbeat_unix_ms, Some(NOW_UNIX_MS));
             }
             Method::GetLogs => {
                 let Result::Ok(req) = debug::GetLogsRequest::decode(*msg) else {
@@ -1180,7 +1173,7 @@ impl World {
         if self.instances {
             assert_eq!(
                 g,
-                &super::tracefs::FakeBuffer::fresh(),
+                &crate::tracefs::FakeBuffer::fresh(),
                 "global buffer touched"
             );
         } else {
