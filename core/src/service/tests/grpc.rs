@@ -1,4 +1,4 @@
-//! Driving a [`Router`](super::Router) with encoded gRPC requests and
+//! Driving a [`Router`](crate::service::Router) with encoded gRPC requests and
 //! reading its answers message by message, for the tests of the services
 //! that every listener carries.
 

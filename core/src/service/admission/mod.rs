@@ -329,5 +329,4 @@ impl HttpBody for AdmittedBody {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-#[path = "admission_tests.rs"]
 mod tests;

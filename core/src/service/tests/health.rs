@@ -18,14 +18,14 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::{ServerReflectionRequest, ServerReflectionResponse};
 
-use super::debug::{DebugService, LogHub};
-use super::elected::SharedLeadership;
-use super::forward::{Connector, Upstream};
-use super::grpc_testing::{Reply, call};
-use super::{HealthMonitor, Readiness, Router};
+use super::grpc::{Reply, call};
 use crate::leadership::{Action, ElectionKey, Leadership, LeadershipConfig, LeaseGrant};
 use crate::logtree::LogTreeConfig;
 use crate::ports::MonotonicClock;
+use crate::service::debug::{DebugService, LogHub};
+use crate::service::elected::SharedLeadership;
+use crate::service::forward::{Connector, Upstream};
+use crate::service::{HealthMonitor, Readiness, Router};
 use crate::time::Instant;
 
 const DEBUG: &str = "metropolis.proto.api.NodeDebugService";

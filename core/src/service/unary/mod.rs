@@ -57,7 +57,7 @@ where
     // Reading, then handling, as the two states of one future: the
     // request's parts held while reading and the handler's future share
     // its space (an `async fn` would keep the request, an argument, for its
-    // whole life). See `call_size_tests.rs`.
+    // whole life). See `core/tests/call_size.rs`.
     read::<Req>(request).then(move |read| match read {
         Ok((caller, message)) => Either::Left(handle(caller, message).map(|result| match result {
             Ok(response) => respond(&response),
@@ -254,5 +254,4 @@ impl http_body::Body for OneMessage {
 }
 
 #[cfg(test)]
-#[path = "unary_tests.rs"]
 mod tests;

@@ -14,11 +14,11 @@ use tonic_reflection::pb::v1::{
 };
 use tonic_reflection::pb::v1alpha;
 
-use super::debug::{DebugService, LogHub};
-use super::grpc_testing::{Reply, call};
-use super::reflection::descriptors;
-use super::{HealthMonitor, Router};
+use super::grpc::{Reply, call};
 use crate::logtree::LogTreeConfig;
+use crate::service::debug::{DebugService, LogHub};
+use crate::service::reflection::descriptors;
+use crate::service::{HealthMonitor, Router};
 
 const V1: &str = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
 const V1ALPHA: &str = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
