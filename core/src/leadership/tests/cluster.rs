@@ -24,7 +24,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 use super::checker::Checker;
-use super::*;
+use crate::leadership::*;
 use crate::store::{KeyRange, LeaseId, MemStore, Op, StoreError, Txn};
 use crate::time::Instant;
 

@@ -21,7 +21,7 @@ use proptest::sample::Index;
 use prost::Message;
 
 use super::checker::Checker;
-use super::*;
+use crate::leadership::*;
 use crate::time::Instant;
 
 const SELF: &str = "node-0";

@@ -10,8 +10,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::*;
 use crate::ports::WatchBatch;
+use crate::store::*;
 use crate::time::Instant;
 
 const KEYS: &[&str] = &["a", "ab", "b", "ba", "c"];

@@ -27,7 +27,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::*;
+use crate::leadership::*;
 use crate::store::LeaseId;
 use crate::time::Instant;
 

@@ -3,6 +3,10 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod checker;
+mod cluster;
+mod proptests;
+
 use std::time::Duration;
 
 use bytes::Bytes;

@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod proptests;
+
 use std::time::Duration;
 
 use bytes::Bytes;
