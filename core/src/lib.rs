@@ -22,8 +22,6 @@ pub mod provisioning;
 pub mod quote;
 pub mod service;
 pub mod store;
-#[cfg(any(test, feature = "testing"))]
-pub mod testing;
 pub mod time;
 pub mod trace;
 pub mod watch;

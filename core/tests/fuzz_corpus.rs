@@ -2,18 +2,16 @@
 //! file of `fuzz/corpus/<target>/` (the minimised corpus),
 //! `fuzz/seeds/<target>/` (the hand-written seeds) and
 //! `fuzz/regressions/<target>/` (inputs that once failed) goes through the
-//! same harness the cargo-fuzz target runs (the harnesses live in
-//! `fuzz/harness/` and are included here with `#[path]`). A panic in any
-//! of them fails the test, naming the target and the file.
+//! same harness the cargo-fuzz target runs (`metropolis_testkit::fuzz`).
+//! A panic in any of them fails the test, naming the target and the file.
 //!
 //! `generate_seeds` (ignored) writes the seed inputs of
-//! `fuzz/harness/seeds.rs` into `fuzz/seeds/<target>/`.
-
-#[path = "../../fuzz/harness/mod.rs"]
-mod harness;
+//! `metropolis_testkit::fuzz::seeds` into `fuzz/seeds/<target>/`.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
+
+use metropolis_testkit::fuzz as harness;
 
 fn fuzz_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")

@@ -1,6 +1,6 @@
-//! The `rpc` target: see `harness/rpc.rs` for the input format and
+//! The `rpc` target: see `testkit/src/fuzz/rpc.rs` for the input format and
 //! what is checked.
 
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| metropolis_fuzz::harness::rpc::run(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| metropolis_testkit::fuzz::rpc::run(data));

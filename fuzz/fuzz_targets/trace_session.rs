@@ -1,6 +1,6 @@
-//! The `trace_session` target: see `harness/trace.rs` for the input format and
+//! The `trace_session` target: see `testkit/src/fuzz/trace.rs` for the input format and
 //! what is checked.
 
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| metropolis_fuzz::harness::trace::run(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| metropolis_testkit::fuzz::trace::run(data));

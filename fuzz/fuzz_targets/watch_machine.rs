@@ -1,6 +1,6 @@
-//! The `watch_machine` target: see `harness/watch.rs` for the input format and
+//! The `watch_machine` target: see `testkit/src/fuzz/watch.rs` for the input format and
 //! what is checked.
 
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| metropolis_fuzz::harness::watch::run(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| metropolis_testkit::fuzz::watch::run(data));

@@ -1,17 +1,17 @@
 //! Trace sessions: a client of each node's debug service starts
 //! [`TraceSession`]s on the global buffer or a fresh instance, reads lines,
 //! cancels (at any moment, also while an operation is outstanding) or
-//! hits a pipe error, over the in-memory tracefs of `core::testing`
+//! hits a pipe error, over the in-memory tracefs of the test kit
 //! whose operations fail at a seeded rate. Every finished session must
 //! have restored tracefs, unless a teardown step failed and said so.
 
 use std::time::Duration;
 
-use metropolis_core::testing::tracefs::{FakeTracefs, Op};
 use metropolis_core::trace::{
     Action, FailureKind, InstanceName, State, Target, TraceSession, TracefsFailure,
 };
 use metropolis_proto::prelude::debug;
+use metropolis_testkit::tracefs::{FakeTracefs, Op};
 
 use crate::canary::Canary;
 use crate::ctx::Ctx;

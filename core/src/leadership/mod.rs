@@ -115,10 +115,4 @@ pub use types::{
 };
 
 #[cfg(test)]
-mod checker;
-#[cfg(test)]
-mod cluster;
-#[cfg(test)]
-mod proptests;
-#[cfg(test)]
 mod tests;

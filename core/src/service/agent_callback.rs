@@ -134,7 +134,7 @@ impl ProvisioningService {
     /// `AgentCallback.Heartbeat` from `caller`.
     ///
     /// The caller is checked when called; the returned future owns only
-    /// what the update needs (see `call_size_tests.rs` for why its size
+    /// what the update needs (see `core/tests/call_size.rs` for why its size
     /// matters).
     pub fn heartbeat(
         &self,

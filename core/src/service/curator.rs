@@ -124,7 +124,7 @@ impl CuratorService {
     /// allocation path: above 1 KiB the box takes the large-chunk path,
     /// which consolidates the fast bins (`malloc_consolidate` was 1.5 to
     /// 3.5 % of the daemon's CPU under `metropolis-load update-tls`).
-    /// `call_size_tests.rs` keeps the box below that.
+    /// `core/tests/call_size.rs` keeps the box below that.
     pub fn update_node_status(
         &self,
         caller: &Identity,

@@ -36,10 +36,4 @@ pub use router::{GrpcService, Router};
 pub use watch_cache::{WatchCache, WatchCacheOptions, WatchStream};
 
 #[cfg(test)]
-mod call_size_tests;
-#[cfg(test)]
-mod grpc_testing;
-#[cfg(test)]
-mod health_tests;
-#[cfg(test)]
-mod reflection_tests;
+mod tests;

@@ -508,7 +508,3 @@ impl Drop for WatchStream {
         lock(&self.shared).streams.remove(&self.id);
     }
 }
-
-#[cfg(test)]
-#[path = "watch_cache_tests.rs"]
-mod tests;

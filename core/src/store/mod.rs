@@ -14,8 +14,6 @@ mod txn_encoding;
 mod types;
 
 #[cfg(test)]
-mod proptests;
-#[cfg(test)]
 mod tests;
 
 pub use model::{CompactedHistory, LeaseInfo, MemStore, WatchId};

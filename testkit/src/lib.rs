@@ -1,0 +1,38 @@
+//! Test doubles of the Metropolis control plane, shared by core's
+//! integration tests, the fuzz harnesses and the simulator, so that each
+//! exists once:
+//!
+//! - [`store`]: the store model ([`MemStore`](metropolis_core::store::MemStore))
+//!   as a [`KvStore`](metropolis_core::ports::KvStore), with faults a test
+//!   switches on and watches that lag as much as it wants
+//!   ([`store::MemKv`]).
+//! - [`exec`]: a deterministic executor, a queue of spawned tasks run on
+//!   demand that implements the [`Spawner`](metropolis_core::ports::Spawner)
+//!   port ([`exec::Tasks`]), and helpers to poll futures and streams.
+//! - [`clock`]: a clock moved by hand, as both the monotonic and the wall
+//!   clock port ([`clock::ManualClock`]).
+//! - [`tracefs`]: an in-memory tracefs with failure injection
+//!   ([`tracefs::FakeTracefs`]) and the [`Tracefs`](metropolis_core::trace::Tracefs)
+//!   port over it ([`tracefs::FakePort`]).
+//! - [`fuzz`]: the fuzz targets' harnesses over these doubles, run by the
+//!   cargo-fuzz crate (`fuzz/`) and replayed on stable by
+//!   `core/tests/fuzz_corpus.rs`.
+//!
+//! Nothing here reads a clock, opens a socket, reads the environment or
+//! spawns a thread: a test built on these doubles gives the same result
+//! on every run. The crate depends on `metropolis-core`,
+//! `metropolis-proto` and crates core already uses, never on a runtime or
+//! the host crate (see `README.md`).
+//!
+//! Core's own unit tests (inside `core/src/`) cannot use this crate: it
+//! links the non-test build of core, whose types differ from those of the
+//! unit-test build. Tests that need these doubles are integration tests
+//! (`core/tests/`).
+
+#![forbid(unsafe_code)]
+
+pub mod clock;
+pub mod exec;
+pub mod fuzz;
+pub mod store;
+pub mod tracefs;
