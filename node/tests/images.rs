@@ -3,20 +3,17 @@
 //! hostile archives, failed commits and dropped imports leave the store
 //! byte-for-byte as it was; tags collide or are replaced as configured.
 
-#[path = "images/archives.rs"]
-mod archives;
-
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use archives::*;
 use futures::StreamExt;
 use metropolis_core::archive::{ArchiveLimits, Digest};
 use metropolis_core::images::load_image;
 use metropolis_node::images::{OciLayoutOptions, OciLayoutStore};
+use metropolis_testkit::archives::*;
 use tonic::Code;
 
 fn open(dir: &Path, replace_tags: bool) -> OciLayoutStore {

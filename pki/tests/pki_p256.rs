@@ -14,25 +14,11 @@ use metropolis_pki::{
     ClientAuth, ClusterCa, Credentials, P256_PREFIX, P256Status, PkiError, client_config,
     load_or_issue_p256, node_server_config, p256_mismatch, server_config,
 };
+use metropolis_testkit::tls::{self, Failure};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{
-    ClientConfig, ClientConnection, Connection, RootCertStore, ServerConfig, ServerConnection,
-    SignatureScheme,
-};
+use rustls::{ClientConfig, RootCertStore, ServerConfig, SignatureScheme};
 use x509_parser::oid_registry::{OID_KEY_TYPE_EC_PUBLIC_KEY, OID_SIG_ED25519};
-
-/// Moves every pending TLS record from `from` to `to`.
-fn transfer(from: &mut Connection, to: &mut Connection) {
-    let mut buf = Vec::new();
-    while from.wants_write() {
-        from.write_tls(&mut buf).unwrap();
-    }
-    let mut rest = &buf[..];
-    while !rest.is_empty() {
-        to.read_tls(&mut rest).unwrap();
-    }
-}
 
 /// A handshake in memory: the server certificate the client got and the
 /// client certificate the server got, or the first error (client's or
@@ -42,22 +28,12 @@ fn handshake(
     server: Arc<ServerConfig>,
     name: ServerName<'static>,
 ) -> Result<(CertificateDer<'static>, Option<CertificateDer<'static>>), rustls::Error> {
-    let mut client = Connection::from(ClientConnection::new(client, name).unwrap());
-    let mut server = Connection::from(ServerConnection::new(server).unwrap());
-    for _ in 0..16 {
-        transfer(&mut client, &mut server);
-        server.process_new_packets()?;
-        transfer(&mut server, &mut client);
-        client.process_new_packets()?;
-        if !client.is_handshaking() && !server.is_handshaking() && !client.wants_write() {
-            let server_cert = client.peer_certificates().unwrap()[0].clone().into_owned();
-            let client_cert = server
-                .peer_certificates()
-                .map(|c| c[0].clone().into_owned());
-            return Ok((server_cert, client_cert));
-        }
-    }
-    panic!("the handshake did not finish");
+    let (client, server) = tls::handshake(client, server, name).map_err(Failure::into_error)?;
+    let server_cert = client.peer_certificates().unwrap()[0].clone().into_owned();
+    let client_cert = server
+        .peer_certificates()
+        .map(|c| c[0].clone().into_owned());
+    Ok((server_cert, client_cert))
 }
 
 /// The *ring* provider offering only ECDSA signature schemes in its

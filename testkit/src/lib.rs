@@ -14,12 +14,16 @@
 //! - [`tracefs`]: an in-memory tracefs with failure injection
 //!   ([`tracefs::FakeTracefs`]) and the [`Tracefs`](metropolis_core::trace::Tracefs)
 //!   port over it ([`tracefs::FakePort`]).
+//! - [`archives`]: image archives built in memory (Docker, OCI, hostile
+//!   cases) and checks of the OCI layout a store left in a directory.
+//! - [`tls`]: rustls handshakes driven in memory, both ends by hand.
 //! - [`fuzz`]: the fuzz targets' harnesses over these doubles, run by the
 //!   cargo-fuzz crate (`fuzz/`) and replayed on stable by
 //!   `core/tests/fuzz_corpus.rs`.
 //!
 //! Nothing here reads a clock, opens a socket, reads the environment or
-//! spawns a thread: a test built on these doubles gives the same result
+//! spawns a thread (the layout checks read only the directory they are
+//! given): a test built on these doubles gives the same result
 //! on every run. The crate depends on `metropolis-core`,
 //! `metropolis-proto` and crates core already uses, never on a runtime or
 //! the host crate (see `README.md`).
@@ -31,8 +35,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod archives;
 pub mod clock;
 pub mod exec;
 pub mod fuzz;
 pub mod store;
+pub mod tls;
 pub mod tracefs;

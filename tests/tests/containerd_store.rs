@@ -4,17 +4,14 @@
 //! and socket in a temporary directory, and kills it at the end (a drop
 //! guard, so also when the test panics).
 
-#[path = "../../node/tests/images/archives.rs"]
-mod archives;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use archives::*;
 use metropolis_core::archive::ArchiveLimits;
 use metropolis_core::images::load_image;
 use metropolis_node::images::{ContainerdConfig, ContainerdStore};
+use metropolis_testkit::archives::*;
 use metropolis_tests::containerd::Containerd;
 use tonic::Code;
 

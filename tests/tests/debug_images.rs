@@ -5,14 +5,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../../node/tests/images/archives.rs"]
-mod archives;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use archives::{Limit, check_layout, docker_archive, hostile_cases, oci_archive, snapshot};
 use metropolis_proto::prelude::debug::{self, node_debug_service_client::NodeDebugServiceClient};
+use metropolis_testkit::archives::{
+    Limit, check_layout, docker_archive, hostile_cases, oci_archive, snapshot,
+};
 use metropolis_tests::containerd::Containerd;
 use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes};
 use metropolis_transport::grpc::Channel;

@@ -12,8 +12,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../../node/tests/images/archives.rs"]
-mod archives;
+use metropolis_testkit::archives;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -6,9 +6,6 @@
 
 use std::process::{Command, Output};
 
-#[path = "../../node/tests/images/archives.rs"]
-mod archives;
-
 use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, daemon_bin};
 
 struct Ctl<'a> {
@@ -333,6 +330,7 @@ against_both_runtimes!(install_requests_name_a_device);
 #[cfg(feature = "system")]
 mod over_etcd {
     use super::*;
+    use metropolis_testkit::archives;
 
     #[test]
     fn debug_commands_load_image_and_trace() {

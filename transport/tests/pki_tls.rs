@@ -10,54 +10,9 @@ use std::sync::Arc;
 
 use metropolis_core::identity::{Identity, NodeId, identity_from_certificate};
 use metropolis_pki::{ClientAuth, ClusterCa, Credentials, PkiError, client_config, server_config};
+use metropolis_testkit::tls::{Failure, drive, handshake, transfer};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, Connection, ServerConfig, ServerConnection};
-
-/// Which end failed a handshake, and why.
-#[derive(Debug)]
-enum Failure {
-    Client(rustls::Error),
-    Server(rustls::Error),
-}
-
-/// Moves every pending TLS record from `from` to `to`.
-fn transfer(from: &mut Connection, to: &mut Connection) {
-    let mut buf = Vec::new();
-    while from.wants_write() {
-        from.write_tls(&mut buf).unwrap();
-    }
-    let mut rest = &buf[..];
-    while !rest.is_empty() {
-        to.read_tls(&mut rest).unwrap();
-    }
-}
-
-/// Drives both ends until the handshake is over on both, or one fails
-/// (after delivering its alert to the other).
-fn handshake(client: &mut Connection, server: &mut Connection) -> Result<(), Failure> {
-    for _ in 0..16 {
-        transfer(client, server);
-        if let Err(e) = server.process_new_packets() {
-            transfer(server, client);
-            let _ = client.process_new_packets();
-            return Err(Failure::Server(e));
-        }
-        transfer(server, client);
-        if let Err(e) = client.process_new_packets() {
-            transfer(client, server);
-            let _ = server.process_new_packets();
-            return Err(Failure::Client(e));
-        }
-        if !client.is_handshaking()
-            && !server.is_handshaking()
-            && !client.wants_write()
-            && !server.wants_write()
-        {
-            return Ok(());
-        }
-    }
-    panic!("the handshake did not finish");
-}
 
 /// What each end learned about the other in a successful handshake.
 struct Session {
@@ -74,9 +29,7 @@ fn connect(
     server_config: Arc<ServerConfig>,
     name: ServerName<'static>,
 ) -> Result<Session, Failure> {
-    let mut client = Connection::from(ClientConnection::new(client_config, name).unwrap());
-    let mut server = Connection::from(ServerConnection::new(server_config).unwrap());
-    handshake(&mut client, &mut server)?;
+    let (mut client, mut server) = handshake(client_config, server_config, name)?;
 
     for conn in [&client, &server] {
         assert_eq!(
@@ -289,7 +242,7 @@ fn server_refuses_tls12() {
         Connection::from(ClientConnection::new(Arc::new(tls12), dns(&c.server_id)).unwrap());
     let mut server = Connection::from(ServerConnection::new(c.server.clone()).unwrap());
     assert!(matches!(
-        handshake(&mut client, &mut server),
+        drive(&mut client, &mut server),
         Err(Failure::Server(_))
     ));
 }
@@ -451,7 +404,7 @@ fn deferred_lets_every_client_through_and_the_classifier_decides() {
         let mut client =
             Connection::from(ClientConnection::new(config, dns(&c.server_id)).unwrap());
         let mut server = Connection::from(ServerConnection::new(c.server.clone()).unwrap());
-        handshake(&mut client, &mut server).unwrap();
+        drive(&mut client, &mut server).unwrap();
         classifier.classify(server.peer_certificates())
     };
     let (node, node_id) = c.ca.issue_node(&[]).unwrap();

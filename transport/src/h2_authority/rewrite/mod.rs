@@ -440,5 +440,4 @@ fn put_frames(out: &mut Vec<u8>, stream_id: u32, end_stream: bool, block: &[u8])
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-#[path = "rewrite_tests.rs"]
 mod tests;

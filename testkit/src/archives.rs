@@ -1,7 +1,7 @@
-//! Image archives for the image store tests, built with the `tar` crate,
-//! and checks of what a store left on disk.
-
-#![allow(dead_code)]
+//! Image archives for the image store and LoadImage tests, built in
+//! memory with the `tar` crate (Docker and OCI tarballs, and hostile ones
+//! with what each must be refused for), and checks of the OCI layout a
+//! store left in a directory the test names.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -18,10 +18,13 @@ use tonic::Code;
 /// One member of a test archive.
 #[derive(Clone)]
 pub enum E {
+    /// A regular file at a checked path, with its contents.
     File(String, Vec<u8>),
     /// A file whose path goes into the header unchecked (`..`, `/`).
     RawFile(Vec<u8>, Vec<u8>),
+    /// A symbolic link at a path, to a target.
     Symlink(String, String),
+    /// A hard link at a path, to an earlier member.
     Hardlink(String, String),
 }
 
@@ -127,8 +130,11 @@ pub fn docker_archive(tag: &str, content: &str) -> Vec<u8> {
 
 /// The blobs of a one-layer OCI image.
 pub struct OciParts {
+    /// The layer (an uncompressed tar of one file).
     pub layer: Vec<u8>,
+    /// The image configuration naming the layer's digest.
     pub config: Vec<u8>,
+    /// The image manifest of the config and the layer.
     pub manifest: Vec<u8>,
 }
 
@@ -136,6 +142,7 @@ fn descriptor(media_type: &str, data: &[u8]) -> Value {
     json!({"mediaType": media_type, "digest": Digest::of(data).to_string(), "size": data.len()})
 }
 
+/// The blobs of a one-layer OCI image whose one file holds `content`.
 pub fn oci_parts(content: &str) -> OciParts {
     let layer = layer(content);
     let config = config(Digest::of(&layer));
@@ -183,10 +190,14 @@ pub fn oci_entries(parts: &OciParts, name: Option<&str>) -> Vec<E> {
 
 /// An OCI layout archive and its manifest's digest.
 pub struct OciArchive {
+    /// The archive.
     pub bytes: Vec<u8>,
+    /// The digest of its image manifest.
     pub manifest: Digest,
 }
 
+/// An OCI layout archive of the one-layer image of `content`, named
+/// `name` (containerd annotation) or unnamed.
 pub fn oci_archive(name: Option<&str>, content: &str) -> OciArchive {
     let parts = oci_parts(content);
     OciArchive {
@@ -197,6 +208,7 @@ pub fn oci_archive(name: Option<&str>, content: &str) -> OciArchive {
 
 /// Which limits a hostile case runs under.
 pub enum Limit {
+    /// The store's default limits.
     Default,
     /// JSON documents of at most 100 bytes.
     SmallJson,
@@ -206,11 +218,15 @@ pub enum Limit {
 
 /// An archive every store must reject, and the code it must get.
 pub struct Case {
+    /// What the case is, for failure messages.
     pub name: &'static str,
+    /// The archive.
     pub bytes: Vec<u8>,
+    /// The status code it must be refused with.
     pub code: Code,
     /// A piece of the message that says why.
     pub why: &'static str,
+    /// The limits it runs under.
     pub limit: Limit,
 }
 
@@ -221,6 +237,8 @@ fn docker_with(extra: E) -> Vec<u8> {
     build(&entries)
 }
 
+/// Every hostile archive: path traversal, links, duplicates, bad JSON,
+/// digests and sizes that do not match, archives over the limits.
 pub fn hostile_cases() -> Vec<Case> {
     let invalid = |name, why, bytes| Case {
         name,

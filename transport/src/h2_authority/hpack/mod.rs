@@ -331,5 +331,4 @@ pub(crate) fn put_field(out: &mut Vec<u8>, name: &[u8], value: &[u8], never_inde
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-#[path = "hpack_tests.rs"]
 mod tests;
