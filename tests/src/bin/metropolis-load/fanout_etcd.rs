@@ -126,7 +126,7 @@ fn find_etcd() -> Result<String> {
 
 /// Starts a one-member etcd (the test helper panics on failure: its
 /// message becomes the error).
-async fn start_etcd() -> Result<Etcd> {
+pub(super) async fn start_etcd() -> Result<Etcd> {
     match tokio::task::spawn_blocking(Etcd::start).await {
         Ok(etcd) => Ok(etcd),
         Err(e) if e.is_panic() => {
@@ -844,7 +844,7 @@ async fn direct_phase(env: &mut Env<'_>, writers: Vec<Writer>) -> Result<(Vec<Wr
 
 /// Waits until the daemon serves: its owner credential is written and a
 /// Watch over the UNIX socket gets its backlog (so it leads, over etcd).
-async fn wait_serving(daemon: &mut DaemonProcess, limit: Duration) -> Result<()> {
+pub(super) async fn wait_serving(daemon: &mut DaemonProcess, limit: Duration) -> Result<()> {
     let deadline = Instant::now() + limit;
     let socket = daemon.socket.clone();
     loop {

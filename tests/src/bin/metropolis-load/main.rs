@@ -10,6 +10,9 @@
 //!   through the curator against as many direct etcd watches of the node
 //!   prefix, under the same updates: delivered events/s and etcd CPU
 //!   (built with `--features system`: it needs the etcd port).
+//! - `update-etcd`: UpdateNodeStatus through a curator elected over etcd
+//!   against the equivalent fenced transactions sent straight to etcd
+//!   (`--features system`).
 //! - `update-tls`: closed-loop `UpdateNodeStatus` over mutual TLS against
 //!   the daemon and against an echo server with the same TLS/gRPC stack,
 //!   run as a separate process.
@@ -38,6 +41,8 @@ mod get_logs;
 mod heartbeat;
 mod load_image;
 mod rounds;
+#[cfg(feature = "system")]
+mod update_etcd;
 mod update_tls;
 mod util;
 
@@ -100,6 +105,13 @@ enum Command {
     /// build with `--features system`.
     #[cfg(feature = "system")]
     FanoutEtcd(fanout_etcd::FanoutEtcdArgs),
+    /// UpdateNodeStatus through a curator elected over a one-member etcd
+    /// (started here), against the equivalent fenced compare-and-swap
+    /// transactions sent straight to that etcd by as many loops, in
+    /// alternating windows: updates/s, p50/p99 and the ratio. Only in a
+    /// build with `--features system`.
+    #[cfg(feature = "system")]
+    UpdateEtcd(update_etcd::UpdateEtcdArgs),
     /// Closed-loop UpdateNodeStatus over mutual TLS against the daemon, then
     /// against an echo server (same TLS and gRPC stack, separate process):
     /// requests/s, p50/p99, and the daemon/echo ratio.
@@ -154,6 +166,8 @@ fn run(cli: Cli) -> util::Result<()> {
             Command::Fanout(args) => fanout::run(args, &target, work.path()).await,
             #[cfg(feature = "system")]
             Command::FanoutEtcd(args) => fanout_etcd::run(args, &target, work.path()).await,
+            #[cfg(feature = "system")]
+            Command::UpdateEtcd(args) => update_etcd::run(args, &target, work.path()).await,
             Command::UpdateTls(args) => update_tls::run(args, &target, work.path()).await,
             Command::Heartbeat(args) => heartbeat::run(args, &target, work.path()).await,
             Command::LoadImage(args) => load_image::run(args, &target, work.path()).await,
