@@ -26,6 +26,7 @@ use tonic::server::NamedService;
 use super::router::GrpcService;
 use super::unary;
 
+use super::cas::UpdateQueues;
 use super::curator::store_status;
 use crate::identity::Identity;
 use crate::ports::{KvStore, WallClock};
@@ -68,6 +69,8 @@ fn check_machine_id(id: &str) -> Result<(), Status> {
 #[derive(Clone)]
 pub struct ProvisioningService {
     store: Arc<dyn KvStore>,
+    /// Updates of one machine's record queue behind each other.
+    queues: UpdateQueues,
     clock: Arc<dyn WallClock>,
     lost_after: Duration,
 }
@@ -76,11 +79,12 @@ pub struct ProvisioningService {
 /// compare-and-swap (see [`cas::update`](super::cas::update)).
 async fn update_machine<T>(
     store: &dyn KvStore,
+    queues: &UpdateQueues,
     machine_id: &str,
     mut change: impl FnMut(&mut MachineRecord) -> Result<T, Status>,
 ) -> Result<T, Status> {
     let what = || format!("machine {machine_id}");
-    super::cas::update(store, machine_key(machine_id), what, |kv| {
+    super::cas::update(store, queues, machine_key(machine_id), what, |kv| {
         let mut record = decode(kv)?;
         let out = change(&mut record)?;
         Ok((record.encode().into(), out))
@@ -103,6 +107,7 @@ impl ProvisioningService {
     pub fn new(store: Arc<dyn KvStore>, clock: Arc<dyn WallClock>, lost_after: Duration) -> Self {
         ProvisioningService {
             store,
+            queues: UpdateQueues::default(),
             clock,
             lost_after,
         }
@@ -128,7 +133,7 @@ impl ProvisioningService {
         machine_id: &str,
         change: impl FnMut(&mut MachineRecord) -> Result<T, Status>,
     ) -> Result<T, Status> {
-        update_machine(self.store.as_ref(), machine_id, change).await
+        update_machine(self.store.as_ref(), &self.queues, machine_id, change).await
     }
 
     /// `AgentCallback.Heartbeat` from `caller`.
@@ -145,12 +150,12 @@ impl ProvisioningService {
             Identity::Agent(key) => check_machine_id(&request.machine_id).map(|()| *key),
             _ => Err(not_an_agent()),
         };
-        let store = self.store.clone();
+        let (store, queues) = (self.store.clone(), self.queues.clone());
         let now = self.clock.now_unix_ms();
         async move {
             let key = checked?;
             let unknown = || Status::unauthenticated("machine id or public key unknown");
-            let outcome = update_machine(store.as_ref(), &request.machine_id, |record| {
+            let outcome = update_machine(store.as_ref(), &queues, &request.machine_id, |record| {
                 if record.agent_public_key != key {
                     return Err(unknown());
                 }

@@ -11,6 +11,7 @@ use metropolis_proto::prelude::{common, curator, storage};
 use prost::Message;
 use tonic::{Request, Response, Status};
 
+use super::cas::UpdateQueues;
 use super::watch_cache::{WatchCache, WatchStream};
 use crate::curator::{NODE_RECORD_SCHEMA, decode_record, node_key, validate_status};
 use crate::identity::{Identity, NodeId};
@@ -29,6 +30,8 @@ pub struct CuratorService {
     store: Arc<dyn KvStore>,
     cache: WatchCache,
     issuer: Option<Arc<dyn CertIssuer>>,
+    /// Status updates of one node queue behind each other.
+    queues: UpdateQueues,
 }
 
 pub(crate) fn store_status(e: StoreError) -> Status {
@@ -47,6 +50,7 @@ impl CuratorService {
             store,
             cache,
             issuer,
+            queues: UpdateQueues::default(),
         }
     }
 
@@ -131,7 +135,12 @@ impl CuratorService {
         request: curator::UpdateNodeStatusRequest,
     ) -> impl Future<Output = Result<(), Status>> + Send + use<> {
         match check_status_update(caller, request) {
-            Ok((id, status)) => Either::Left(write_status(self.store.clone(), id, status)),
+            Ok((id, status)) => Either::Left(write_status(
+                self.store.clone(),
+                self.queues.clone(),
+                id,
+                status,
+            )),
             Err(status) => Either::Right(futures::future::ready(Err(status))),
         }
     }
@@ -140,13 +149,14 @@ impl CuratorService {
 /// Writes `status` into the record of node `id`.
 async fn write_status(
     store: Arc<dyn KvStore>,
+    queues: UpdateQueues,
     id: NodeId,
     status: common::NodeStatus,
 ) -> Result<(), Status> {
     let key = node_key(&id);
     let mut status = Some(status);
     let what = || format!("node {id}");
-    let written = super::cas::update(store.as_ref(), key, what, |kv| {
+    let written = super::cas::update(store.as_ref(), &queues, key, what, |kv| {
         let mut record = decode_record(kv).map_err(|e| Status::internal(e.to_string()))?;
         // Moved into the record for encoding and back out for a retry
         // after a lost compare-and-swap, instead of cloned per attempt.
