@@ -9,10 +9,13 @@
 //! each update starts from the value the previous one wrote, so it needs
 //! neither a read first nor a second attempt unless another writer (another
 //! instance, a deletion) got in between, which its compare-and-swap still
-//! catches. A key's queue lives while updates of it are in flight; an
-//! update with none before it reads the key first, as it always did.
+//! catches. A key's queue lives while updates of it are in flight; after
+//! the last, what it wrote is kept (bounded, see [`UpdateQueues`]) for the
+//! next update of the key, which then needs no read either: one
+//! transaction per update in the common case, as a client of etcd that
+//! knows the revision it wrote would send.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
@@ -31,16 +34,82 @@ pub(crate) const MAX_CAS_ATTEMPTS: usize = 256;
 /// key as that update wrote it (None: read it first).
 type Slot = Arc<AsyncMutex<Option<KeyValue>>>;
 
+/// Bytes of keys and values [`Recent`] holds at most.
+const RECENT_BYTES: usize = 16 << 20;
+/// Keys [`Recent`] holds at most.
+const RECENT_KEYS: usize = 65_536;
+
 /// The queues of the keys updated in this process, one per key while
-/// updates of it are in flight (see the [module](self)). Cloning shares
-/// them; each service keeps one for the records it updates.
+/// updates of it are in flight, and the keys as this process last wrote
+/// them (see the [module](self)). Cloning shares them; each service keeps
+/// one for the records it updates.
 #[derive(Clone, Default)]
 pub(crate) struct UpdateQueues {
-    slots: Arc<Mutex<HashMap<Bytes, Slot>>>,
+    inner: Arc<Mutex<Queues>>,
 }
 
-/// A place in a key's queue; leaving it removes the queue when nobody
-/// else is in it (also when the update's future is dropped).
+#[derive(Default)]
+struct Queues {
+    slots: HashMap<Bytes, Slot>,
+    recent: Recent,
+}
+
+/// Keys as this process last wrote them, for the next update of a key
+/// with no update in flight, so that it needs no read first: at most
+/// [`RECENT_KEYS`] keys and [`RECENT_BYTES`], the oldest written dropped
+/// first. A value another writer replaced since costs that update one
+/// failed compare-and-swap, whose failure branch reads the current value.
+#[derive(Default)]
+struct Recent {
+    /// Each key's value and the stamp of its entry in `order`.
+    values: HashMap<Bytes, (KeyValue, u64)>,
+    /// Keys in the order they were written; entries whose stamp is not
+    /// their key's in `values` are stale.
+    order: VecDeque<(Bytes, u64)>,
+    bytes: usize,
+    stamp: u64,
+}
+
+fn size(kv: &KeyValue) -> usize {
+    kv.key.len() + kv.value.len()
+}
+
+impl Recent {
+    fn take(&mut self, key: &Bytes) -> Option<KeyValue> {
+        let (kv, _) = self.values.remove(key)?;
+        self.bytes -= size(&kv);
+        Some(kv)
+    }
+
+    fn put(&mut self, kv: KeyValue) {
+        if size(&kv) > RECENT_BYTES {
+            return;
+        }
+        self.stamp += 1;
+        self.bytes += size(&kv);
+        self.order.push_back((kv.key.clone(), self.stamp));
+        if let Some((old, _)) = self.values.insert(kv.key.clone(), (kv, self.stamp)) {
+            self.bytes -= size(&old);
+        }
+        while self.bytes > RECENT_BYTES || self.values.len() > RECENT_KEYS {
+            let Some((key, stamp)) = self.order.pop_front() else {
+                break;
+            };
+            if self.values.get(&key).is_some_and(|(_, s)| *s == stamp) {
+                self.take(&key);
+            }
+        }
+        if self.order.len() > 2 * self.values.len() + 64 {
+            let values = &self.values;
+            self.order
+                .retain(|(key, stamp)| values.get(key).is_some_and(|(_, s)| s == stamp));
+        }
+    }
+}
+
+/// A place in a key's queue; leaving it as the last one removes the queue
+/// and keeps what was written in [`Recent`] (also when the update's future
+/// is dropped).
 struct InQueue<'a> {
     queues: &'a UpdateQueues,
     key: Bytes,
@@ -48,9 +117,12 @@ struct InQueue<'a> {
 }
 
 impl UpdateQueues {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queues> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn join(&self, key: &Bytes) -> InQueue<'_> {
-        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        let slot = slots.entry(key.clone()).or_default().clone();
+        let slot = self.lock().slots.entry(key.clone()).or_default().clone();
         InQueue {
             queues: self,
             key: key.clone(),
@@ -58,13 +130,17 @@ impl UpdateQueues {
         }
     }
 
-    /// Keys with updates in flight (for tests).
+    /// The key as this process last wrote it, if kept.
+    fn recent(&self, key: &Bytes) -> Option<KeyValue> {
+        self.lock().recent.take(key)
+    }
+
+    /// Keys with updates in flight, and keys kept as last written (for
+    /// tests).
     #[cfg(test)]
-    fn len(&self) -> usize {
-        self.slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+    fn len(&self) -> (usize, usize) {
+        let queues = self.lock();
+        (queues.slots.len(), queues.recent.values.len())
     }
 }
 
@@ -73,14 +149,15 @@ impl Drop for InQueue<'_> {
         let Some(slot) = self.slot.take() else {
             return;
         };
-        let mut slots = self
-            .queues
-            .slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        // The map's reference and ours: nobody else waits.
+        let mut queues = self.queues.lock();
+        // The map's reference and ours: nobody else waits, so the slot's
+        // lock is free.
         if Arc::strong_count(&slot) == 2 {
-            slots.remove(&self.key);
+            queues.slots.remove(&self.key);
+            let written = slot.try_lock().and_then(|mut last| last.take());
+            if let Some(kv) = written {
+                queues.recent.put(kv);
+            }
         }
     }
 }
@@ -88,7 +165,8 @@ impl Drop for InQueue<'_> {
 /// Computes the new value of `key` with `change` and writes it with a
 /// compare-and-swap on the key's modification revision, after the updates
 /// of `key` queued before it in `queues`. It starts from the value the
-/// previous queued update wrote, or reads the key when there was none. On
+/// previous update from this process wrote, or reads the key when that is
+/// not known. On
 /// a conflict the failed transaction reads the current value, and `change`
 /// runs again on it; `change` refusing a value it did not read itself also
 /// makes it read and try again. `what` names the record in errors ("node
@@ -105,9 +183,10 @@ pub(crate) async fn update<T>(
         return Err(Status::internal("update queue lost"));
     };
     let mut last = slot.lock().await;
+    let known = last.take().or_else(|| queues.recent(&key));
     // Boxed: the loop's state would otherwise push every call's future past
     // the allocator's fast path (core/tests/call_size.rs).
-    let (result, written) = Box::pin(update_from(store, key, what, change, last.take())).await;
+    let (result, written) = Box::pin(update_from(store, key, what, change, known)).await;
     *last = written;
     drop(last);
     drop(place);
@@ -316,7 +395,13 @@ mod tests {
         assert_eq!(value(&store), "abcdefghijklmnop");
         assert_eq!(store.reads.load(Ordering::Relaxed), 1);
         assert_eq!(store.txns.load(Ordering::Relaxed), 16);
-        assert_eq!(queues.len(), 0, "the queue goes with its last update");
+        assert_eq!(queues.len(), (0, 1), "the queue goes with its last update");
+        // The next update starts from what the last one wrote: no read.
+        let next = update(&store, &queues, key.clone(), || "k".into(), append('q'));
+        futures::executor::block_on(next).unwrap();
+        assert_eq!(value(&store), "abcdefghijklmnopq");
+        assert_eq!(store.reads.load(Ordering::Relaxed), 1);
+        assert_eq!(store.txns.load(Ordering::Relaxed), 17);
     }
 
     #[test]
@@ -386,6 +471,89 @@ mod tests {
         let r =
             futures::executor::block_on(update(&store, &queues, key, || "k".into(), append('a')));
         assert_eq!(r.unwrap_err().code(), tonic::Code::NotFound);
-        assert_eq!(queues.len(), 0);
+        assert_eq!(queues.len(), (0, 0));
+    }
+
+    #[test]
+    fn a_kept_value_another_writer_replaced_costs_one_failed_compare() {
+        let store = Arc::new(Counted::default());
+        let key = Bytes::from_static(b"k");
+        put(&store, &key, "");
+        let queues = UpdateQueues::default();
+        let run = |c| {
+            futures::executor::block_on(update(
+                &store,
+                &queues,
+                key.clone(),
+                || "k".into(),
+                append(c),
+            ))
+        };
+        run('a').unwrap();
+        put(&store, &key, "z");
+        run('b').unwrap();
+        assert_eq!(value(&store), "zb");
+        // One read (the first update), three transactions (a, b's lost
+        // compare, b).
+        assert_eq!(store.reads.load(Ordering::Relaxed), 1);
+        assert_eq!(store.txns.load(Ordering::Relaxed), 3);
+        // Deleted meanwhile: NotFound, and nothing is kept.
+        store
+            .store
+            .lock()
+            .unwrap()
+            .txn(&Txn {
+                success: vec![Op::Delete(KeyRange::Key(key.clone()))],
+                ..Txn::default()
+            })
+            .unwrap();
+        assert_eq!(run('c').unwrap_err().code(), tonic::Code::NotFound);
+        assert_eq!(queues.len(), (0, 0));
+    }
+
+    fn kv(key: String, value_len: usize) -> KeyValue {
+        KeyValue {
+            key: Bytes::from(key),
+            value: Bytes::from(vec![0u8; value_len]),
+            create_revision: 1,
+            mod_revision: 1,
+            version: 1,
+            lease: 0,
+        }
+    }
+
+    #[test]
+    fn what_is_kept_is_bounded_in_keys_and_bytes_oldest_first() {
+        let mut recent = Recent::default();
+        for i in 0..RECENT_KEYS + 10 {
+            recent.put(kv(format!("k{i}"), 0));
+        }
+        assert_eq!(recent.values.len(), RECENT_KEYS);
+        assert!(
+            recent.take(&Bytes::from("k0")).is_none(),
+            "the oldest went first"
+        );
+        assert!(
+            recent
+                .take(&Bytes::from(format!("k{}", RECENT_KEYS + 9)))
+                .is_some()
+        );
+
+        let mut recent = Recent::default();
+        for i in 0..20 {
+            recent.put(kv(format!("big{i}"), 1 << 20));
+        }
+        assert!(recent.bytes <= RECENT_BYTES);
+        assert!(recent.values.len() < 20);
+        // One key written again and again: its order entries do not pile up.
+        for _ in 0..10_000 {
+            recent.put(kv("same".into(), 1));
+            recent.take(&Bytes::from("same"));
+            recent.put(kv("same".into(), 1));
+        }
+        assert!(recent.order.len() <= 2 * recent.values.len() + 64);
+        // A value larger than the whole budget is not kept.
+        recent.put(kv("huge".into(), RECENT_BYTES + 1));
+        assert!(recent.take(&Bytes::from("huge")).is_none());
     }
 }
