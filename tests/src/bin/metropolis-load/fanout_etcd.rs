@@ -126,7 +126,7 @@ fn find_etcd() -> Result<String> {
 
 /// Starts a one-member etcd (the test helper panics on failure: its
 /// message becomes the error).
-pub(super) async fn start_etcd() -> Result<Etcd> {
+async fn start_etcd() -> Result<Etcd> {
     match tokio::task::spawn_blocking(Etcd::start).await {
         Ok(etcd) => Ok(etcd),
         Err(e) if e.is_panic() => {
@@ -842,9 +842,31 @@ async fn direct_phase(env: &mut Env<'_>, writers: Vec<Writer>) -> Result<(Vec<Wr
     result
 }
 
+/// A one-member etcd and the daemon elected over it (leading and serving),
+/// its data under `work`, with `--lease-ttl lease_ttl`.
+pub(super) async fn start_elected(
+    target: &Target,
+    work: &Path,
+    lease_ttl: u64,
+) -> Result<(Etcd, DaemonProcess)> {
+    let etcd = start_etcd().await?;
+    let mut extra = target.extra.clone();
+    extra.extend([
+        "--etcd".to_string(),
+        etcd.url(),
+        "--lease-ttl".to_string(),
+        lease_ttl.to_string(),
+    ]);
+    let data_dir = work.join("daemon");
+    let mut daemon =
+        DaemonProcess::start_with(&target.bin, &data_dir, target.runtime, "warn", &extra)?;
+    wait_serving(&mut daemon, Duration::from_secs(60)).await?;
+    Ok((etcd, daemon))
+}
+
 /// Waits until the daemon serves: its owner credential is written and a
 /// Watch over the UNIX socket gets its backlog (so it leads, over etcd).
-pub(super) async fn wait_serving(daemon: &mut DaemonProcess, limit: Duration) -> Result<()> {
+async fn wait_serving(daemon: &mut DaemonProcess, limit: Duration) -> Result<()> {
     let deadline = Instant::now() + limit;
     let socket = daemon.socket.clone();
     loop {
@@ -904,25 +926,14 @@ pub async fn run(args: FanoutEtcdArgs, target: &Target, work: &Path) -> Result<(
         .into());
     }
     let etcd_bin = find_etcd()?;
-    let etcd = start_etcd().await?;
+    let (etcd, mut daemon) = start_elected(target, work, args.lease_ttl).await?;
     let etcd_pid = etcd.pid(0).ok_or("etcd is not running")?;
     let etcd_url = etcd.url();
     let metrics_addr = etcd_url
         .strip_prefix("http://")
         .unwrap_or(&etcd_url)
         .to_string();
-    let mut extra = target.extra.clone();
-    extra.extend([
-        "--etcd".to_string(),
-        etcd_url.clone(),
-        "--lease-ttl".to_string(),
-        args.lease_ttl.to_string(),
-    ]);
-    let data_dir = work.join("daemon");
-    let mut daemon =
-        DaemonProcess::start_with(&target.bin, &data_dir, target.runtime, "warn", &extra)?;
     let daemon_pid = daemon.pid()?;
-    wait_serving(&mut daemon, Duration::from_secs(60)).await?;
     println!(
         "fanout-etcd: etcd ({etcd_bin}) pid {etcd_pid} at {etcd_url}; daemon pid {daemon_pid} \
          ({} runtime, elected over etcd) on {} and {}",

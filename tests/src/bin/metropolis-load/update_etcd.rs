@@ -25,16 +25,14 @@ use std::time::{Duration, Instant};
 use etcd_client as ec;
 use etcd_client::proto::PbTxnOpResponse;
 use metropolis_core::curator::NODES_PREFIX;
-use metropolis_proto::prelude::curator;
-use metropolis_proto::prelude::curator::curator_client::CuratorClient;
 use metropolis_transport::grpc::Channel;
 
-use super::daemon::{DaemonProcess, Target};
-use super::fanout_etcd::{start_etcd, wait_serving};
+use super::daemon::Target;
+use super::fanout_etcd::start_elected;
 use super::rounds::{self, ClientOutcome, Totals, Window};
+use super::update_tls::client_loop;
 use super::util::{
-    Context, RPC_TIMEOUT, Result, add_nodes, micros_since, ms, print_table, row, status,
-    tls_channel,
+    Context, RPC_TIMEOUT, Result, add_nodes, micros_since, ms, print_table, row, tls_channel,
 };
 
 /// The daemon's default election prefix (`--election-prefix`).
@@ -69,38 +67,6 @@ pub struct UpdateEtcdArgs {
 
 /// Gives up a loop after this many failed calls.
 const MAX_ERRORS_PER_CLIENT: u64 = 100;
-
-/// One closed loop of `UpdateNodeStatus` through the curator.
-async fn curator_loop(
-    index: usize,
-    mut client: CuratorClient<Channel>,
-    node_id: String,
-    from: Instant,
-    until: Instant,
-) -> ClientOutcome {
-    let mut out = ClientOutcome::default();
-    let writer = u32::try_from(index).unwrap_or(u32::MAX);
-    let mut seq = 0u32;
-    while Instant::now() < until {
-        let start = Instant::now();
-        seq = seq.wrapping_add(1);
-        let request = curator::UpdateNodeStatusRequest {
-            node_id: node_id.clone(),
-            status: Some(status(writer, seq)),
-        };
-        let result = tokio::time::timeout(RPC_TIMEOUT, client.update_node_status(request)).await;
-        let end = Instant::now();
-        let failure = match result {
-            Ok(Ok(_)) => None,
-            Ok(Err(status)) => Some(format!("{:?}: {}", status.code(), status.message())),
-            Err(_) => Some(format!("no answer within {RPC_TIMEOUT:?}")),
-        };
-        if out.record(start, end, from, until, failure) {
-            break;
-        }
-    }
-    out
-}
 
 /// What a direct loop writes: the node's key and its record as stored.
 #[derive(Clone)]
@@ -278,21 +244,10 @@ pub async fn run(args: UpdateEtcdArgs, target: &Target, work: &Path) -> Result<(
         return Err("--clients, --connections, --seconds and --rounds must be at least 1".into());
     }
     let connections = args.connections.min(args.clients);
-    let etcd = start_etcd().await?;
+    let (etcd, mut daemon) = start_elected(target, work, args.lease_ttl).await?;
     let etcd_pid = etcd.pid(0).ok_or("etcd is not running")?;
     let url = etcd.url();
-    let mut extra = target.extra.clone();
-    extra.extend([
-        "--etcd".to_string(),
-        url.clone(),
-        "--lease-ttl".to_string(),
-        args.lease_ttl.to_string(),
-    ]);
-    let data_dir = work.join("daemon");
-    let mut daemon =
-        DaemonProcess::start_with(&target.bin, &data_dir, target.runtime, "warn", &extra)?;
     let daemon_pid = daemon.pid()?;
-    wait_serving(&mut daemon, Duration::from_secs(60)).await?;
     println!(
         "update-etcd: etcd pid {etcd_pid} at {url}; daemon pid {daemon_pid} ({} runtime, elected \
          over etcd) on {}; {} loops over {connections} nodes",
@@ -418,7 +373,7 @@ async fn curator_window(
             .map(|i| {
                 let n = i % channels.len();
                 let client = metropolis_tests::curator(channels[n].clone());
-                tokio::spawn(curator_loop(i, client, ids[n].clone(), from, until))
+                tokio::spawn(client_loop(i, client, ids[n].clone(), from, until))
             })
             .collect();
         rounds::join(tasks, "a curator loop").await

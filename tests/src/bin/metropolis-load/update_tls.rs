@@ -64,7 +64,9 @@ pub struct UpdateTlsArgs {
 /// Gives up a client loop after this many failed calls.
 const MAX_ERRORS_PER_CLIENT: u64 = 100;
 
-async fn client_loop(
+/// One closed loop of `UpdateNodeStatus` of `node_id` (also `update-etcd`'s
+/// curator side): latencies of the calls inside `measure_from..until`.
+pub(super) async fn client_loop(
     index: usize,
     mut client: CuratorClient<Channel>,
     node_id: String,
