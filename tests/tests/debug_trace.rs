@@ -103,8 +103,18 @@ async fn nop_trace_streams_markers_and_one_session_per_buffer(runtime: RuntimeKi
     // Client cancel: the daemon restores tracefs.
     drop(stream);
     restored("").await;
-    // And the buffer is free again.
-    let stream = client.trace(nop()).await.unwrap().into_inner();
+    // And the buffer is free again once the teardown finished (tracing
+    // goes off first, the buffer is released last).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stream = loop {
+        match client.trace(nop()).await {
+            Ok(stream) => break stream.into_inner(),
+            Err(e) if e.code() == tonic::Code::FailedPrecondition && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("the buffer was not released: {e:?}"),
+        }
+    };
     drop(stream);
     restored("").await;
 }
