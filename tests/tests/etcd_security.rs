@@ -130,8 +130,10 @@ async fn the_store_over_tls_with_client_certificates() {
         user: None,
     };
     let store = connect(&etcd, access).await.unwrap();
-    let mut watch = store.watch_range(KeyRange::Prefix(Bytes::from_static(b"/t/")), 0);
     let r = store.run_txn(put("/t/a", "1")).await.unwrap();
+    // From the put's revision: a watch opened "from now" races the put
+    // (its stream is set up in the background).
+    let mut watch = store.watch_range(KeyRange::Prefix(Bytes::from_static(b"/t/")), r.revision);
     let batch = tokio::time::timeout(Duration::from_secs(10), watch.next())
         .await
         .unwrap()
