@@ -50,6 +50,19 @@ pub trait KvStore: Send + Sync + 'static {
             .boxed()
     }
 
+    /// Whether the store applies this process's writes in the order they
+    /// are submitted, before they are durable, and serves
+    /// [`read_for_update`](Self::read_for_update) from what it applied
+    /// (the embedded store: one writer, an in-memory model, a group
+    /// commit): then concurrent compare-and-swap updates of one key are
+    /// best sent at once, each reading what the previous one applied, and
+    /// share one durable commit. False (the default) for a remote store,
+    /// where they would race each other over the network: the services
+    /// queue them per key instead (`service::cas`).
+    fn applies_in_order(&self) -> bool {
+        false
+    }
+
     /// Streams every change of `range` from `start_revision` (inclusive)
     /// on, in revision order. Ends with `Err(StoreError::Compacted)` when
     /// the revision has been (or gets) compacted before delivery, and with

@@ -812,6 +812,12 @@ impl KvStore for EmbeddedStore {
         futures::future::ready(result).boxed()
     }
 
+    /// Writes apply to the in-memory model in submission order, before
+    /// their log batch is durable, and reads for an update see them.
+    fn applies_in_order(&self) -> bool {
+        true
+    }
+
     fn watch(
         &self,
         range: KeyRange,

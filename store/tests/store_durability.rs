@@ -221,3 +221,22 @@ fn closed_store_refuses_requests() {
     let store = open(dir.path(), StoreOptions::default());
     assert_eq!(dump(&store).0, 2);
 }
+
+/// A read for an update sees a write applied but not yet durable, so the
+/// services send concurrent updates of a key at once rather than queueing
+/// them behind each other's commit (`KvStore::applies_in_order`).
+#[test]
+fn reads_for_an_update_see_writes_in_submission_order() {
+    use metropolis_core::ports::KvStore;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), StoreOptions::default());
+    assert!(store.applies_in_order());
+    let first = store.txn(put("k", "1"));
+    let read = block_on(KvStore::read_for_update(
+        &store,
+        metropolis_core::store::KeyRange::Key(b("k")),
+    ))
+    .unwrap();
+    assert_eq!(read[0].value, b("1"), "the first write is applied before it is durable");
+    block_on(first).unwrap();
+}

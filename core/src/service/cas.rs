@@ -2,7 +2,8 @@
 //! update of the services is done: correct across instances, no
 //! process-local lock deciding what is written.
 //!
-//! Updates of one key from this process also queue behind each other
+//! Over a remote store (etcd: [`KvStore::applies_in_order`] false),
+//! updates of one key from this process also queue behind each other
 //! ([`UpdateQueues`]): concurrent updates of a key would otherwise race,
 //! one win per round and every other attempt a wasted transaction (over
 //! etcd, 16 callers on one key spent 16 transactions per update). Queued,
@@ -13,7 +14,11 @@
 //! the last, what it wrote is kept (bounded, see [`UpdateQueues`]) for the
 //! next update of the key, which then needs no read either: one
 //! transaction per update in the common case, as a client of etcd that
-//! knows the revision it wrote would send.
+//! knows the revision it wrote would send. The embedded store applies
+//! writes in order in memory before their group commit, so there
+//! concurrent updates of a key go at once and share one commit, each
+//! reading what the one before it applied: queueing them behind each
+//! other's commit would cost a commit per update of the key.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -178,6 +183,13 @@ pub(crate) async fn update<T>(
     what: impl Fn() -> String,
     change: impl FnMut(&KeyValue) -> Result<(Bytes, T), Status>,
 ) -> Result<T, Status> {
+    if store.applies_in_order() {
+        // Concurrent updates share the store's commit; each reads what the
+        // one before it applied. Nothing to queue or keep.
+        return Box::pin(update_from(store, key, what, change, None))
+            .await
+            .0;
+    }
     let place = queues.join(&key);
     let Some(slot) = place.slot.as_ref() else {
         return Err(Status::internal("update queue lost"));
@@ -555,5 +567,54 @@ mod tests {
         // A value larger than the whole budget is not kept.
         recent.put(kv("huge".into(), RECENT_BYTES + 1));
         assert!(recent.take(&Bytes::from("huge")).is_none());
+    }
+
+    /// The embedded store's case: updates are not queued (each reads what
+    /// the one before it applied), and nothing is kept.
+    struct InOrder(Arc<Counted>);
+
+    impl KvStore for InOrder {
+        fn txn(&self, txn: Txn) -> BoxFuture<'static, Result<TxnResponse, StoreError>> {
+            self.0.txn(txn)
+        }
+
+        fn read_for_update(
+            &self,
+            range: KeyRange,
+        ) -> BoxFuture<'static, Result<Vec<KeyValue>, StoreError>> {
+            self.0.read_for_update(range)
+        }
+
+        fn applies_in_order(&self) -> bool {
+            true
+        }
+
+        fn watch(
+            &self,
+            range: KeyRange,
+            start: Revision,
+        ) -> BoxStream<'static, Result<WatchBatch, StoreError>> {
+            self.0.watch(range, start)
+        }
+    }
+
+    #[test]
+    fn over_a_store_that_applies_in_order_updates_are_not_queued() {
+        let counted = Arc::new(Counted::default());
+        let key = Bytes::from_static(b"k");
+        put(&counted, &key, "");
+        let store = InOrder(counted.clone());
+        let queues = UpdateQueues::default();
+        let run = |c| update(&store, &queues, key.clone(), || "k".into(), append(c));
+        futures::executor::block_on(futures::future::join(run('a'), run('b')))
+            .0
+            .unwrap();
+        futures::executor::block_on(run('c')).unwrap();
+        assert_eq!(
+            counted.reads.load(Ordering::Relaxed),
+            3,
+            "every update reads"
+        );
+        assert_eq!(queues.len(), (0, 0));
     }
 }

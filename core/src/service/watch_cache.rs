@@ -361,6 +361,10 @@ impl KvStore for TrackedStore {
         self.inner.read_for_update(range)
     }
 
+    fn applies_in_order(&self) -> bool {
+        self.inner.applies_in_order()
+    }
+
     fn watch(
         &self,
         range: KeyRange,
