@@ -237,6 +237,10 @@ fn reads_for_an_update_see_writes_in_submission_order() {
         metropolis_core::store::KeyRange::Key(b("k")),
     ))
     .unwrap();
-    assert_eq!(read[0].value, b("1"), "the first write is applied before it is durable");
+    assert_eq!(
+        read[0].value,
+        b("1"),
+        "the first write is applied before it is durable"
+    );
     block_on(first).unwrap();
 }

@@ -25,12 +25,11 @@ use std::time::{Duration, Instant};
 use etcd_client as ec;
 use etcd_client::proto::PbTxnOpResponse;
 use metropolis_core::curator::NODES_PREFIX;
-use metropolis_transport::grpc::Channel;
 
 use super::daemon::Target;
 use super::fanout_etcd::start_elected;
 use super::rounds::{self, ClientOutcome, Totals, Window};
-use super::update_tls::client_loop;
+use super::update_tls::window;
 use super::util::{
     Context, RPC_TIMEOUT, Result, add_nodes, micros_since, ms, print_table, row, tls_channel,
 };
@@ -279,7 +278,15 @@ pub async fn run(args: UpdateEtcdArgs, target: &Target, work: &Path) -> Result<(
     let (mut curator_windows, mut etcd_windows) = (Vec::new(), Vec::new());
     for round in 0..args.rounds {
         daemon.check_alive()?;
-        let c = curator_window(&channels, &ids, args.clients, warmup, seconds, daemon_pid).await?;
+        let c = window(
+            channels.clone(),
+            &nodes,
+            args.clients,
+            warmup,
+            seconds,
+            daemon_pid,
+        )
+        .await?;
         let e = etcd_window(
             &etcd_clients,
             &keys,
@@ -357,28 +364,6 @@ pub async fn run(args: UpdateEtcdArgs, target: &Target, work: &Path) -> Result<(
         return Err("a side completed no update in its windows".into());
     }
     Ok(())
-}
-
-/// One curator window: loop i updates node i mod N over its connection.
-async fn curator_window(
-    channels: &[Channel],
-    ids: &[String],
-    clients: usize,
-    warmup: Duration,
-    seconds: Duration,
-    pid: u32,
-) -> Result<Window> {
-    rounds::measure(warmup, seconds, pid, |from, until| async move {
-        let tasks: Vec<_> = (0..clients)
-            .map(|i| {
-                let n = i % channels.len();
-                let client = metropolis_tests::curator(channels[n].clone());
-                tokio::spawn(client_loop(i, client, ids[n].clone(), from, until))
-            })
-            .collect();
-        rounds::join(tasks, "a curator loop").await
-    })
-    .await
 }
 
 /// One direct window: loop i updates node i mod N's key on etcd client

@@ -64,9 +64,9 @@ pub struct UpdateTlsArgs {
 /// Gives up a client loop after this many failed calls.
 const MAX_ERRORS_PER_CLIENT: u64 = 100;
 
-/// One closed loop of `UpdateNodeStatus` of `node_id` (also `update-etcd`'s
-/// curator side): latencies of the calls inside `measure_from..until`.
-pub(super) async fn client_loop(
+/// One closed loop of `UpdateNodeStatus` of `node_id`: latencies of the
+/// calls inside `measure_from..until`.
+async fn client_loop(
     index: usize,
     mut client: CuratorClient<Channel>,
     node_id: String,
@@ -112,8 +112,9 @@ pub(super) async fn client_loop(
 }
 
 /// Drives `clients` loops over `channels` (client i on channel i mod N,
-/// updating that channel's node) for one window.
-async fn window(
+/// updating that channel's node) for one window (also `update-etcd`'s
+/// curator side).
+pub(super) async fn window(
     channels: Vec<Channel>,
     nodes: &[NodeCred],
     clients: usize,
