@@ -12,11 +12,11 @@ use std::sync::Arc;
 use metropolis_core::identity::{Identity, NodeId};
 use metropolis_core::service::Router;
 
-use crate::edge::{EdgeLimits, accept_until, with_timeout};
+use crate::edge::{ConnectionTask, EdgeLimits, SharedTimer, accept_until, with_timeout};
 use crate::grpc::{ServeOptions, serve_connection};
 use crate::peer::{Classify, Peer};
 use crate::runtime::{Executor, Io, Listener, SharedRuntime, Socket};
-use crate::shutdown::Shutdown;
+use crate::shutdown::{Shutdown, TaskTracker};
 
 /// Pending connections the kernel queues per TCP listener (tokio's
 /// default), so a thousand agents connecting at once are not refused.
@@ -61,25 +61,16 @@ pub async fn serve_unix(
     limits: EdgeLimits,
     shutdown: Shutdown,
 ) {
-    let timer = runtime.timer();
-    let connections = accept_until(
+    let connections = accept(
         "local socket",
-        || listener.accept(),
+        &runtime,
+        &*listener,
         &limits,
-        &timer,
-        |task| runtime.spawn(task),
         &shutdown,
-        |socket: Box<dyn Socket>, _| {
+        |socket, _, with| {
             let io = crate::h2_authority::RewriteAuthority::new(socket.into_io());
-            let options = ServeOptions::new(limits.clone(), timer.clone());
-            Box::pin(serve(
-                Io::new(io),
-                Identity::Node(me.clone()).into(),
-                router.clone(),
-                Executor(runtime.clone()),
-                options,
-                shutdown.clone(),
-            ))
+            let me = Identity::Node(me.clone()).into();
+            Box::pin(with.serve(Io::new(io), me, router.clone()))
         },
     )
     .await;
@@ -99,25 +90,21 @@ pub async fn serve_tls(
     limits: EdgeLimits,
     shutdown: Shutdown,
 ) {
-    let timer = runtime.timer();
-    let connections = accept_until(
+    let connections = accept(
         "TLS listener",
-        || listener.accept(),
+        &runtime,
+        &*listener,
         &limits,
-        &timer,
-        |task| runtime.spawn(task),
         &shutdown,
-        |socket: Box<dyn Socket>, peer_addr: Option<SocketAddr>| {
+        |socket, peer_addr, with| {
             tune_tcp(&*socket, &limits);
             let handshake = socket.tls_accept(tls.clone());
-            let (router, classifier, shutdown) =
-                (router.clone(), classifier.clone(), shutdown.clone());
-            let executor = Executor(runtime.clone());
-            let options = ServeOptions::new(limits.clone(), timer.clone());
-            let (timer, handshake_timeout) = (timer.clone(), limits.handshake_timeout);
+            let (router, classifier) = (router.clone(), classifier.clone());
+            let handshake_timeout = limits.handshake_timeout;
             Box::pin(async move {
                 let peer_addr = Addr(peer_addr);
-                let stream = match with_timeout(&timer, handshake_timeout, handshake).await {
+                let handshake = with_timeout(&with.timer, handshake_timeout, handshake);
+                let stream = match handshake.await {
                     Some(Ok(s)) => s,
                     Some(Err(e)) => {
                         tracing::debug!(%peer_addr, error = %e, "TLS handshake failed");
@@ -130,7 +117,7 @@ pub async fn serve_tls(
                 };
                 let peer = classifier.peer(stream.peer_certificates.as_deref());
                 tracing::debug!(%peer_addr, identity = %peer.identity, "TLS connection");
-                serve(stream.io, peer, router, executor, options, shutdown).await;
+                with.serve(stream.io, peer, router).await;
             })
         },
     )
@@ -150,48 +137,78 @@ pub async fn serve_plain(
     limits: EdgeLimits,
     shutdown: Shutdown,
 ) {
-    let timer = runtime.timer();
-    let connections = accept_until(
+    let connections = accept(
         "debug listener",
-        || listener.accept(),
+        &runtime,
+        &*listener,
         &limits,
-        &timer,
-        |task| runtime.spawn(task),
         &shutdown,
-        |socket: Box<dyn Socket>, peer_addr: Option<SocketAddr>| {
+        |socket, peer_addr, with| {
             tune_tcp(&*socket, &limits);
             tracing::debug!(peer_addr = %Addr(peer_addr), "debug connection");
             let mut caller = Peer::from(Identity::Unauthenticated);
             if let Some(addr) = peer_addr {
                 caller = caller.with_addr(addr);
             }
-            let options = ServeOptions::new(limits.clone(), timer.clone());
-            Box::pin(serve(
-                socket.into_io(),
-                caller,
-                router.clone(),
-                Executor(runtime.clone()),
-                options,
-                shutdown.clone(),
-            ))
+            Box::pin(with.serve(socket.into_io(), caller, router.clone()))
         },
     )
     .await;
     connections.wait().await;
 }
 
-/// Serves one accepted connection until it ends or drains after shutdown.
-async fn serve(
-    io: Io,
-    peer: Peer,
-    router: Router,
+/// What serving one accepted connection needs besides its IO, its caller
+/// and its router.
+struct Serve {
+    /// The runtime's timer (also for a TLS handshake's deadline).
+    timer: SharedTimer,
     executor: Executor,
     options: ServeOptions,
     shutdown: Shutdown,
-) {
-    if let Err(e) = serve_connection(io, peer, router, executor, options, shutdown.wait()).await {
-        tracing::debug!(error = %e, "connection ended with an error");
+}
+
+impl Serve {
+    /// Serves the connection until it ends or drains after shutdown.
+    async fn serve(self, io: Io, peer: Peer, router: Router) {
+        let done = self.shutdown.wait();
+        if let Err(e) = serve_connection(io, peer, router, self.executor, self.options, done).await
+        {
+            tracing::debug!(error = %e, "connection ended with an error");
+        }
     }
+}
+
+/// Accepts on `listener` until `shutdown` with the edge's loop and limits
+/// ([`accept_until`]), running `handle` for each connection on a task of
+/// its own; returns the tracker of those tasks. `what` names the listener
+/// in logs.
+async fn accept(
+    what: &str,
+    runtime: &SharedRuntime,
+    listener: &dyn Listener,
+    limits: &EdgeLimits,
+    shutdown: &Shutdown,
+    handle: impl Fn(Box<dyn Socket>, Option<SocketAddr>, Serve) -> ConnectionTask,
+) -> TaskTracker {
+    let timer = runtime.timer();
+    accept_until(
+        what,
+        || listener.accept(),
+        limits,
+        &timer,
+        |task| runtime.spawn(task),
+        shutdown,
+        |socket, peer_addr| {
+            let with = Serve {
+                timer: timer.clone(),
+                executor: Executor(runtime.clone()),
+                options: ServeOptions::new(limits.clone(), timer.clone()),
+                shutdown: shutdown.clone(),
+            };
+            handle(socket, peer_addr, with)
+        },
+    )
+    .await
 }
 
 /// Every accepted TCP connection: no Nagle delay (responses are small and

@@ -118,7 +118,7 @@ impl Recent {
 struct InQueue<'a> {
     queues: &'a UpdateQueues,
     key: Bytes,
-    slot: Option<Slot>,
+    slot: Slot,
 }
 
 impl UpdateQueues {
@@ -131,7 +131,7 @@ impl UpdateQueues {
         InQueue {
             queues: self,
             key: key.clone(),
-            slot: Some(slot),
+            slot,
         }
     }
 
@@ -151,15 +151,12 @@ impl UpdateQueues {
 
 impl Drop for InQueue<'_> {
     fn drop(&mut self) {
-        let Some(slot) = self.slot.take() else {
-            return;
-        };
         let mut queues = self.queues.lock();
         // The map's reference and ours: nobody else waits, so the slot's
         // lock is free.
-        if Arc::strong_count(&slot) == 2 {
+        if Arc::strong_count(&self.slot) == 2 {
             queues.slots.remove(&self.key);
-            let written = slot.try_lock().and_then(|mut last| last.take());
+            let written = self.slot.try_lock().and_then(|mut last| last.take());
             if let Some(kv) = written {
                 queues.recent.put(kv);
             }
@@ -191,13 +188,10 @@ pub(crate) async fn update<T>(
             .0;
     }
     let place = queues.join(&key);
-    let Some(slot) = place.slot.as_ref() else {
-        return Err(Status::internal("update queue lost"));
-    };
-    let mut last = slot.lock().await;
+    let mut last = place.slot.lock().await;
     let known = last.take().or_else(|| queues.recent(&key));
-    // Boxed: the loop's state would otherwise push every call's future past
-    // the allocator's fast path (core/tests/call_size.rs).
+    // Boxed, here and above: the loop's state would otherwise push every
+    // call's future past the allocator's fast path (core/tests/call_size.rs).
     let (result, written) = Box::pin(update_from(store, key, what, change, known)).await;
     *last = written;
     drop(last);

@@ -160,7 +160,37 @@ pub struct ClientOutcome {
     pub first_error: Option<String>,
 }
 
+/// A closed loop gives up after this many failed calls.
+const MAX_ERRORS_PER_CLIENT: u64 = 100;
+
 impl ClientOutcome {
+    /// Records one call that ran from `start` to `end`, counted when it
+    /// lies inside the window `from..until`, or its failure; true when the
+    /// loop should give up (too many failures).
+    pub fn record(
+        &mut self,
+        start: Instant,
+        end: Instant,
+        from: Instant,
+        until: Instant,
+        failure: Option<String>,
+    ) -> bool {
+        match failure {
+            None => {
+                if start >= from && end <= until {
+                    self.latencies_us
+                        .push(super::util::micros_since(start, end));
+                }
+                false
+            }
+            Some(why) => {
+                self.errors += 1;
+                self.first_error.get_or_insert(why);
+                self.errors >= MAX_ERRORS_PER_CLIENT
+            }
+        }
+    }
+
     /// Adds another client's outcome.
     pub fn merge(&mut self, other: ClientOutcome) {
         self.latencies_us.extend(other.latencies_us);

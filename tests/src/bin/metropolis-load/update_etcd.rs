@@ -30,9 +30,7 @@ use super::daemon::Target;
 use super::fanout_etcd::start_elected;
 use super::rounds::{self, ClientOutcome, Totals, Window};
 use super::update_tls::window;
-use super::util::{
-    Context, RPC_TIMEOUT, Result, add_nodes, micros_since, ms, print_table, row, tls_channel,
-};
+use super::util::{Context, RPC_TIMEOUT, Result, add_nodes, ms, print_table, row, tls_channel};
 
 /// The daemon's default election prefix (`--election-prefix`).
 const ELECTION_PREFIX: &str = "/metropolis/curator/leader/";
@@ -63,9 +61,6 @@ pub struct UpdateEtcdArgs {
     #[arg(long, default_value_t = 10)]
     pub lease_ttl: u64,
 }
-
-/// Gives up a loop after this many failed calls.
-const MAX_ERRORS_PER_CLIENT: u64 = 100;
 
 /// What a direct loop writes: the node's key and its record as stored.
 #[derive(Clone)]
@@ -164,32 +159,6 @@ async fn fenced_update(
         *known = node_kvs.first().map(|kv| kv.mod_revision);
     }
     Err("1000 lost races in a row".into())
-}
-
-impl ClientOutcome {
-    /// Records one call; true when the loop should give up.
-    fn record(
-        &mut self,
-        start: Instant,
-        end: Instant,
-        from: Instant,
-        until: Instant,
-        failure: Option<String>,
-    ) -> bool {
-        match failure {
-            None => {
-                if start >= from && end <= until {
-                    self.latencies_us.push(micros_since(start, end));
-                }
-                false
-            }
-            Some(why) => {
-                self.errors += 1;
-                self.first_error.get_or_insert(why);
-                self.errors >= MAX_ERRORS_PER_CLIENT
-            }
-        }
-    }
 }
 
 /// The leader's election key: the oldest key under the election prefix.

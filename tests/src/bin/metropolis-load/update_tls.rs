@@ -20,9 +20,7 @@ use metropolis_transport::grpc::Channel;
 
 use super::daemon::DaemonProcess;
 use super::rounds::{self, ClientOutcome, Plan, Totals, Window};
-use super::util::{
-    NodeCred, RPC_TIMEOUT, Result, add_nodes, micros_since, ms, print_table, row, status,
-};
+use super::util::{NodeCred, RPC_TIMEOUT, Result, add_nodes, ms, print_table, row, status};
 
 /// Arguments of `update-tls`.
 #[derive(clap::Args, Debug, Clone)]
@@ -61,9 +59,6 @@ pub struct UpdateTlsArgs {
     pub add_concurrency: usize,
 }
 
-/// Gives up a client loop after this many failed calls.
-const MAX_ERRORS_PER_CLIENT: u64 = 100;
-
 /// One closed loop of `UpdateNodeStatus` of `node_id`: latencies of the
 /// calls inside `measure_from..until`.
 async fn client_loop(
@@ -93,19 +88,8 @@ async fn client_loop(
             Ok(Err(status)) => Some(format!("{:?}: {}", status.code(), status.message())),
             Err(_) => Some(format!("no answer within {RPC_TIMEOUT:?}")),
         };
-        match failure {
-            None => {
-                if start >= measure_from && end <= until {
-                    out.latencies_us.push(micros_since(start, end));
-                }
-            }
-            Some(why) => {
-                out.errors += 1;
-                out.first_error.get_or_insert(why);
-                if out.errors >= MAX_ERRORS_PER_CLIENT {
-                    break;
-                }
-            }
+        if out.record(start, end, measure_from, until, failure) {
+            break;
         }
     }
     out
