@@ -10,6 +10,7 @@ use std::time::Duration;
 use metropolis_core::identity::NodeId;
 use metropolis_core::leadership::LeadershipConfig;
 use metropolis_core::ports::KvStore;
+use metropolis_core::service::GroupCommitOptions;
 use metropolis_core::service::elected::SharedLeadership;
 
 use futures::future::BoxFuture;
@@ -97,9 +98,31 @@ pub struct ClusterFlags {
     /// it holds the CA key.
     #[arg(long, value_name = "DIR", requires = "etcd")]
     pub join: Option<PathBuf>,
+    /// Transactions the leader keeps outstanding at etcd at most. Updates
+    /// of different records that arrive while that many are outstanding
+    /// leave together as one fenced transaction once one is answered
+    /// (docs/design.md, "Group commit"); 1 sends one at a time.
+    #[arg(long, default_value_t = GroupCommitOptions::default().in_flight as u16, value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub etcd_txns_in_flight: u16,
+    /// Writes (and compares) of one grouped transaction at most: no more
+    /// than etcd's --max-txn-ops (128 unless etcd was started with
+    /// another), or etcd refuses the group.
+    #[arg(long, default_value_t = GroupCommitOptions::default().max_ops as u16,
+          value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub etcd_max_txn_ops: u16,
 }
 
 impl ClusterFlags {
+    /// How the leader groups its transactions to etcd.
+    pub fn group_commit(&self) -> GroupCommitOptions {
+        GroupCommitOptions {
+            in_flight: usize::from(self.etcd_txns_in_flight),
+            max_ops: usize::from(self.etcd_max_txn_ops),
+            ..GroupCommitOptions::default()
+        }
+    }
+
     /// Whether `--etcd` was given.
     pub fn enabled(&self) -> bool {
         !self.etcd.is_empty()

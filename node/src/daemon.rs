@@ -20,6 +20,7 @@ use metropolis_core::images::ImageStore;
 use metropolis_core::logtree::LogTreeConfig;
 use metropolis_core::ports::KubeconfigIssuer;
 use metropolis_core::ports::{CertIssuer, KvStore, Spawner, WallClock};
+use metropolis_core::service::GroupCommit;
 use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub};
 use metropolis_core::service::elected::FencedStore;
 use metropolis_core::service::forward::Routing;
@@ -621,7 +622,14 @@ impl NodeServices {
         {
             Backend::Embedded(store) => (store.clone(), store.clone(), Some(store), None),
             Backend::Elected(Elected { store, leadership }) => {
-                let fenced = Arc::new(FencedStore::new(store.clone(), leadership.clone()));
+                // Concurrent updates of different records leave as one
+                // fenced transaction (service::GroupCommit).
+                let grouped: Arc<dyn KvStore> = Arc::new(GroupCommit::new(
+                    store.clone(),
+                    spawner.as_ref(),
+                    config.cluster.group_commit(),
+                ));
+                let fenced = Arc::new(FencedStore::new(grouped, leadership.clone()));
                 let routing: Arc<dyn Routing> = Arc::new(leadership);
                 (store, fenced, None, Some(routing))
             }

@@ -13,6 +13,7 @@ mod curator_http;
 pub mod debug;
 pub mod elected;
 pub mod forward;
+mod group_commit;
 mod health;
 mod introspection;
 mod reflection;
@@ -28,6 +29,7 @@ pub use agent_callback::{
 };
 pub use curator::CuratorService;
 pub use curator_http::{CuratorHttp, WatchBody};
+pub use group_commit::{GroupCommit, GroupCommitOptions};
 pub use health::{HealthMonitor, HealthService, HealthWatch, Readiness};
 pub use introspection::INTROSPECTION_SERVICES;
 pub use reflection::ReflectionService;

@@ -49,7 +49,7 @@ impl KeyRange {
 }
 
 /// Comparison operator of a transaction compare.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CmpOp {
     /// `==`
     Equal,
@@ -75,7 +75,7 @@ impl CmpOp {
 
 /// What a compare looks at. For a key that does not exist, revisions and
 /// version are 0 and a value compare is false (etcd semantics).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum CompareTarget {
     /// The value.
     Value(Bytes),
@@ -88,7 +88,7 @@ pub enum CompareTarget {
 }
 
 /// One condition of a transaction.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Compare {
     /// The key compared.
     pub key: Bytes,

@@ -37,9 +37,12 @@ pub struct HeartbeatArgs {
     pub warmup_seconds: u64,
 }
 
-struct Agent {
-    machine_id: String,
-    creds: Credentials,
+/// An enrolled agent: its machine and its credential.
+pub struct Agent {
+    /// The machine's id.
+    pub machine_id: String,
+    /// Its self-signed agent certificate and key.
+    pub creds: Credentials,
 }
 
 fn machine_id(i: usize) -> String {
@@ -84,7 +87,7 @@ async fn agent_loop(
 }
 
 /// Drives one agent loop per channel for one window.
-async fn window(
+pub async fn window(
     channels: Vec<Channel>,
     agents: &[Agent],
     warmup: Duration,
@@ -123,27 +126,7 @@ pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Pat
         args.agents
     );
     let owner = daemon.owner()?;
-    let mut mgmt = MachineManagementClient::with_origin(
-        tls_channel(&daemon.addr, &owner).await?,
-        Channel::origin(),
-    );
-    let mut agents = Vec::with_capacity(args.agents);
-    for i in 0..args.agents {
-        let key = generate_agent_key().context(|| "generating an agent key".into())?;
-        let (cert, public) =
-            self_signed_agent_certificate(&key).context(|| "agent certificate".into())?;
-        let id = machine_id(i);
-        mgmt.add_machine(AddMachineRequest {
-            machine_id: id.clone(),
-            agent_public_key: public.to_vec().into(),
-        })
-        .await
-        .context(|| format!("AddMachine {id}"))?;
-        agents.push(Agent {
-            machine_id: id,
-            creds: Credentials::from_parts(cert, key, owner.ca_pem.clone()),
-        });
-    }
+    let agents = enroll(&daemon.addr, &owner, args.agents).await?;
     let (warmup, seconds) = (
         Duration::from_secs(args.warmup_seconds),
         Duration::from_secs(args.seconds),
@@ -208,4 +191,29 @@ pub async fn run(args: HeartbeatArgs, target: &super::daemon::Target, work: &Pat
         return Err("a run completed no heartbeat in its measured window".into());
     }
     Ok(())
+}
+
+/// Adds `n` machines through the curator at `addr` (as `owner`), each with
+/// an agent key of its own.
+pub async fn enroll(addr: &str, owner: &Credentials, n: usize) -> Result<Vec<Agent>> {
+    let mut mgmt =
+        MachineManagementClient::with_origin(tls_channel(addr, owner).await?, Channel::origin());
+    let mut agents = Vec::with_capacity(n);
+    for i in 0..n {
+        let key = generate_agent_key().context(|| "generating an agent key".into())?;
+        let (cert, public) =
+            self_signed_agent_certificate(&key).context(|| "agent certificate".into())?;
+        let id = machine_id(i);
+        mgmt.add_machine(AddMachineRequest {
+            machine_id: id.clone(),
+            agent_public_key: public.to_vec().into(),
+        })
+        .await
+        .context(|| format!("AddMachine {id}"))?;
+        agents.push(Agent {
+            machine_id: id,
+            creds: Credentials::from_parts(cert, key, owner.ca_pem.clone()),
+        });
+    }
+    Ok(agents)
 }

@@ -13,6 +13,8 @@
 //! - `update-etcd`: UpdateNodeStatus through a curator elected over etcd
 //!   against the equivalent fenced transactions sent straight to etcd
 //!   (`--features system`).
+//! - `heartbeat-etcd`: the same for Heartbeat and the machine records
+//!   (`--features system`).
 //! - `update-tls`: closed-loop `UpdateNodeStatus` over mutual TLS against
 //!   the daemon and against an echo server with the same TLS/gRPC stack,
 //!   run as a separate process.
@@ -37,8 +39,12 @@ mod echo;
 mod fanout;
 #[cfg(feature = "system")]
 mod fanout_etcd;
+#[cfg(feature = "system")]
+mod fenced_direct;
 mod get_logs;
 mod heartbeat;
+#[cfg(feature = "system")]
+mod heartbeat_etcd;
 mod load_image;
 mod rounds;
 #[cfg(feature = "system")]
@@ -112,6 +118,13 @@ enum Command {
     /// build with `--features system`.
     #[cfg(feature = "system")]
     UpdateEtcd(update_etcd::UpdateEtcdArgs),
+    /// Agents heartbeating through a curator elected over a one-member
+    /// etcd (started here), against the equivalent fenced transactions on
+    /// the machine records sent straight to that etcd, in alternating
+    /// windows: heartbeats/s, p50/p99 and the ratio. Only in a build with
+    /// `--features system`.
+    #[cfg(feature = "system")]
+    HeartbeatEtcd(heartbeat_etcd::HeartbeatEtcdArgs),
     /// Closed-loop UpdateNodeStatus over mutual TLS against the daemon, then
     /// against an echo server (same TLS and gRPC stack, separate process):
     /// requests/s, p50/p99, and the daemon/echo ratio.
@@ -168,6 +181,8 @@ fn run(cli: Cli) -> util::Result<()> {
             Command::FanoutEtcd(args) => fanout_etcd::run(args, &target, work.path()).await,
             #[cfg(feature = "system")]
             Command::UpdateEtcd(args) => update_etcd::run(args, &target, work.path()).await,
+            #[cfg(feature = "system")]
+            Command::HeartbeatEtcd(args) => heartbeat_etcd::run(args, &target, work.path()).await,
             Command::UpdateTls(args) => update_tls::run(args, &target, work.path()).await,
             Command::Heartbeat(args) => heartbeat::run(args, &target, work.path()).await,
             Command::LoadImage(args) => load_image::run(args, &target, work.path()).await,
