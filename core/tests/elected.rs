@@ -22,11 +22,12 @@ use metropolis_core::leadership::{
 use metropolis_core::ports::{KvStore, MonotonicClock};
 use metropolis_core::service::elected::{FencedStore, SharedLeadership};
 use metropolis_core::service::forward::{Connector, Destination, Routed, Routing, Upstream};
-use metropolis_core::service::{GrpcService, Router};
+use metropolis_core::service::{GroupCommit, GroupCommitOptions, GrpcService, Router};
 use metropolis_core::store::{CmpOp, Compare, CompareTarget, KeyRange, Op, OpResult, Txn};
 use metropolis_core::time::Instant;
 use metropolis_proto::prelude::storage::LeaderElectionValue;
 use metropolis_testkit::clock::ManualClock;
+use metropolis_testkit::exec::Tasks;
 use metropolis_testkit::store::MemKv;
 use prost::Message;
 use tonic::body::Body;
@@ -198,6 +199,45 @@ fn a_deposed_leaders_write_does_not_commit_and_it_steps_down() {
     assert!(
         std::iter::from_fn(|| s.shared.poll_action()).any(|a| matches!(a, Action::Campaign { .. }))
     );
+}
+
+#[test]
+fn a_deposed_leaders_grouped_writes_commit_nothing_and_it_steps_down() {
+    let s = setup();
+    s.win();
+    let tasks = Tasks::new();
+    let grouped: Arc<dyn KvStore> = Arc::new(GroupCommit::new(
+        Arc::new(s.model.clone()),
+        &tasks,
+        GroupCommitOptions::default(),
+    ));
+    let store = FencedStore::new(grouped, s.shared.clone());
+    // Leading, three writes of different keys leave as one transaction.
+    let mut writes: Vec<_> = ["nodes/a", "nodes/b", "nodes/c"]
+        .iter()
+        .map(|k| store.txn(put(k, "1")))
+        .collect();
+    let before = s.model.revision();
+    tasks.run(3);
+    for w in &mut writes {
+        assert!(block_on(w).unwrap().succeeded);
+    }
+    assert_eq!(s.model.revision(), before + 1, "one revision for the three");
+    // Deposed: a group of writes fails its fence, each member learns it.
+    s.model.delete("election/a");
+    let mut writes: Vec<_> = ["nodes/a", "nodes/b", "nodes/c"]
+        .iter()
+        .map(|k| store.txn(put(k, "stale")))
+        .collect();
+    tasks.run(3);
+    for w in &mut writes {
+        let e = block_on(w).unwrap_err();
+        assert!(e.to_string().contains("lost leadership"), "{e}");
+    }
+    for k in ["nodes/a", "nodes/b", "nodes/c"] {
+        assert_eq!(s.model.get(k).unwrap(), "1", "nothing committed");
+    }
+    assert_eq!(s.shared.role(), Role::Campaigning);
 }
 
 #[test]
