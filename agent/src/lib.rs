@@ -69,6 +69,12 @@ pub struct AgentArgs {
     /// Seconds between heartbeats when idle (jittered ±20 %).
     #[arg(long, default_value = "30")]
     pub interval: f64,
+    /// Let the root device of an installation request be a regular file
+    /// (an image file under /dev, e.g. /dev/shm/disk.img), for trials.
+    /// Without it only block devices are written, and a request naming a
+    /// file fails with the reason.
+    #[arg(long)]
+    pub allow_image_files: bool,
     /// Root of the filesystem the hardware report is read from.
     #[arg(long, default_value = "/", hide = true)]
     pub hardware_root: PathBuf,
@@ -309,7 +315,8 @@ pub fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args, Arc::new(OciInstaller::new()))) {
+    let installer = OciInstaller::new().allow_image_files(args.allow_image_files);
+    match runtime.block_on(run(args, Arc::new(installer))) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bmaas-agent: {e}");

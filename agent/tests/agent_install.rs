@@ -14,8 +14,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bmaas_agent::install::{
-    InstallError, Installer, OciInstaller, Progress, install_encoded_request, install_request,
-    root_device_path,
+    GUARD_BYTES, InstallError, Installer, OciInstaller, Progress, install_encoded_request,
+    install_request, root_device_path,
 };
 use metropolis_proto::prelude::agent::{
     MetropolisInstallationRequest, OsInstallationRequest, os_installation_request,
@@ -302,8 +302,12 @@ fn serve(
     let _ = stream.flush();
 }
 
+/// An installer with short timeouts, writing image files (the tests'
+/// root devices are files).
 fn installer() -> OciInstaller {
-    OciInstaller::new().with_timeouts(Duration::from_secs(5), Duration::from_secs(10))
+    OciInstaller::new()
+        .with_timeouts(Duration::from_secs(5), Duration::from_secs(10))
+        .allow_image_files(true)
 }
 
 /// Installs, collecting the progress reports.
@@ -564,6 +568,106 @@ fn a_layer_digest_mismatch_is_refused() {
         err.to_string()
             .starts_with("image layer digest mismatch: expected sha256:")
     );
+}
+
+#[test]
+fn a_regular_file_is_written_only_when_image_files_are_allowed() {
+    let registry = Registry::start();
+    let data = image(100_000, 12);
+    let (digest, _) = registry.push(RAW, &data);
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    std::fs::write(&disk, b"old").unwrap();
+    let strict = OciInstaller::new().with_timeouts(Duration::from_secs(5), Duration::from_secs(10));
+    let err = must_fail(install(&strict, &registry.image_ref(&digest), &disk));
+    assert!(
+        matches!(err, InstallError::DeviceUnusable { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("--allow-image-files"), "{err}");
+    assert_eq!(std::fs::read(&disk).unwrap(), b"old");
+    // Nor is a missing one created.
+    let missing = dir.path().join("missing.img");
+    must_fail(install(&strict, &registry.image_ref(&digest), &missing));
+    assert!(!missing.exists());
+    install(&installer(), &registry.image_ref(&digest), &disk)
+        .0
+        .unwrap();
+    assert!(std::fs::read(&disk).unwrap() == data);
+}
+
+/// A target holding an old system (0xaa everywhere), longer than the
+/// image.
+fn old_system(dir: &Path) -> std::path::PathBuf {
+    let disk = dir.join("disk.img");
+    std::fs::write(&disk, vec![0xaa; 5 << 20]).unwrap();
+    disk
+}
+
+fn head_is_zero(disk: &Path) -> bool {
+    let bytes = std::fs::read(disk).unwrap();
+    bytes.len() >= GUARD_BYTES as usize && bytes[..GUARD_BYTES as usize].iter().all(|b| *b == 0)
+}
+
+#[test]
+fn unverified_bytes_never_leave_a_bootable_head() {
+    let registry = Registry::start();
+    let data = image(3 << 20, 13);
+    let (digest, layer_digest) = registry.push(RAW, &data);
+    let dir = tempfile::tempdir().unwrap();
+    let blob = format!("/v2/{REPO}/blobs/{layer_digest}");
+
+    // Other bytes of the same size.
+    let mut tampered = data.clone();
+    tampered[(2 << 20) + 5] ^= 1;
+    registry.route(&blob, Route::ok("application/octet-stream", tampered));
+    let disk = old_system(dir.path());
+    let err = must_fail(install(&installer(), &registry.image_ref(&digest), &disk));
+    assert!(
+        matches!(err, InstallError::LayerDigestMismatch { .. }),
+        "{err:?}"
+    );
+    assert!(
+        head_is_zero(&disk),
+        "the old system's head is gone, the new one not written"
+    );
+
+    // Cut short: the full length declared, 2 MiB sent, the connection
+    // closed.
+    registry.route(
+        &blob,
+        Route::Reply {
+            status: 200,
+            content_type: None,
+            body: data.clone(),
+            framing: Framing::Truncated(2 << 20),
+        },
+    );
+    let disk = old_system(dir.path());
+    let err = must_fail(install(&installer(), &registry.image_ref(&digest), &disk));
+    assert!(matches!(err, InstallError::Transfer { .. }), "{err:?}");
+    assert!(head_is_zero(&disk));
+
+    // A failure before the first byte of the layer leaves the target alone.
+    registry.route(
+        &blob,
+        Route::Reply {
+            status: 500,
+            content_type: None,
+            body: b"down".to_vec(),
+            framing: Framing::Length,
+        },
+    );
+    let disk = old_system(dir.path());
+    must_fail(install(&installer(), &registry.image_ref(&digest), &disk));
+    assert_eq!(std::fs::read(&disk).unwrap(), vec![0xaa; 5 << 20]);
+
+    // Served right, it installs.
+    registry.route(&blob, Route::ok("application/octet-stream", data.clone()));
+    install(&installer(), &registry.image_ref(&digest), &disk)
+        .0
+        .unwrap();
+    assert!(std::fs::read(&disk).unwrap() == data);
 }
 
 #[test]

@@ -11,6 +11,7 @@ pub mod etcd;
 #[cfg(feature = "system")]
 pub mod etcd_pki;
 pub mod interop;
+pub mod loop_device;
 pub mod plain_server;
 pub mod registry;
 
@@ -519,6 +520,18 @@ impl AgentProcess {
     /// Starts an agent for `machine_id` with the key in `key_file`, talking
     /// to `d`'s AgentCallback port, heartbeating every 0.2 s.
     pub fn start(d: &Daemon, machine_id: &str, key_file: &Path, state_dir: &Path) -> AgentProcess {
+        Self::start_with(d, machine_id, key_file, state_dir, &[])
+    }
+
+    /// [`start`](Self::start) with `extra` flags (e.g.
+    /// `--allow-image-files`).
+    pub fn start_with(
+        d: &Daemon,
+        machine_id: &str,
+        key_file: &Path,
+        state_dir: &Path,
+        extra: &[&str],
+    ) -> AgentProcess {
         let bin = daemon_bin().with_file_name("bmaas-agent-under-test");
         let log = state_dir.with_extension("agent.log");
         let log_file = std::fs::OpenOptions::new()
@@ -541,6 +554,7 @@ impl AgentProcess {
             .arg("0.2")
             .arg("--log")
             .arg("info")
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file)

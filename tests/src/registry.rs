@@ -18,6 +18,7 @@ pub struct Registry {
     child: Child,
     /// `127.0.0.1:port`.
     pub addr: String,
+    storage: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -120,8 +121,20 @@ impl Registry {
         Registry {
             child,
             addr,
+            storage,
             _dir: dir,
         }
+    }
+
+    /// Where the registry keeps the blob `digest` (`sha256:<hex>`) on disk:
+    /// what a test rewrites to make the registry serve other bytes.
+    pub fn blob_path(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+        self.storage
+            .join("docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
     }
 
     /// Uploads a blob; returns its digest.

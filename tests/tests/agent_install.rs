@@ -1,9 +1,12 @@
 //! The whole provisioning flow with real processes and a real OCI registry
 //! (Debian's `docker-registry`): register a machine, the agent heartbeats
-//! and reports its hardware, installs generation 1 into a file (under
-//! /dev/shm: root devices are under /dev) and reports success, installs
-//! generation 2, does not reinstall after a restart, and reports the cause
-//! of every failure while it keeps heartbeating.
+//! and reports its hardware, installs generation 1 onto a loop device
+//! (root, `losetup`), refuses an image file without `--allow-image-files`,
+//! leaves the device unbootable when the registry serves tampered layer
+//! bytes and installs once it is fixed, writes an image file (under
+//! /dev/shm: root devices are under /dev) with the flag, does not
+//! reinstall after a restart, and reports the cause of every failure
+//! while it keeps heartbeating.
 
 #![allow(clippy::unwrap_used)]
 
@@ -14,6 +17,7 @@ use metropolis_proto::metropolis::node::core::curator::proto::private::{
     machine_management_client::MachineManagementClient,
 };
 use metropolis_proto::prelude::{agent, debug as api};
+use metropolis_tests::loop_device::LoopDevice;
 use metropolis_tests::registry::Registry;
 use metropolis_tests::{AgentProcess, Daemon, RuntimeKind, against_both_runtimes};
 use metropolis_transport::grpc::Channel;
@@ -82,6 +86,18 @@ async fn submit(op: &mut MachineManagementClient<Channel>, bytes: Vec<u8>) -> i6
     .generation
 }
 
+/// The report of `generation`, once there is one.
+async fn report(
+    op: &mut MachineManagementClient<Channel>,
+    generation: i64,
+) -> metropolis_proto::metropolis::node::core::curator::proto::private::machine::Report {
+    let m = until(op, &format!("report of generation {generation}"), |m| {
+        report_of(m, generation).is_some()
+    })
+    .await;
+    report_of(&m, generation).cloned().unwrap()
+}
+
 fn report_of(
     m: &Machine,
     generation: i64,
@@ -126,63 +142,94 @@ async fn install_flow(rt: RuntimeKind) {
         "a real hardware report"
     );
 
-    // Generation 1 into a file; root devices are under /dev, so the files
-    // are on /dev/shm, and made beforehand (under /dev the agent creates
-    // nothing).
-    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
-    let disk1 = shm.path().join("disk1.img");
-    std::fs::write(&disk1, b"").unwrap();
-    assert_eq!(
-        submit(
-            &mut op,
-            request(&registry.addr, "os/metropolis", "", &digest, &disk1)
-        )
-        .await,
-        1
-    );
-    let m = until(&mut op, "report of generation 1", |m| {
-        report_of(m, 1).is_some()
-    })
-    .await;
-    let r = report_of(&m, 1).unwrap();
+    // Generation 1 onto a real block device (a loop device) holding an
+    // "old system" (0xaa everywhere).
+    let device = LoopDevice::attach(4 << 20, 0xaa);
+    let on_device =
+        |digest: &str| request(&registry.addr, "os/metropolis", "", digest, device.path());
+    // What a verified install leaves: the image, and the device's last MiB
+    // zeroed (no backup partition table of the old system).
+    let installed = [image.clone(), vec![0; 1 << 20]].concat();
+    assert_eq!(submit(&mut op, on_device(&digest)).await, 1);
+    let r = report(&mut op, 1).await;
     assert!(
         r.success,
         "generation 1 failed: {}\n{}",
         r.error,
         agent.log()
     );
-    assert_eq!(std::fs::read(&disk1).unwrap(), image);
+    assert_eq!(device.read(), installed);
 
-    // Generation 2 installs again.
+    // A regular file is not a root device without --allow-image-files;
+    // root devices are under /dev, so the files are on /dev/shm, and made
+    // beforehand (under /dev the agent creates nothing).
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let file = shm.path().join("disk.img");
+    std::fs::write(&file, b"old").unwrap();
+    let into_file =
+        |path: &std::path::Path| request(&registry.addr, "os/metropolis", "", &digest, path);
+    assert_eq!(submit(&mut op, into_file(&file)).await, 2);
+    let r = report(&mut op, 2).await;
+    assert!(!r.success);
+    assert!(r.error.contains("--allow-image-files"), "{}", r.error);
+    assert_eq!(std::fs::read(&file).unwrap(), b"old", "nothing written");
+
+    // The registry serves other bytes of the same size for the layer: the
+    // install fails naming the cause, and the device does not boot (its
+    // first and last MiB are zero), whatever it held before.
+    let blob = registry.blob_path(&metropolis_tests::registry::digest(&image));
+    let good = std::fs::read(&blob).unwrap();
+    let mut tampered = good.clone();
+    tampered[2 << 20] ^= 0xff;
+    std::fs::write(&blob, &tampered).unwrap();
+    assert_eq!(submit(&mut op, on_device(&digest)).await, 3);
+    let r = report(&mut op, 3).await;
+    assert!(!r.success);
+    assert!(r.error.contains("digest mismatch"), "{}", r.error);
+    let after = device.read();
+    assert!(after[..1 << 20].iter().all(|b| *b == 0), "the head is zero");
+    assert!(after[3 << 20..].iter().all(|b| *b == 0), "the tail is zero");
+    // Fixed, a new generation installs.
+    std::fs::write(&blob, &good).unwrap();
+    assert_eq!(submit(&mut op, on_device(&digest)).await, 4);
+    let r = report(&mut op, 4).await;
+    assert!(
+        r.success,
+        "generation 4 failed: {}\n{}",
+        r.error,
+        agent.log()
+    );
+    assert_eq!(device.read(), installed);
+
+    // With --allow-image-files, image files are written (trials); the
+    // generation refused before is not acted on again.
+    agent.kill();
+    let allow = ["--allow-image-files"];
+    let mut agent = AgentProcess::start_with(&d, MACHINE, &key_file, &state, &allow);
     let disk2 = shm.path().join("disk2.img");
     std::fs::write(&disk2, b"").unwrap();
-    assert_eq!(
-        submit(
-            &mut op,
-            request(&registry.addr, "os/metropolis", "", &digest, &disk2)
-        )
-        .await,
-        2
-    );
-    let m = until(&mut op, "report of generation 2", |m| {
-        report_of(m, 2).is_some()
-    })
-    .await;
-    assert!(report_of(&m, 2).unwrap().success, "{}", agent.log());
+    assert_eq!(submit(&mut op, into_file(&disk2)).await, 5);
+    let r = report(&mut op, 5).await;
+    assert!(r.success, "{}\n{}", r.error, agent.log());
     assert_eq!(std::fs::read(&disk2).unwrap(), image);
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        b"old",
+        "generation 2 stays done"
+    );
 
-    // A restarted agent does not install generation 2 again.
+    // A restarted agent does not install generation 5 again.
     agent.kill();
     std::fs::write(&disk2, b"").unwrap();
     let before = machine(&mut op).await.last_heartbeat_unix_ms;
-    let agent = AgentProcess::start(&d, MACHINE, &key_file, &state);
+    let agent = AgentProcess::start_with(&d, MACHINE, &key_file, &state, &allow);
     until(&mut op, "a heartbeat of the restarted agent", |m| {
         m.last_heartbeat_unix_ms > before + 500
     })
     .await;
     assert!(
         std::fs::read(&disk2).unwrap().is_empty(),
-        "generation 2 was installed twice:\n{}",
+        "generation 5 was installed twice:\n{}",
         agent.log()
     );
 

@@ -12,6 +12,7 @@
 //! (see the [parent module](super) for why), and feeds [`Progress`] to
 //! its log from the callback.
 
+mod device;
 mod digest;
 mod error;
 mod http;
@@ -25,6 +26,7 @@ use metropolis_proto::prelude::agent::{OsInstallationRequest, os_installation_re
 use metropolis_proto::prelude::debug::OsImageRef;
 use prost::Message;
 
+pub use device::GUARD_BYTES;
 pub use error::InstallError;
 pub use oci::{MAX_MANIFEST_BYTES, OciInstaller};
 
@@ -33,11 +35,10 @@ pub use oci::{MAX_MANIFEST_BYTES, OciInstaller};
 /// Implementations block until the installation ended; callers on an
 /// async runtime run them on a dedicated thread.
 pub trait Installer: Send + Sync {
-    /// Installs the image `image` names onto `root_device` (a block device
-    /// or a regular file), reporting progress through `progress`. On
-    /// success the device holds exactly the image, synced to stable
-    /// storage and verified by reading it back; on failure it may hold
-    /// part of it.
+    /// Installs the image `image` names onto `root_device`, reporting
+    /// progress through `progress`. On success the device holds exactly
+    /// the image, synced to stable storage and verified by reading it
+    /// back; on failure it may hold part of it, but must not boot it.
     fn install(
         &self,
         image: &OsImageRef,

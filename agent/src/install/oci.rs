@@ -1,9 +1,7 @@
 //! [`OciInstaller`]: an OS image from an OCI registry onto the root
 //! device.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileTypeExt;
+use std::io::{self, BufReader, Read};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +9,7 @@ use std::time::Duration;
 use metropolis_proto::prelude::debug::OsImageRef;
 use serde::Deserialize;
 
+use super::device::Device;
 use super::digest::{Digest, Hasher, digest_of};
 use super::http::{Body, Client, HttpError, Response, Scheme, Url};
 use super::zstd::ZstdReader;
@@ -65,14 +64,18 @@ const COPY_BUFFER_BYTES: usize = 1024 * 1024;
 ///
 /// # The root device
 ///
-/// A block device or a regular file. A missing regular file is created,
-/// except under `/dev/`: a device that does not exist is an error, not a
-/// file in the device directory. A raw layer larger than a block device is
-/// refused before writing. A regular file is truncated to the image's
-/// length. After writing, the device is synced (`fsync`), then read back
-/// and its SHA-256 compared with that of the bytes written. The read goes
-/// through the page cache, so it catches short or misplaced writes and a
-/// wrong device size, not media errors the drive hides behind the cache.
+/// A block device; a regular file only with
+/// [`allow_image_files`](Self::allow_image_files) (created unless under
+/// `/dev/`, cut to the image's length). A raw layer larger than a block
+/// device is refused before writing. The device never boots bytes whose
+/// digest did not verify: its first and last mebibyte are zeroed before the
+/// image is written, and the image's own first mebibyte is written only
+/// once the whole layer verified (`device.rs`, "Head last", says why and
+/// what it costs). After writing, the device is synced (`fsync`), then read
+/// back and its SHA-256 compared with that of the bytes written (a mismatch
+/// zeroes the head again). The read goes through the page cache, so it
+/// catches short or misplaced writes and a wrong device size, not media
+/// errors the drive hides behind the cache.
 ///
 /// # TLS
 ///
@@ -83,6 +86,7 @@ const COPY_BUFFER_BYTES: usize = 1024 * 1024;
 #[derive(Clone, Debug)]
 pub struct OciInstaller {
     client: Client,
+    allow_files: bool,
 }
 
 impl Default for OciInstaller {
@@ -102,7 +106,15 @@ impl OciInstaller {
                 io_timeout: Duration::from_secs(60),
                 user_agent: concat!("metropolis-agent/", env!("CARGO_PKG_VERSION")),
             },
+            allow_files: false,
         }
+    }
+
+    /// Lets the root device be a regular file (an image file, for
+    /// trials); without it only block devices are written.
+    pub fn allow_image_files(mut self, allow: bool) -> Self {
+        self.allow_files = allow;
+        self
     }
 
     /// Lets the installer fetch from `https` registries, authenticating
@@ -137,14 +149,17 @@ impl Installer for OciInstaller {
             size: layer.size,
             compressed: layer.compressed,
         });
-        let mut device = Device::open(root_device)?;
+        let mut device = Device::open(root_device, self.allow_files)?;
         if !layer.compressed {
             device.check_capacity(layer.size)?;
         }
         let mut response = self.fetch_layer(&reference, &layer)?;
-        let (written, digest) = write_layer(&mut response, &layer, &mut device, progress)?;
-        device.finish(written)?;
-        device.verify(written, digest, progress)
+        // From here until the image verified, the device does not boot
+        // (device.rs, "Head last").
+        device.invalidate()?;
+        let digest = write_layer(&mut response, &layer, &mut device, progress)?;
+        device.commit()?;
+        device.verify(digest, progress)
     }
 }
 
@@ -649,7 +664,7 @@ fn write_layer(
     layer: &Layer,
     device: &mut Device,
     progress: &mut dyn FnMut(&Progress),
-) -> Result<(u64, Digest), InstallError> {
+) -> Result<Digest, InstallError> {
     let url = response.url.to_string();
     let reader = LayerReader {
         body: &mut response.body,
@@ -677,10 +692,7 @@ fn write_layer(
         if read == 0 {
             break;
         }
-        device
-            .file
-            .write_all(&buf[..read])
-            .map_err(|e| device.error("write", e))?;
+        device.write(&buf[..read])?;
         written.update(&buf[..read]);
         if written.len() >= next_report {
             next_report = written.len() + PROGRESS_STEP_BYTES;
@@ -714,140 +726,7 @@ fn write_layer(
         received,
         layer_size: layer.size,
     });
-    Ok((length, written.finish()))
-}
-
-/// The root device, open for writing and reading back.
-struct Device<'a> {
-    path: &'a Path,
-    file: File,
-    block: bool,
-}
-
-impl<'a> Device<'a> {
-    fn open(path: &'a Path) -> Result<Device<'a>, InstallError> {
-        let under_dev = path.starts_with("/dev");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(!under_dev)
-            .open(path)
-            .map_err(|source| InstallError::Device {
-                path: path.to_path_buf(),
-                action: "open",
-                source,
-            })?;
-        let file_type = file
-            .metadata()
-            .map_err(|source| InstallError::Device {
-                path: path.to_path_buf(),
-                action: "stat",
-                source,
-            })?
-            .file_type();
-        let block = file_type.is_block_device();
-        if !block && !file_type.is_file() {
-            return Err(InstallError::DeviceUnusable {
-                path: path.to_path_buf(),
-                problem: "not a block device or a regular file".to_string(),
-            });
-        }
-        Ok(Device { path, file, block })
-    }
-
-    fn error(&self, action: &'static str, source: io::Error) -> InstallError {
-        InstallError::Device {
-            path: self.path.to_path_buf(),
-            action,
-            source,
-        }
-    }
-
-    /// Refuses an image of `size` bytes that a block device cannot hold.
-    fn check_capacity(&mut self, size: u64) -> Result<(), InstallError> {
-        if !self.block {
-            return Ok(());
-        }
-        let capacity = self
-            .file
-            .seek(SeekFrom::End(0))
-            .map_err(|e| self.error("seek", e))?;
-        self.file
-            .seek(SeekFrom::Start(0))
-            .map_err(|e| self.error("seek", e))?;
-        if size > capacity {
-            return Err(InstallError::DeviceUnusable {
-                path: self.path.to_path_buf(),
-                problem: format!("{capacity} bytes are too small for an image of {size} bytes"),
-            });
-        }
-        Ok(())
-    }
-
-    /// Cuts a regular file to the image's length and syncs the device.
-    fn finish(&mut self, length: u64) -> Result<(), InstallError> {
-        if !self.block {
-            self.file
-                .set_len(length)
-                .map_err(|e| self.error("truncate", e))?;
-        }
-        self.file.sync_all().map_err(|e| self.error("fsync", e))
-    }
-
-    /// Reads the first `length` bytes back and compares their digest.
-    fn verify(
-        &mut self,
-        length: u64,
-        expected: Digest,
-        progress: &mut dyn FnMut(&Progress),
-    ) -> Result<(), InstallError> {
-        self.file
-            .seek(SeekFrom::Start(0))
-            .map_err(|e| self.error("seek", e))?;
-        let mut hasher = Hasher::default();
-        let mut buf = vec![0u8; COPY_BUFFER_BYTES];
-        let mut next_report = PROGRESS_STEP_BYTES;
-        while hasher.len() < length {
-            let want = usize::try_from(length - hasher.len())
-                .unwrap_or(usize::MAX)
-                .min(buf.len());
-            let read = match self.file.read(&mut buf[..want]) {
-                Ok(0) => {
-                    return Err(self.error(
-                        "read back",
-                        io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            format!("ended after {} of {length} bytes", hasher.len()),
-                        ),
-                    ));
-                }
-                Ok(read) => read,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(self.error("read back", e)),
-            };
-            hasher.update(&buf[..read]);
-            if hasher.len() >= next_report {
-                next_report = hasher.len() + PROGRESS_STEP_BYTES;
-                progress(&Progress::Verifying {
-                    verified: hasher.len(),
-                    total: length,
-                });
-            }
-        }
-        progress(&Progress::Verifying {
-            verified: length,
-            total: length,
-        });
-        let actual = hasher.finish();
-        if actual != expected {
-            return Err(InstallError::VerificationFailed {
-                path: self.path.to_path_buf(),
-                written: expected.to_string(),
-                read_back: actual.to_string(),
-            });
-        }
-        Ok(())
-    }
+    Ok(written.finish())
 }
 
 #[cfg(test)]

@@ -1,0 +1,52 @@
+//! A loop block device over a temporary file (`losetup`, as root), for
+//! installing onto a real block device; detached when dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A loop device attached to a file of its own.
+pub struct LoopDevice {
+    /// The device, e.g. `/dev/loop3`.
+    pub path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl LoopDevice {
+    /// Attaches a loop device to a new file of `size` bytes holding
+    /// `fill` in every byte. Panics with what to do when that is not
+    /// possible (not root, no loop support).
+    pub fn attach(size: u64, fill: u8) -> LoopDevice {
+        let dir = tempfile::tempdir().unwrap();
+        let backing = dir.path().join("backing.img");
+        std::fs::write(&backing, vec![fill; size as usize]).unwrap();
+        let out = Command::new("losetup")
+            .arg("--find")
+            .arg("--show")
+            .arg(&backing)
+            .output()
+            .expect("losetup (util-linux) is not installed");
+        assert!(
+            out.status.success(),
+            "losetup --find --show failed (these tests need root and loop devices): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        LoopDevice { path, _dir: dir }
+    }
+
+    /// The device's whole content.
+    pub fn read(&self) -> Vec<u8> {
+        std::fs::read(&self.path).unwrap()
+    }
+
+    /// The device's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
+    }
+}
