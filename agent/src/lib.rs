@@ -18,8 +18,11 @@
 //! (`spawn_blocking`).
 //!
 //! The agent authenticates with a self-signed certificate made at start
-//! from its Ed25519 key (`--key`), and trusts the server certificate's CA
-//! (`--ca`).
+//! from its Ed25519 key (`--key`), and accepts only a server whose
+//! certificate chains to the cluster CA (`--ca`) and marks a curator
+//! instance (`metropolis_pki::curator_client_config`): a node that is not
+//! a curator holds a certificate of the same CA, but cannot pose as the
+//! AgentCallback server.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,7 +37,7 @@ pub mod install;
 
 use crate::hardware::gather_hardware_report;
 use crate::install::{Installer, OciInstaller, Progress, install_encoded_request};
-use metropolis_pki::{Credentials, client_config, self_signed_agent_certificate};
+use metropolis_pki::{Credentials, curator_client_config, self_signed_agent_certificate};
 use metropolis_proto::prelude::agent;
 use metropolis_proto::wire::EncodedHeartbeatResponse;
 use metropolis_transport::grpc::Channel;
@@ -59,7 +62,9 @@ pub struct AgentArgs {
     /// The agent's Ed25519 key (PKCS#8 PEM), e.g. from `metroctl machine add --generate-key`.
     #[arg(long)]
     pub key: PathBuf,
-    /// CA certificate (PEM) that issued the server's certificate.
+    /// The cluster CA certificate (PEM). The server must present a
+    /// certificate it issued to a curator instance (marked
+    /// urn:metropolis:role:curator); any other is refused.
     #[arg(long)]
     pub ca: PathBuf,
     /// Directory where the agent keeps the last generation it acted on
@@ -169,7 +174,9 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
     let (cert_pem, public) = self_signed_agent_certificate(&key_pem)
         .map_err(|e| format!("--key {}: {e}", args.key.display()))?;
     let creds = Credentials::from_parts(cert_pem, key_pem, ca_pem.clone());
-    let tls = client_config(Some(&creds), &ca_pem)
+    // Only a curator instance may hand out installation requests: any
+    // node's certificate chains to the cluster CA too.
+    let tls = curator_client_config(Some(&creds), &ca_pem)
         .map_err(|e| format!("--ca {}: {e}", args.ca.display()))?;
     let last_acted = read_last_acted(&args.state_dir)?;
     if !args.interval.is_finite() || args.interval <= 0.0 {

@@ -44,4 +44,7 @@ pub use kubernetes::{
     GENERATED_KUBERNETES_CA_KEY, GENERATED_KUBERNETES_CA_NAME, Kubeconfig, KubernetesCa,
     MAX_KUBECONFIG_GROUPS, NamedCluster, NamedContext, NamedUser, SharedCa, User,
 };
-pub use tls::{ALPN_H2, ClientAuth, client_config, node_server_config, provider, server_config};
+pub use tls::{
+    ALPN_H2, ClientAuth, client_config, curator_client_config, node_server_config, provider,
+    server_config,
+};

@@ -195,6 +195,31 @@ pub fn client_config(
     creds: Option<&Credentials>,
     ca_pem: &str,
 ) -> Result<Arc<ClientConfig>, PkiError> {
+    cluster_client_config(creds, ca_pem, false)
+}
+
+/// A client configuration like [`client_config`] that accepts only a
+/// curator instance as the server: a certificate chained to the cluster
+/// CA **and** marked
+/// [`CURATOR_URI`](metropolis_core::identity::CURATOR_URI), which the CA
+/// issues to the nodes that hold it (curator instances) and never to a
+/// node joining through the curator. For the provisioning agent, whose
+/// server hands out installation requests: any node holds a certificate
+/// chained to the cluster CA, but only a curator may serve AgentCallback.
+/// Any other server fails the handshake, its certificate refused with a
+/// message saying why.
+pub fn curator_client_config(
+    creds: Option<&Credentials>,
+    ca_pem: &str,
+) -> Result<Arc<ClientConfig>, PkiError> {
+    cluster_client_config(creds, ca_pem, true)
+}
+
+fn cluster_client_config(
+    creds: Option<&Credentials>,
+    ca_pem: &str,
+    curator_only: bool,
+) -> Result<Arc<ClientConfig>, PkiError> {
     let provider = provider();
     let roots = Arc::new(root_store(ca_pem, "cluster CA certificate PEM")?);
     let inner = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider.clone())
@@ -204,6 +229,7 @@ pub fn client_config(
         inner,
         roots,
         algorithms: provider.signature_verification_algorithms,
+        curator_only,
     });
     let builder = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -238,10 +264,79 @@ struct ClusterServerVerifier {
     inner: Arc<WebPkiServerVerifier>,
     roots: Arc<RootCertStore>,
     algorithms: WebPkiSupportedAlgorithms,
+    /// Accept only a certificate marked as a curator instance's.
+    curator_only: bool,
 }
+
+/// Why a verified cluster certificate is not a curator's.
+struct NotACurator;
+
+/// The message itself: rustls shows the error of a refused certificate
+/// with `Debug`, and that is what the operator reads in the log.
+impl std::fmt::Debug for NotACurator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::fmt::Display for NotACurator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the server's certificate is a cluster member's but not a curator instance's (no {} \
+             subject alternative name): only curators serve this service",
+            metropolis_core::identity::CURATOR_URI
+        )
+    }
+}
+
+impl std::error::Error for NotACurator {}
 
 impl ServerCertVerifier for ClusterServerVerifier {
     fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let verified =
+            self.verify_chain(end_entity, intermediates, server_name, ocsp_response, now)?;
+        if self.curator_only && !metropolis_core::identity::is_curator_certificate(end_entity) {
+            return Err(rustls::Error::InvalidCertificate(CertificateError::Other(
+                rustls::OtherError(Arc::new(NotACurator)),
+            )));
+        }
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+impl ClusterServerVerifier {
+    /// The chain to the cluster CA, whatever name the server was dialed by.
+    fn verify_chain(
         &self,
         end_entity: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
@@ -273,27 +368,5 @@ impl ServerCertVerifier for ClusterServerVerifier {
             }
             other => other,
         }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
     }
 }

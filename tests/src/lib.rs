@@ -532,6 +532,19 @@ impl AgentProcess {
         state_dir: &Path,
         extra: &[&str],
     ) -> AgentProcess {
+        Self::start_at(&d.agent_addr, d, machine_id, key_file, state_dir, extra)
+    }
+
+    /// [`start_with`](Self::start_with) talking to `endpoint` instead of
+    /// `d`'s AgentCallback port (still trusting `d`'s cluster CA).
+    pub fn start_at(
+        endpoint: &str,
+        d: &Daemon,
+        machine_id: &str,
+        key_file: &Path,
+        state_dir: &Path,
+        extra: &[&str],
+    ) -> AgentProcess {
         let bin = daemon_bin().with_file_name("bmaas-agent-under-test");
         let log = state_dir.with_extension("agent.log");
         let log_file = std::fs::OpenOptions::new()
@@ -541,7 +554,7 @@ impl AgentProcess {
             .unwrap();
         let child = Command::new(bin)
             .arg("--endpoint")
-            .arg(&d.agent_addr)
+            .arg(endpoint)
             .arg("--machine-id")
             .arg(machine_id)
             .arg("--key")
