@@ -17,6 +17,7 @@ use metropolis_proto::prelude::common;
 use metropolis_proto::wire::EncodedWatchEvent;
 use metropolis_testkit::exec::{Tasks, block_on};
 use metropolis_testkit::store::MemKv;
+use prost::Message;
 
 /// Polls allowed for one call or stream item (everything is in memory).
 const POLLS: usize = 64;
@@ -29,7 +30,8 @@ fn settle(tasks: &Tasks) {
 /// The next event of `stream`, once the driver has settled.
 fn next_event(tasks: &Tasks, stream: &mut WatchStream) -> EncodedWatchEvent {
     settle(tasks);
-    block_on(stream.next(), tasks, POLLS).unwrap().unwrap()
+    let bytes = block_on(stream.next(), tasks, POLLS).unwrap().unwrap();
+    EncodedWatchEvent::decode(bytes).unwrap()
 }
 
 /// A cache over a lagging store (its watch delivers a write only once the

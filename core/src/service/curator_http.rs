@@ -4,8 +4,10 @@
 //! `Watch` does not go through tonic's streaming encoder: that encoder keeps one growing
 //! buffer per stream, so every idle stream would hold an allocation as
 //! large as the largest event it ever sent (its backlog). [`WatchBody`]
-//! instead frames each event into a buffer of exactly its size, which is
-//! freed once HTTP/2 has sent it: an idle stream holds nothing but its
+//! instead sends each encoded event as it comes from the watch cache,
+//! behind its own 5-byte gRPC message prefix: the bytes of a backlog are
+//! the cache's, shared by every stream that opened at that revision, and
+//! nothing is copied per stream; an idle stream holds nothing but its
 //! watch machine.
 
 use std::pin::Pin;
@@ -17,7 +19,6 @@ use futures::{StreamExt, TryFutureExt};
 use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body::Frame;
 use metropolis_proto::prelude::curator;
-use prost::Message;
 use tonic::Status;
 use tonic::body::Body;
 use tonic::codec::{Codec, Streaming};
@@ -91,6 +92,7 @@ async fn watch(service: CuratorService, request: Request<Body>) -> Response<Body
         Ok(stream) => {
             let mut response = Response::new(Body::new(WatchBody {
                 stream: Some(stream),
+                message: None,
                 finished: false,
             }));
             response.headers_mut().insert(
@@ -107,19 +109,30 @@ async fn watch(service: CuratorService, request: Request<Body>) -> Response<Body
 /// per event, then the status trailers.
 pub struct WatchBody {
     stream: Option<WatchStream>,
+    /// The message whose prefix went out last, to follow it.
+    message: Option<Bytes>,
     finished: bool,
 }
 
-/// One gRPC message frame (uncompressed flag, length, message) in a buffer
-/// of exactly its size.
-fn frame(event: &metropolis_proto::wire::EncodedWatchEvent) -> Bytes {
-    let len = event.encoded_len();
-    let mut buf = BytesMut::with_capacity(5 + len);
+/// The largest message copied behind its prefix into one buffer; a larger
+/// one (a backlog chunk, shared with other streams) follows its prefix as
+/// a body chunk of its own.
+const COPY_BELOW: usize = 16 * 1024;
+
+/// A gRPC message prefix (uncompressed flag, length) for `message`, and
+/// the message itself when small enough to share the prefix's buffer.
+fn prefix(message: &Bytes) -> (Bytes, Option<Bytes>) {
+    let small = message.len() < COPY_BELOW;
+    let mut buf = BytesMut::with_capacity(5 + if small { message.len() } else { 0 });
     buf.put_u8(0);
     // Events are bounded by MAX_EVENT_BYTES (2 MiB), far below u32::MAX.
-    buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
-    event.encode_raw(&mut buf);
-    buf.freeze()
+    buf.put_u32(u32::try_from(message.len()).unwrap_or(u32::MAX));
+    if small {
+        buf.put_slice(message);
+        (buf.freeze(), None)
+    } else {
+        (buf.freeze(), Some(message.clone()))
+    }
 }
 
 fn trailers(status: &Status) -> HeaderMap {
@@ -140,13 +153,18 @@ impl http_body::Body for WatchBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         let this = self.get_mut();
+        if let Some(message) = this.message.take() {
+            return Poll::Ready(Some(Ok(Frame::data(message))));
+        }
         let Some(stream) = this.stream.as_mut() else {
             return Poll::Ready(None);
         };
         let end = match stream.poll_next_unpin(cx) {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(Some(Ok(event))) => {
-                return Poll::Ready(Some(Ok(Frame::data(frame(&event)))));
+                let (head, rest) = prefix(&event);
+                this.message = rest;
+                return Poll::Ready(Some(Ok(Frame::data(head))));
             }
             Poll::Ready(Some(Err(status))) => status,
             Poll::Ready(None) => Status::ok(""),
@@ -157,6 +175,6 @@ impl http_body::Body for WatchBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.finished && self.stream.is_none()
+        self.finished && self.stream.is_none() && self.message.is_none()
     }
 }

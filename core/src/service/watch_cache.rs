@@ -6,8 +6,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use metropolis_proto::wire::EncodedWatchEvent;
+use prost::Message;
 use tonic::Status;
 
 use crate::curator::{NODES_PREFIX, cached_node, id_from_key};
@@ -467,14 +468,19 @@ fn fail(shared: &Mutex<Shared>, generation: u64, why: String) {
     )));
 }
 
-/// One open `Watch` stream. Dropping it unregisters it.
+/// One open `Watch` stream: each item is one encoded `WatchEvent`
+/// (decode it with `WatchEvent` or
+/// [`EncodedWatchEvent`](metropolis_proto::wire::EncodedWatchEvent)).
+/// A `NodesInCluster` stream's backlog is the cache's shared encoding
+/// ([`NodeCache::shared_backlog`]): streams opening at one revision share
+/// its bytes. Dropping the stream unregisters it.
 pub struct WatchStream {
     shared: Arc<Mutex<Shared>>,
     id: u64,
 }
 
 impl Stream for WatchStream {
-    type Item = Result<EncodedWatchEvent, Status>;
+    type Item = Result<Bytes, Status>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut guard = lock(&self.shared);
@@ -495,8 +501,10 @@ impl Stream for WatchStream {
                 return Poll::Ready(Some(Err(status)));
             }
             let event = match &mut slot.machine {
-                Machine::Nodes(m) => m.poll_event(&s.cache),
-                Machine::Node(m) => m.poll_event(),
+                Machine::Nodes(m) => m.poll_encoded(&mut s.cache),
+                Machine::Node(m) => m
+                    .poll_event()
+                    .map(|event| Bytes::from(event.encode_to_vec())),
             };
             if let Some(event) = event {
                 return Poll::Ready(Some(Ok(event)));

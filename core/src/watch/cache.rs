@@ -60,6 +60,9 @@ impl NodeChange {
 pub struct NodeCache {
     nodes: BTreeMap<Arc<str>, CachedNode>,
     revision: Revision,
+    /// The backlog encoded for new streams at the current content, and the
+    /// event size it was chunked to; dropped by every change.
+    backlog: Option<(usize, Arc<[Bytes]>)>,
 }
 
 impl NodeCache {
@@ -102,6 +105,22 @@ impl NodeCache {
         self.nodes.range((lower, Bound::Unbounded)).map(|(_, n)| n)
     }
 
+    /// The backlog a new `NodesInCluster` stream sends, as encoded
+    /// `WatchEvent`s of at most `max_event_bytes` each (the last carries
+    /// `PROGRESS_LAST_BACKLOGGED`): encoded on first use after a change,
+    /// then shared by every stream that opens before the next change.
+    pub fn shared_backlog(&mut self, max_event_bytes: usize) -> Arc<[Bytes]> {
+        match &self.backlog {
+            Some((max, chunks)) if *max == max_event_bytes => chunks.clone(),
+            _ => {
+                let chunks: Arc<[Bytes]> =
+                    super::NodesWatch::encode_backlog(self, max_event_bytes).into();
+                self.backlog = Some((max_event_bytes, chunks.clone()));
+                chunks
+            }
+        }
+    }
+
     /// Applies one change. Changes older than the node's cached state are
     /// ignored (returns `false`); the cache revision only moves forward.
     pub fn handle_change(&mut self, change: &NodeChange) -> bool {
@@ -122,6 +141,7 @@ impl NodeCache {
                 }
             }
         }
+        self.backlog = None;
         self.revision = self.revision.max(change.revision());
         true
     }
@@ -162,6 +182,7 @@ impl NodeCache {
         }
         changes.sort_by(|a, b| a.id().cmp(b.id()));
         std::mem::swap(&mut self.nodes, &mut fresh);
+        self.backlog = None;
         self.revision = self.revision.max(revision);
         changes
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use metropolis_proto::prelude::curator::watch_event::Progress;
 use metropolis_proto::wire::EncodedWatchEvent;
+use prost::Message;
 
 use super::{NodeCache, NodeChange};
 
@@ -23,6 +24,10 @@ enum Phase {
     /// Sending the backlog; every node with an ID greater than `sent_up_to`
     /// is still to be read from the cache.
     Backlog { sent_up_to: Option<Arc<str>> },
+    /// Sending the cache's shared encoding of the whole backlog
+    /// ([`NodeCache::shared_backlog`]): `chunks[next..]` are still to go.
+    /// Every change since the cache's revision is queued.
+    Shared { chunks: Arc<[Bytes]>, next: usize },
     /// The backlog and its `PROGRESS_LAST_BACKLOGGED` marker went out.
     Live,
 }
@@ -42,9 +47,16 @@ enum Phase {
 /// So no change is skipped and none is sent twice, and an idle stream holds
 /// nothing.
 ///
+/// A stream that has sent nothing yet may instead take the whole backlog
+/// at once as bytes the cache encoded once for every stream at its
+/// revision ([`poll_encoded`](Self::poll_encoded)): the same events, byte
+/// for byte, and every change after that revision queued, so thousands of
+/// streams opening together cost one encoding of the backlog, not one
+/// each.
+///
 /// Driving: [`handle_change`](Self::handle_change) for every change applied
 /// to the cache (under the same lock), [`poll_event`](Self::poll_event)
-/// until `None`.
+/// (or [`poll_encoded`](Self::poll_encoded)) until `None`.
 #[derive(Debug)]
 pub struct NodesWatch {
     phase: Phase,
@@ -93,8 +105,54 @@ impl NodesWatch {
     pub fn poll_event(&mut self, cache: &NodeCache) -> Option<EncodedWatchEvent> {
         match &self.phase {
             Phase::Backlog { sent_up_to } => Some(self.backlog_event(cache, sent_up_to.clone())),
+            Phase::Shared { .. } => self
+                .next_shared()
+                .map(|chunk| EncodedWatchEvent::decode(chunk).unwrap_or_default()),
             Phase::Live => self.pending_event(),
         }
+    }
+
+    /// The next event to send, if any, as the encoded `WatchEvent`: the
+    /// events of [`poll_event`](Self::poll_event), except that a stream
+    /// that has sent nothing yet takes the cache's shared encoding of the
+    /// whole backlog ([`NodeCache::shared_backlog`]) and sends it chunk by
+    /// chunk, sharing those bytes with every other stream that opened at
+    /// the same revision.
+    pub fn poll_encoded(&mut self, cache: &mut NodeCache) -> Option<Bytes> {
+        if self.phase == (Phase::Backlog { sent_up_to: None }) {
+            let chunks = cache.shared_backlog(self.max_event_bytes);
+            self.phase = Phase::Shared { chunks, next: 0 };
+        }
+        if let Phase::Shared { .. } = self.phase {
+            return self.next_shared();
+        }
+        self.poll_event(cache)
+            .map(|event| Bytes::from(event.encode_to_vec()))
+    }
+
+    /// The next chunk of the shared backlog; live after the last one.
+    fn next_shared(&mut self) -> Option<Bytes> {
+        let Phase::Shared { chunks, next } = &mut self.phase else {
+            return None;
+        };
+        let chunk = chunks.get(*next).cloned();
+        *next += 1;
+        if *next >= chunks.len() {
+            self.phase = Phase::Live;
+        }
+        chunk
+    }
+
+    /// The whole backlog of `cache` as [`poll_event`](Self::poll_event)
+    /// would send it to a new stream, each event encoded.
+    pub(super) fn encode_backlog(cache: &NodeCache, max_event_bytes: usize) -> Vec<Bytes> {
+        let mut fresh = NodesWatch::new(max_event_bytes);
+        let mut chunks = Vec::new();
+        while let Phase::Backlog { sent_up_to } = &fresh.phase {
+            let event = fresh.backlog_event(cache, sent_up_to.clone());
+            chunks.push(Bytes::from(event.encode_to_vec()));
+        }
+        chunks
     }
 
     fn backlog_event(&mut self, cache: &NodeCache, after: Option<Arc<str>>) -> EncodedWatchEvent {

@@ -218,6 +218,65 @@ proptest! {
         prop_assert_eq!(watch.pending_len(), 0);
     }
 
+    /// The same with streams taking the shared encoded backlog
+    /// (`poll_encoded`), several of them opening at different points of
+    /// the history: each converges to the cache, with one marker.
+    #[test]
+    fn shared_backlog_streams_converge(initial in proptest::collection::vec(step(), 0..30),
+                                       steps in proptest::collection::vec(step(), 0..120),
+                                       opens in proptest::collection::vec(0usize..120, 1..4),
+                                       limit in 300usize..2000) {
+        let mut h = Harness { cache: NodeCache::new(), revision: 1, limit };
+        for s in &initial {
+            let resync = matches!(s, Step::Resync { .. });
+            for c in h.step_to_changes(s) {
+                if !resync { h.cache.handle_change(&c); }
+            }
+        }
+        let mut streams: Vec<(NodesWatch, Client)> = Vec::new();
+        let deliver = |streams: &mut Vec<(NodesWatch, Client)>, cache: &mut NodeCache, n: usize| {
+            for (watch, client) in streams.iter_mut() {
+                for _ in 0..n {
+                    let Some(bytes) = watch.poll_encoded(cache) else { break };
+                    let ev = metropolis_proto::wire::EncodedWatchEvent::decode(bytes)
+                        .expect("decodes");
+                    if client.markers > 0 && !watch.is_live() {
+                        client.events_after_marker_in_backlog = true;
+                    }
+                    client.receive(&ev, limit);
+                }
+            }
+        };
+        for (i, s) in steps.iter().enumerate() {
+            for _ in opens.iter().filter(|&&at| at == i) {
+                streams.push((NodesWatch::new(limit), Client::default()));
+            }
+            if let Step::Read { n } = s {
+                deliver(&mut streams, &mut h.cache, *n);
+                continue;
+            }
+            let resync = matches!(s, Step::Resync { .. });
+            for c in h.step_to_changes(s) {
+                // A resync's changes are already in the cache.
+                if resync || h.cache.handle_change(&c) {
+                    for (w, _) in streams.iter_mut() { w.handle_change(&c); }
+                }
+            }
+        }
+        for _ in opens.iter().filter(|&&at| at >= steps.len()) {
+            streams.push((NodesWatch::new(limit), Client::default()));
+        }
+        deliver(&mut streams, &mut h.cache, usize::MAX);
+        let expected: BTreeMap<String, Bytes> =
+            h.cache.nodes_after(None).map(|n| (n.id.to_string(), n.encoded.clone())).collect();
+        for (watch, client) in &streams {
+            prop_assert_eq!(client.markers, 1);
+            prop_assert!(!client.events_after_marker_in_backlog);
+            prop_assert_eq!(&client.view, &expected);
+            prop_assert_eq!(watch.pending_len(), 0);
+        }
+    }
+
     #[test]
     fn node_watch_sequence(steps in proptest::collection::vec(step(), 0..80), watched in 0u8..4) {
         let mut h = Harness { cache: NodeCache::new(), revision: 1, limit: usize::MAX };
@@ -305,4 +364,70 @@ fn large_backlog_is_chunked_with_one_marker() {
     assert_eq!(events.iter().filter(|e| e.is_last_backlogged()).count(), 1);
     assert!(events.last().expect("events").is_last_backlogged());
     assert_eq!(events.iter().map(|e| e.nodes.len()).sum::<usize>(), 100);
+}
+
+/// Streams opening at one revision share one encoding of the backlog (the
+/// same bytes, not copies); a change makes the next stream's backlog a new
+/// encoding that holds it, and is queued for a stream that took the old
+/// one.
+#[test]
+fn streams_share_the_backlog_encoded_once_per_revision() {
+    let mut cache = NodeCache::new();
+    let put = |cache: &mut NodeCache, i: i64, revision: Revision| {
+        let id: Arc<str> = format!("n{i:03}").into();
+        let change = NodeChange::Put(CachedNode {
+            encoded: encoded(&id, revision, 100),
+            id,
+            revision,
+        });
+        assert!(cache.handle_change(&change));
+        change
+    };
+    for i in 0..50 {
+        put(&mut cache, i, 2 + i);
+    }
+    let mut a = NodesWatch::new(1000);
+    let mut b = NodesWatch::new(1000);
+    let first_a = a.poll_encoded(&mut cache).expect("a backlog");
+    let first_b = b.poll_encoded(&mut cache).expect("b backlog");
+    assert_eq!(first_a.as_ptr(), first_b.as_ptr(), "one encoding, shared");
+    // The encoding is that of the lazy backlog, event for event.
+    let mut lazy = NodesWatch::new(1000);
+    let mut lazy_events = Vec::new();
+    while let Some(ev) = lazy.poll_event(&cache) {
+        lazy_events.push(Bytes::from(ev.encode_to_vec()));
+    }
+    let mut shared = vec![first_a];
+    while !a.is_live() {
+        shared.push(a.poll_encoded(&mut cache).expect("the rest of the backlog"));
+    }
+    assert!(
+        shared.len() > 1,
+        "50 nodes of 100 bytes need several 1000-byte events"
+    );
+    assert_eq!(shared, lazy_events);
+    // A change: queued for the streams that took the old encoding, and in
+    // the next stream's new one.
+    let change = put(&mut cache, 7, 100);
+    a.handle_change(&change);
+    let live = a.poll_encoded(&mut cache).expect("the change");
+    let live = metropolis_proto::wire::EncodedWatchEvent::decode(live).expect("decodes");
+    assert_eq!(live.nodes.len(), 1);
+    assert_eq!(parse(&live.nodes[0]), ("n007".to_string(), 100));
+    let mut c = NodesWatch::new(1000);
+    let first_c = c.poll_encoded(&mut cache).expect("c backlog");
+    assert_ne!(
+        first_c.as_ptr(),
+        shared[0].as_ptr(),
+        "a new encoding after a change"
+    );
+    let mut seen = Vec::new();
+    let mut next = Some(first_c);
+    while let Some(bytes) = next {
+        let ev = metropolis_proto::wire::EncodedWatchEvent::decode(bytes).expect("decodes");
+        seen.extend(ev.nodes.iter().map(parse));
+        next = c.poll_encoded(&mut cache);
+    }
+    assert_eq!(seen.len(), 50);
+    assert!(seen.contains(&("n007".to_string(), 100)));
 }

@@ -16,8 +16,8 @@ use tokio::sync::{Semaphore, mpsc, watch};
 
 use super::daemon::DaemonProcess;
 use super::util::{
-    Context, CpuMeter, HostCpuMeter, RPC_TIMEOUT, Result, add_nodes, bounded, cpus, micros_since,
-    ms, percentile, print_table, row, status, tls_channel, unix_channel,
+    Context, CpuMeter, HostCpuMeter, NodeCred, RPC_TIMEOUT, Result, add_nodes, bounded, cpus,
+    micros_since, ms, percentile, print_table, row, status, tls_channel, unix_channel,
 };
 
 /// Arguments of `fanout`.
@@ -48,6 +48,12 @@ pub struct FanoutArgs {
     /// AddNode calls in flight while creating the nodes.
     #[arg(long, default_value_t = 32)]
     pub add_concurrency: usize,
+    /// Open the streams over mutual TLS to the curator port, each
+    /// connection with its own node's credential (the created nodes',
+    /// so --nodes must cover the connections), instead of over the UNIX
+    /// socket.
+    #[arg(long)]
+    pub tls: bool,
     /// Streams opening (connecting and reading their backlog) at a time.
     #[arg(long, default_value_t = 50)]
     pub open_concurrency: usize,
@@ -66,15 +72,32 @@ pub struct FanoutArgs {
 
 // The parts of a WatchEvent the streams need. The daemon sends ordinary
 // WatchEvents; decoding only these fields (prost skips the others) keeps
-// the client's CPU share, on the same cores as the daemon, small.
+// the client's CPU share, on the same cores as the daemon, small. A
+// backlog carries every node of the cluster to every stream: its nodes
+// are only counted (each is a slice of the received buffer, not parsed),
+// and a node's status is decoded when it is asked for.
 
-/// `curator.api.WatchEvent`: nodes and progress (tombstones skipped).
+/// `curator.api.WatchEvent`: nodes (undecoded) and progress (tombstones
+/// skipped).
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct LiteEvent {
-    #[prost(message, repeated, tag = "1")]
-    pub(crate) nodes: Vec<LiteNode>,
+    #[prost(bytes = "bytes", repeated, tag = "1")]
+    pub(crate) nodes: Vec<bytes::Bytes>,
     #[prost(int32, tag = "2")]
     pub(crate) progress: i32,
+}
+
+impl LiteEvent {
+    /// The status timestamp of each node of the event (`None` for a node
+    /// without one, or one that does not decode).
+    pub(crate) fn timestamps(&self) -> impl Iterator<Item = Option<prost_types::Timestamp>> + '_ {
+        self.nodes.iter().map(|node| {
+            <LiteNode as prost::Message>::decode(node.clone())
+                .ok()
+                .and_then(|n| n.status)
+                .and_then(|s| s.timestamp)
+        })
+    }
 }
 
 /// `curator.api.Node`: its status only.
@@ -126,30 +149,62 @@ struct StreamOutcome {
     error: Option<String>,
 }
 
+/// How the streams' connections reach the daemon.
+pub(crate) enum Dial {
+    /// Its local UNIX socket (every caller is the daemon's own node).
+    Unix(PathBuf),
+    /// Mutual TLS to its curator port, connection `i` with the credential
+    /// of node `i` (modulo their number), as each node of a fleet holds its
+    /// own connection.
+    Tls {
+        /// `127.0.0.1:port`.
+        addr: String,
+        /// One credential per connection.
+        nodes: Vec<NodeCred>,
+    },
+}
+
 /// The HTTP/2 connections the streams share, opened on first use.
 pub(crate) struct Connections {
-    socket: PathBuf,
+    dial: Dial,
     per_connection: usize,
     cells: Vec<tokio::sync::OnceCell<Channel>>,
 }
 
 impl Connections {
-    pub(crate) fn new(socket: PathBuf, streams: usize, per_connection: usize) -> Self {
+    pub(crate) fn new(dial: Dial, streams: usize, per_connection: usize) -> Self {
         let per_connection = per_connection.max(1);
-        let count = streams.div_ceil(per_connection);
         Connections {
-            socket,
+            dial,
             per_connection,
-            cells: (0..count).map(|_| tokio::sync::OnceCell::new()).collect(),
+            cells: (0..Self::count(streams, per_connection))
+                .map(|_| tokio::sync::OnceCell::new())
+                .collect(),
         }
+    }
+
+    /// How many connections `streams` streams use, `per_connection` each.
+    pub(crate) fn count(streams: usize, per_connection: usize) -> usize {
+        streams.div_ceil(per_connection.max(1))
     }
 
     /// The connection of stream `index`.
     pub(crate) async fn get(&self, index: usize) -> Result<Channel> {
-        let cell = &self.cells[index / self.per_connection];
-        cell.get_or_try_init(|| unix_channel(&self.socket))
-            .await
-            .cloned()
+        let connection = index / self.per_connection;
+        let cell = &self.cells[connection];
+        cell.get_or_try_init(|| async {
+            match &self.dial {
+                Dial::Unix(socket) => unix_channel(socket).await,
+                Dial::Tls { addr, nodes } => {
+                    let node = nodes
+                        .get(connection % nodes.len().max(1))
+                        .ok_or("no node credential for a TLS connection")?;
+                    tls_channel(addr, &node.creds).await
+                }
+            }
+        })
+        .await
+        .cloned()
     }
 }
 
@@ -295,8 +350,8 @@ async fn run_stream(
         };
         let at_us = micros_since(shared.t0, Instant::now());
         out.events += 1;
-        for node in event.nodes {
-            let Some(ts) = node.status.and_then(|s| s.timestamp) else {
+        for ts in event.timestamps() {
+            let Some(ts) = ts else {
                 continue;
             };
             let (Ok(writer), Ok(seq)) = (u32::try_from(ts.nanos), u32::try_from(ts.seconds)) else {
@@ -431,6 +486,14 @@ pub async fn run(args: FanoutArgs, target: &super::daemon::Target, work: &Path) 
         )
         .into());
     }
+    let connection_count = Connections::count(args.streams, args.streams_per_connection);
+    if args.tls && connection_count > args.nodes {
+        return Err(format!(
+            "--tls: {connection_count} connections need as many nodes, --nodes is {}",
+            args.nodes
+        )
+        .into());
+    }
     let data_dir = work.join("daemon");
     let mut daemon = DaemonProcess::start(target, &data_dir, "warn")?;
     let daemon_pid = daemon.pid()?;
@@ -445,14 +508,22 @@ pub async fn run(args: FanoutArgs, target: &super::daemon::Target, work: &Path) 
     // 1. Nodes.
     let owner = daemon.owner()?;
     let t_add = Instant::now();
-    let writers_creds = add_nodes(
-        &daemon.addr,
-        &owner,
-        args.nodes,
-        args.add_concurrency,
-        args.writers,
-    )
-    .await?;
+    let keep = if args.tls {
+        args.writers.max(connection_count)
+    } else {
+        args.writers
+    };
+    let mut writers_creds =
+        add_nodes(&daemon.addr, &owner, args.nodes, args.add_concurrency, keep).await?;
+    let dial = if args.tls {
+        Dial::Tls {
+            addr: daemon.addr.clone(),
+            nodes: writers_creds.clone(),
+        }
+    } else {
+        Dial::Unix(daemon.socket.clone())
+    };
+    writers_creds.truncate(args.writers);
     let add_secs = t_add.elapsed().as_secs_f64();
     daemon.check_alive()?;
 
@@ -470,7 +541,7 @@ pub async fn run(args: FanoutArgs, target: &super::daemon::Target, work: &Path) 
         alive: (0..args.streams).map(|_| AtomicBool::new(true)).collect(),
     });
     let connections = Arc::new(Connections::new(
-        daemon.socket.clone(),
+        dial,
         args.streams,
         args.streams_per_connection,
     ));
@@ -496,6 +567,8 @@ pub async fn run(args: FanoutArgs, target: &super::daemon::Target, work: &Path) 
     let rss_primer = daemon.rss_kib()?;
     let t_open = Instant::now();
     let cpu_open = CpuMeter::start(daemon_pid)?;
+    let cpu_open_client = CpuMeter::start(std::process::id())?;
+    let cpu_open_host = HostCpuMeter::start()?;
     for i in 1..args.streams {
         handles.push(spawn_stream(i));
     }
@@ -506,6 +579,8 @@ pub async fn run(args: FanoutArgs, target: &super::daemon::Target, work: &Path) 
     }
     let open_secs = t_open.elapsed().as_secs_f64();
     let open_cores = cpu_open.cores()?;
+    let open_client_cores = cpu_open_client.cores()?;
+    let open_host_cores = cpu_open_host.cores()?;
     tokio::time::sleep(Duration::from_secs(args.settle_seconds)).await;
     daemon.check_alive()?;
     let rss_idle = daemon.rss_kib()?;
@@ -698,18 +773,25 @@ pub async fn run(args: FanoutArgs, target: &super::daemon::Target, work: &Path) 
         ),
         row("nodes per backlog (incl. the daemon's)", backlog_nodes),
         row(
-            "streams (UNIX socket)",
+            "streams",
             format!(
-                "{} ({} per connection)",
+                "{} ({} per connection, {})",
                 args.streams,
-                args.streams_per_connection.max(1)
+                args.streams_per_connection.max(1),
+                if args.tls {
+                    "mutual TLS, a node credential per connection"
+                } else {
+                    "UNIX socket"
+                }
             ),
         ),
         row(
             "stream open + backlog",
             format!(
-                "{open_secs:.1} s ({:.0} streams/s, daemon {open_cores:.2} cores)",
-                args.streams as f64 / open_secs.max(1e-9)
+                "{open_secs:.1} s ({:.0} streams/s; cores: daemon {open_cores:.2}, client \
+                 {open_client_cores:.2}, machine {open_host_cores:.2} of {})",
+                args.streams as f64 / open_secs.max(1e-9),
+                cpus()
             ),
         ),
         row("daemon RSS before streams", kib(rss_before as i64)),
@@ -817,11 +899,12 @@ pub async fn run(args: FanoutArgs, target: &super::daemon::Target, work: &Path) 
     }
     println!("  RSS per idle stream = {per_stream_basis}");
     println!(
-        "RESULT fanout runtime={} nodes={} streams={} rate={} seconds={} writers={} events_per_s={delivered_per_s:.0} \
+        "RESULT fanout runtime={} tls={} nodes={} streams={} rate={} seconds={} writers={} events_per_s={delivered_per_s:.0} \
          expected_events_per_s={expected_per_s:.0} achieved_rate={achieved_rate:.0} p50_ms={} p99_ms={} \
          max_ms={} coalesced={coalesced} delivered={received} rss_per_idle_stream_kib={per_stream_kib:.1} \
          drained={drained} update_errors={write_errors} stream_errors={}",
         target.runtime,
+        args.tls,
         args.nodes,
         args.streams,
         args.rate,

@@ -36,7 +36,7 @@ use tokio::task::JoinHandle;
 
 use super::daemon::{DaemonProcess, Target};
 use super::fanout::{
-    Connections, LiteStatus, Next, next_event, open_reporting, open_watch, wait_ready,
+    Connections, Dial, LiteStatus, Next, next_event, open_reporting, open_watch, wait_ready,
 };
 use super::util::{
     Context, CpuMeter, HostCpuMeter, RPC_TIMEOUT, Result, add_nodes, bounded, cpus, micros_since,
@@ -374,13 +374,8 @@ async fn run_curator_stream(
         let at_us = micros_since(shared.origin, Instant::now());
         let window_us = shared.window_end_us.load(Ordering::Relaxed);
         out.messages += 1;
-        for node in event.nodes {
-            out.record(
-                seen,
-                node.status.and_then(|s| s.timestamp),
-                at_us,
-                window_us,
-            );
+        for ts in event.timestamps() {
+            out.record(seen, ts, at_us, window_us);
         }
     }
     shared.alive[index].store(false, Ordering::Release);
@@ -725,7 +720,7 @@ async fn curator_phase(env: &mut Env<'_>, writers: Vec<Writer>) -> Result<(Vec<W
     let base: Vec<u32> = writers.iter().map(|w| w.sent).collect();
     let shared = Shared::new(args.streams, &base)?;
     let connections = Arc::new(Connections::new(
-        env.daemon.socket.clone(),
+        Dial::Unix(env.daemon.socket.clone()),
         args.streams,
         args.streams_per_connection,
     ));
@@ -866,7 +861,7 @@ pub(super) async fn start_elected(
 
 /// Waits until the daemon serves: its owner credential is written and a
 /// Watch over the UNIX socket gets its backlog (so it leads, over etcd).
-async fn wait_serving(daemon: &mut DaemonProcess, limit: Duration) -> Result<()> {
+pub(super) async fn wait_serving(daemon: &mut DaemonProcess, limit: Duration) -> Result<()> {
     let deadline = Instant::now() + limit;
     let socket = daemon.socket.clone();
     loop {

@@ -10,6 +10,10 @@
 //!   through the curator against as many direct etcd watches of the node
 //!   prefix, under the same updates: delivered events/s and etcd CPU
 //!   (built with `--features system`: it needs the etcd port).
+//! - `fanout-storm`: two curator instances over one etcd, the leader
+//!   killed while thousands of Watch streams are open on it: time until
+//!   every stream has its new backlog from the new leader, and that
+//!   leader's peak memory (`--features system`).
 //! - `update-etcd`: UpdateNodeStatus through a curator elected over etcd
 //!   against the equivalent fenced transactions sent straight to etcd
 //!   (`--features system`).
@@ -47,6 +51,8 @@ mod heartbeat;
 mod heartbeat_etcd;
 mod load_image;
 mod rounds;
+#[cfg(feature = "system")]
+mod storm;
 #[cfg(feature = "system")]
 mod update_etcd;
 mod update_tls;
@@ -111,6 +117,14 @@ enum Command {
     /// build with `--features system`.
     #[cfg(feature = "system")]
     FanoutEtcd(fanout_etcd::FanoutEtcdArgs),
+    /// A reconnect storm: two curator instances over a one-member etcd
+    /// (started here); Watch streams open on the leader, one per
+    /// connection, when it is killed; each reconnects to the other
+    /// instance and reads its new backlog: time from the kill until every
+    /// stream has it, and the new leader's peak RSS. Only in a build with
+    /// `--features system`.
+    #[cfg(feature = "system")]
+    FanoutStorm(storm::StormArgs),
     /// UpdateNodeStatus through a curator elected over a one-member etcd
     /// (started here), against the equivalent fenced compare-and-swap
     /// transactions sent straight to that etcd by as many loops, in
@@ -179,6 +193,8 @@ fn run(cli: Cli) -> util::Result<()> {
             Command::Fanout(args) => fanout::run(args, &target, work.path()).await,
             #[cfg(feature = "system")]
             Command::FanoutEtcd(args) => fanout_etcd::run(args, &target, work.path()).await,
+            #[cfg(feature = "system")]
+            Command::FanoutStorm(args) => storm::run(args, &target, work.path()).await,
             #[cfg(feature = "system")]
             Command::UpdateEtcd(args) => update_etcd::run(args, &target, work.path()).await,
             #[cfg(feature = "system")]
