@@ -34,9 +34,11 @@ use metropolis_core::provisioning::{Action, AgentConfig, AgentLoop, offered_requ
 use metropolis_core::time::Instant as CoreInstant;
 pub mod hardware;
 pub mod install;
+pub mod progress;
 
 use crate::hardware::gather_hardware_report;
 use crate::install::{Installer, OciInstaller, Progress, install_encoded_request};
+use crate::progress::ProgressLog;
 use metropolis_pki::{Credentials, curator_client_config, self_signed_agent_certificate};
 use metropolis_proto::prelude::agent;
 use metropolis_proto::wire::EncodedHeartbeatResponse;
@@ -154,12 +156,10 @@ async fn send_heartbeat(
 }
 
 fn install(installer: &dyn Installer, generation: i64, request: &Bytes) -> Result<(), String> {
-    // Progress is logged at most every two seconds, and always the first.
-    let mut last: Option<std::time::Instant> = None;
+    let mut log = ProgressLog::new();
     let mut progress = |p: &Progress| {
-        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(2)) {
-            last = Some(std::time::Instant::now());
-            tracing::info!(generation, "installing: {p}");
+        if let Some(line) = log.line(p, std::time::Instant::now()) {
+            tracing::info!(generation, "installing: {line}");
         }
     };
     install_encoded_request(installer, request, &mut progress).map_err(|e| e.to_string())

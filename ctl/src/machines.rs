@@ -159,6 +159,34 @@ fn age(now_ms: i64, then_ms: i64) -> String {
     }
 }
 
+/// Where the current request stands, for an operator waiting on it: when
+/// it was submitted and first handed to the agent, and whether the agent
+/// is still heard from (an install in progress keeps heartbeating; one
+/// that stopped does not).
+fn request_progress(m: &Machine, reported: bool, now_ms: i64) -> String {
+    let submitted = match m.request_submitted_unix_ms {
+        0 => String::new(),
+        t => format!("submitted {}, ", age(now_ms, t)),
+    };
+    let handed = match (m.request_handed_out_unix_ms, reported) {
+        (0, _) => "not handed to the agent yet".to_string(),
+        (t, true) => format!("handed to the agent {}", age(now_ms, t)),
+        (t, false) => format!("handed to the agent {}, no report yet", age(now_ms, t)),
+    };
+    let agent = if m.lost {
+        format!(
+            "agent LOST (last heartbeat {})",
+            age(now_ms, m.last_heartbeat_unix_ms)
+        )
+    } else {
+        format!(
+            "agent heartbeating (last {})",
+            age(now_ms, m.last_heartbeat_unix_ms)
+        )
+    };
+    format!("{submitted}{handed}; {agent}")
+}
+
 fn hardware_summary(m: &Machine) -> String {
     let Some(report) = m.hardware_report.as_ref().and_then(|r| r.report.as_ref()) else {
         return "no hardware report".into();
@@ -357,6 +385,7 @@ pub async fn install(channel: Channel, command: InstallCommand) -> Result<(), Cl
                     target,
                     if done { "reported" } else { "pending" }
                 );
+                outln!("  {}", request_progress(&m, done, now_ms()));
             }
             for r in &m.reports {
                 let result = if r.success {

@@ -998,7 +998,7 @@ impl Curator {
                 let Ok(mut record) = MachineRecord::decode(&kv.value) else {
                     return self.end(ctx, request, Err(CallError::NotFound));
                 };
-                if record.submit_request(bytes).is_err() {
+                if record.submit_request(bytes, 0).is_err() {
                     return self.end(ctx, request, Err(CallError::Aborted));
                 }
                 (

@@ -159,6 +159,17 @@ async fn install_flow(rt: RuntimeKind) {
         agent.log()
     );
     assert_eq!(device.read(), installed);
+    // The record says when the request was submitted and first handed out,
+    // and the agent logged its progress with rate and ETA.
+    let m = machine(&mut op).await;
+    assert!(m.request_submitted_unix_ms > 0, "{m:#?}");
+    assert!(
+        m.request_handed_out_unix_ms >= m.request_submitted_unix_ms,
+        "{m:#?}"
+    );
+    assert!(m.request_handed_out_unix_ms <= r.received_unix_ms, "{m:#?}");
+    let log = agent.log();
+    assert!(log.contains("MiB/s") && log.contains("ETA"), "{log}");
 
     // A regular file is not a root device without --allow-image-files;
     // root devices are under /dev, so the files are on /dev/shm, and made

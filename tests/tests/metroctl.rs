@@ -132,6 +132,13 @@ fn the_tour_works_and_errors_name_the_field() {
         status.contains("generation 1") && status.contains("pending"),
         "{status}"
     );
+    // Where it stands: no agent has fetched it, none is heard from.
+    assert!(
+        status.contains(
+            "submitted 0s ago, not handed to the agent yet; agent LOST (last heartbeat never)"
+        ),
+        "{status}"
+    );
 
     // Errors name the field and the rule.
     let e = ctl.fails(false, &["status", "set", "--external-address", "nope"]);

@@ -34,6 +34,12 @@ pub struct InstallationRequest {
     /// The encoded `OSInstallationRequest`, generation included, exactly as
     /// it is returned to the agent.
     pub encoded: Bytes,
+    /// Wall time it was submitted, in milliseconds since the Unix epoch
+    /// (None in records written before it was kept).
+    pub submitted_unix_ms: Option<i64>,
+    /// Wall time a heartbeat's answer first carried it to the agent (None:
+    /// not yet handed out).
+    pub handed_out_unix_ms: Option<i64>,
 }
 
 /// An installation report received from the agent.
@@ -259,6 +265,7 @@ impl MachineRecord {
     pub fn submit_request(
         &mut self,
         submitted: &[u8],
+        now_unix_ms: i64,
     ) -> Result<InstallationRequest, RequestError> {
         let decoded =
             agent::OsInstallationRequest::decode(submitted).map_err(RequestError::Malformed)?;
@@ -276,6 +283,8 @@ impl MachineRecord {
         let request = InstallationRequest {
             generation,
             encoded: with_generation(submitted, generation),
+            submitted_unix_ms: Some(now_unix_ms),
+            handed_out_unix_ms: None,
         };
         self.next_generation = next;
         self.request = Some(request.clone());
@@ -301,8 +310,16 @@ impl MachineRecord {
             let result = ReportResult::from_proto(report.result.as_ref());
             self.store_report(report.generation, result, now_unix_ms)
         });
+        let pending = self.pending_request().is_some();
+        let response_request = match &mut self.request {
+            Some(request) if pending => {
+                request.handed_out_unix_ms.get_or_insert(now_unix_ms);
+                Some(request.encoded.clone())
+            }
+            _ => None,
+        };
         HeartbeatOutcome {
-            response_request: self.pending_request().map(|r| r.encoded.clone()),
+            response_request,
             report,
         }
     }
@@ -401,6 +418,8 @@ impl MachineRecord {
             request: self.request.as_ref().map(|r| StoredRequest {
                 generation: r.generation,
                 encoded: r.encoded.clone(),
+                submitted_unix_ms: r.submitted_unix_ms,
+                handed_out_unix_ms: r.handed_out_unix_ms,
             }),
             reports: self
                 .reports
@@ -473,6 +492,8 @@ impl MachineRecord {
                 Some(InstallationRequest {
                     generation: r.generation,
                     encoded: r.encoded,
+                    submitted_unix_ms: r.submitted_unix_ms,
+                    handed_out_unix_ms: r.handed_out_unix_ms,
                 })
             }
         };
@@ -573,6 +594,10 @@ struct StoredRequest {
     generation: i64,
     #[prost(bytes = "bytes", tag = "2")]
     encoded: Bytes,
+    #[prost(int64, optional, tag = "3")]
+    submitted_unix_ms: Option<i64>,
+    #[prost(int64, optional, tag = "4")]
+    handed_out_unix_ms: Option<i64>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -637,6 +662,42 @@ mod tests {
     }
 
     #[test]
+    fn a_request_remembers_when_it_was_submitted_and_first_handed_out() {
+        let mut record = MachineRecord::new(ID, KEY);
+        record
+            .submit_request(&request_bytes("a"), 1_000)
+            .expect("valid");
+        let request = |r: &MachineRecord| r.request.clone().expect("a request");
+        assert_eq!(request(&record).submitted_unix_ms, Some(1_000));
+        assert_eq!(request(&record).handed_out_unix_ms, None);
+        assert!(
+            record
+                .handle_heartbeat(&heartbeat(None), 2_000)
+                .response_request
+                .is_some()
+        );
+        assert!(
+            record
+                .handle_heartbeat(&heartbeat(None), 3_000)
+                .response_request
+                .is_some()
+        );
+        // The first answer that carried it, kept across encoding.
+        let record = MachineRecord::decode(&record.encode()).expect("decodes");
+        assert_eq!(request(&record).handed_out_unix_ms, Some(2_000));
+        let mut record = record;
+        // Reported: no longer handed out, the time stays.
+        record.handle_heartbeat(&heartbeat(Some((1, None))), 4_000);
+        assert_eq!(request(&record).handed_out_unix_ms, Some(2_000));
+        // A new request starts afresh.
+        record
+            .submit_request(&request_bytes("b"), 5_000)
+            .expect("valid");
+        assert_eq!(request(&record).submitted_unix_ms, Some(5_000));
+        assert_eq!(request(&record).handed_out_unix_ms, None);
+    }
+
+    #[test]
     fn generation_is_appended_and_unknown_fields_survive() {
         let mut record = MachineRecord::new(ID, KEY);
         let mut submitted = request_bytes("/dev/sda");
@@ -646,7 +707,9 @@ mod tests {
         // A generation the operator set is overridden.
         prost::encoding::int64::encode(1, &42, &mut submitted);
 
-        let first = record.submit_request(&submitted).expect("valid request");
+        let first = record
+            .submit_request(&submitted, 1_000)
+            .expect("valid request");
         assert_eq!(first.generation, 1);
         assert!(first.encoded.starts_with(&submitted));
         let decoded =
@@ -662,7 +725,9 @@ mod tests {
         assert_eq!(&first.encoded[submitted.len()..], &[0x08, 0x01]);
         assert!(first.encoded.windows(unknown.len()).any(|w| w == unknown));
 
-        let second = record.submit_request(&submitted).expect("valid request");
+        let second = record
+            .submit_request(&submitted, 1_000)
+            .expect("valid request");
         assert_eq!(second.generation, 2);
         let decoded =
             agent::OsInstallationRequest::decode(second.encoded.as_ref()).expect("decodes");
@@ -679,10 +744,12 @@ mod tests {
     fn invalid_requests_are_refused_naming_the_field() {
         let mut record = MachineRecord::new(ID, KEY);
         let no_type = agent::OsInstallationRequest::default().encode_to_vec();
-        let err = record.submit_request(&no_type).expect_err("no type");
+        let err = record.submit_request(&no_type, 1_000).expect_err("no type");
         assert_eq!(err, RequestError::MissingType);
         assert!(err.to_string().starts_with("type:"), "{err}");
-        let err = record.submit_request(&[0xff, 0xff]).expect_err("garbage");
+        let err = record
+            .submit_request(&[0xff, 0xff], 1_000)
+            .expect_err("garbage");
         assert!(matches!(err, RequestError::Malformed(_)), "{err}");
         for root in [
             "",
@@ -692,7 +759,7 @@ mod tests {
             "/dev/../etc",
         ] {
             let err = record
-                .submit_request(&request_bytes(root))
+                .submit_request(&request_bytes(root), 1_000)
                 .expect_err("not a device");
             assert!(
                 matches!(err, RequestError::RootDevice(_)),
@@ -716,7 +783,9 @@ mod tests {
                 .response_request,
             None
         );
-        let r1 = record.submit_request(&request_bytes("a")).expect("valid");
+        let r1 = record
+            .submit_request(&request_bytes("a"), 1_000)
+            .expect("valid");
         let out = record.handle_heartbeat(&heartbeat(None), 10);
         assert_eq!(out.response_request, Some(r1.encoded.clone()));
         assert_eq!(record.last_heartbeat_unix_ms, Some(10));
@@ -727,7 +796,9 @@ mod tests {
         assert_eq!(out.response_request, None);
 
         // A new request is returned although an old report exists.
-        let r2 = record.submit_request(&request_bytes("b")).expect("valid");
+        let r2 = record
+            .submit_request(&request_bytes("b"), 1_000)
+            .expect("valid");
         let out = record.handle_heartbeat(&heartbeat(None), 30);
         assert_eq!(out.response_request, Some(r2.encoded.clone()));
         // A late report of the old generation does not satisfy it.
@@ -744,7 +815,9 @@ mod tests {
     #[test]
     fn success_is_terminal_and_duplicates_are_kept_once() {
         let mut record = MachineRecord::new(ID, KEY);
-        record.submit_request(&request_bytes("a")).expect("valid");
+        record
+            .submit_request(&request_bytes("a"), 1_000)
+            .expect("valid");
         let out = record.handle_heartbeat(&heartbeat(Some((1, None))), 10);
         assert_eq!(out.report, Some(ReportDisposition::Stored));
         // The acknowledgement got lost: the agent re-sends.
@@ -758,7 +831,9 @@ mod tests {
         assert_eq!(out.response_request, None);
 
         // Of two errors, the first stays.
-        record.submit_request(&request_bytes("b")).expect("valid");
+        record
+            .submit_request(&request_bytes("b"), 1_000)
+            .expect("valid");
         record.handle_heartbeat(&heartbeat(Some((2, Some("first")))), 40);
         record.handle_heartbeat(&heartbeat(Some((2, Some("second")))), 50);
         assert_eq!(
@@ -770,14 +845,18 @@ mod tests {
     #[test]
     fn reports_for_unissued_generations_are_not_stored() {
         let mut record = MachineRecord::new(ID, KEY);
-        record.submit_request(&request_bytes("a")).expect("valid");
+        record
+            .submit_request(&request_bytes("a"), 1_000)
+            .expect("valid");
         for generation in [0, -1, 2, i64::MAX] {
             let out = record.handle_heartbeat(&heartbeat(Some((generation, None))), 10);
             assert_eq!(out.report, Some(ReportDisposition::NeverIssued));
         }
         assert!(record.reports.is_empty());
         // Otherwise the next request would be born satisfied.
-        let r2 = record.submit_request(&request_bytes("b")).expect("valid");
+        let r2 = record
+            .submit_request(&request_bytes("b"), 1_000)
+            .expect("valid");
         let out = record.handle_heartbeat(&heartbeat(None), 20);
         assert_eq!(out.response_request, Some(r2.encoded));
     }
@@ -785,7 +864,9 @@ mod tests {
     #[test]
     fn report_without_result_is_stored_as_an_error() {
         let mut record = MachineRecord::new(ID, KEY);
-        record.submit_request(&request_bytes("a")).expect("valid");
+        record
+            .submit_request(&request_bytes("a"), 1_000)
+            .expect("valid");
         let mut hb = heartbeat(Some((1, None)));
         if let Some(r) = hb.installation_report.as_mut() {
             r.result = None;
@@ -801,7 +882,9 @@ mod tests {
     fn history_is_bounded_and_keeps_the_current_generation() {
         let mut record = MachineRecord::new(ID, KEY);
         for g in 1..=40 {
-            record.submit_request(&request_bytes("a")).expect("valid");
+            record
+                .submit_request(&request_bytes("a"), 1_000)
+                .expect("valid");
             record.handle_heartbeat(&heartbeat(Some((g, Some("x")))), g);
         }
         assert_eq!(record.reports.len(), MAX_REPORTS);
@@ -818,7 +901,9 @@ mod tests {
     #[test]
     fn long_errors_are_bounded() {
         let mut record = MachineRecord::new(ID, KEY);
-        record.submit_request(&request_bytes("a")).expect("valid");
+        record
+            .submit_request(&request_bytes("a"), 1_000)
+            .expect("valid");
         let long = "é".repeat(MAX_ERROR_BYTES);
         record.handle_heartbeat(&heartbeat(Some((1, Some(&long)))), 10);
         match &record.reports[&1].result {
@@ -870,11 +955,17 @@ mod tests {
             warning: vec!["no DMI".to_string()],
         });
         record.handle_heartbeat(&hb, 10);
-        record.submit_request(&request_bytes("a")).expect("valid");
+        record
+            .submit_request(&request_bytes("a"), 1_000)
+            .expect("valid");
         record.handle_heartbeat(&heartbeat(Some((1, Some("bad")))), 20);
-        record.submit_request(&request_bytes("b")).expect("valid");
+        record
+            .submit_request(&request_bytes("b"), 1_000)
+            .expect("valid");
         record.handle_heartbeat(&heartbeat(Some((2, None))), 30);
-        record.submit_request(&request_bytes("c")).expect("valid");
+        record
+            .submit_request(&request_bytes("c"), 1_000)
+            .expect("valid");
         let decoded = MachineRecord::decode(&record.encode()).expect("decodes");
         assert_eq!(decoded, record);
         assert_eq!(decoded.next_generation(), 4);
@@ -904,6 +995,7 @@ mod tests {
         stored.request = Some(StoredRequest {
             generation: 1,
             encoded: Bytes::new(),
+            ..Default::default()
         });
         check(&stored, "request.generation");
         stored.next_generation = 2;

@@ -265,7 +265,10 @@ impl Sim {
                 if unknown_field {
                     bytes.extend_from_slice(&[0x98, 0x06, 0x07]);
                 }
-                let request = self.server.submit_request(&bytes).expect("valid request");
+                let request = self
+                    .server
+                    .submit_request(&bytes, 0)
+                    .expect("valid request");
                 assert_eq!(&request.encoded[..bytes.len()], &bytes[..]);
                 self.submitted.insert(request.generation, request.encoded);
             }

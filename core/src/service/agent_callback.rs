@@ -191,6 +191,16 @@ impl ProvisioningService {
                 .as_ref()
                 .map(|r| r.encoded.clone())
                 .unwrap_or_default(),
+            request_submitted_unix_ms: record
+                .request
+                .as_ref()
+                .and_then(|r| r.submitted_unix_ms)
+                .unwrap_or(0),
+            request_handed_out_unix_ms: record
+                .request
+                .as_ref()
+                .and_then(|r| r.handed_out_unix_ms)
+                .unwrap_or(0),
             reports: record
                 .reports
                 .values()
@@ -309,10 +319,11 @@ impl machine_management_server::MachineManagement for ProvisioningService {
     ) -> Result<tonic::Response<private::SubmitInstallationRequestResponse>, Status> {
         let req = request.into_inner();
         check_machine_id(&req.machine_id)?;
+        let now = self.clock.now_unix_ms();
         let generation = self
             .update(&req.machine_id, |record| {
                 record
-                    .submit_request(&req.request)
+                    .submit_request(&req.request, now)
                     .map(|r| r.generation)
                     .map_err(|e| match e {
                         // Not a request at all: the field is `request`.

@@ -236,7 +236,7 @@ impl Sim {
                     input.lp().to_vec()
                 };
                 let before = self.server.next_generation();
-                match self.server.submit_request(&bytes) {
+                match self.server.submit_request(&bytes, 0) {
                     Ok(r) => assert_eq!(r.generation, before, "generation of a request"),
                     Err(e) => assert!(!e.to_string().is_empty()),
                 }
