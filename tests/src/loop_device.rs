@@ -19,6 +19,22 @@ impl LoopDevice {
         let dir = tempfile::tempdir().unwrap();
         let backing = dir.path().join("backing.img");
         std::fs::write(&backing, vec![fill; size as usize]).unwrap();
+        Self::attach_file(&backing, dir)
+    }
+
+    /// Attaches a loop device to a sparse file of `size` bytes in a new
+    /// directory under `parent` (e.g. on the disk a benchmark measures).
+    pub fn attach_sparse_in(parent: &Path, size: u64) -> LoopDevice {
+        let dir = tempfile::tempdir_in(parent).unwrap();
+        let backing = dir.path().join("backing.img");
+        std::fs::File::create(&backing)
+            .unwrap()
+            .set_len(size)
+            .unwrap();
+        Self::attach_file(&backing, dir)
+    }
+
+    fn attach_file(backing: &Path, dir: tempfile::TempDir) -> LoopDevice {
         let out = Command::new("losetup")
             .arg("--find")
             .arg("--show")

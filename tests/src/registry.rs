@@ -91,7 +91,16 @@ impl Registry {
 
     /// Starts a registry on a free loopback port.
     pub fn start() -> Registry {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_with(tempfile::tempdir().unwrap())
+    }
+
+    /// [`start`](Self::start) with its storage in a new directory under
+    /// `parent` (e.g. on the disk a benchmark measures).
+    pub fn start_in(parent: &std::path::Path) -> Registry {
+        Self::start_with(tempfile::tempdir_in(parent).unwrap())
+    }
+
+    fn start_with(dir: tempfile::TempDir) -> Registry {
         let port = crate::free_port();
         let addr = format!("127.0.0.1:{port}");
         let config = dir.path().join("config.yml");

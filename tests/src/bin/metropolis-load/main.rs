@@ -24,6 +24,8 @@
 //!   run as a separate process.
 //! - `get-logs`: a large GetLogs backlog from an in-process debug service.
 //! - `load-image`: LoadImage of a 1 GiB archive against the disk's speed.
+//! - `install`: the agent's installer from a local registry onto a loop
+//!   device, against `dd oflag=direct conv=fsync`.
 //!
 //! Traffic goes only to 127.0.0.1 and UNIX sockets; every loop is bounded.
 
@@ -49,6 +51,7 @@ mod get_logs;
 mod heartbeat;
 #[cfg(feature = "system")]
 mod heartbeat_etcd;
+mod install;
 mod load_image;
 mod rounds;
 #[cfg(feature = "system")]
@@ -155,6 +158,11 @@ enum Command {
     /// into the daemon's default image store, against writing the same
     /// bytes to the same disk (both fsynced): MB/s and the ratio.
     LoadImage(load_image::LoadImageArgs),
+    /// The agent's installer putting a large OS image (default 1 GiB) from
+    /// a local docker-registry onto a loop device (or a file) on the work
+    /// directory's disk, against dd oflag=direct conv=fsync of the same
+    /// bytes onto the same target, alternating: MB/s and the ratio.
+    Install(install::InstallArgs),
     /// The echo server of update-tls (started by it).
     #[command(hide = true)]
     ServeEcho(echo::EchoArgs),
@@ -202,6 +210,7 @@ fn run(cli: Cli) -> util::Result<()> {
             Command::UpdateTls(args) => update_tls::run(args, &target, work.path()).await,
             Command::Heartbeat(args) => heartbeat::run(args, &target, work.path()).await,
             Command::LoadImage(args) => load_image::run(args, &target, work.path()).await,
+            Command::Install(args) => install::run(args, work.path()).await,
             Command::GetLogs(args) => get_logs::run(args, cli.daemon_runtime).await,
             Command::ServeEcho(_) => Ok(()),
         }

@@ -1,0 +1,215 @@
+//! `install`: the agent's installer putting a large OS image (default
+//! 1 GiB, raw layer) from a local registry (Debian's `docker-registry`,
+//! started here, storage on the work directory's disk) onto a target on
+//! the same disk, against `dd ... oflag=direct conv=fsync` writing the same
+//! bytes to the same target, in alternating windows. The installer's
+//! figure includes everything an install does: fetching the manifest,
+//! streaming and hashing the layer, invalidating the target's ends,
+//! syncing and reading the image back. Prints MB/s of both, the per-round
+//! ratios and their median.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bmaas_agent::install::{Installer, OciInstaller, Progress};
+use metropolis_proto::prelude::debug::OsImageRef;
+use metropolis_tests::loop_device::LoopDevice;
+use metropolis_tests::registry::Registry;
+
+use super::util::{Context, Result, print_table, row};
+
+/// Arguments of `install`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct InstallArgs {
+    /// Size of the image, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub size_mib: u64,
+    /// Windows per side, alternating (installer, dd, installer, ...).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// What is written: a loop device over a file on the work directory's
+    /// disk (needs root), or a regular file there.
+    #[arg(long, value_enum, default_value_t = TargetKind::Loop)]
+    pub target: TargetKind,
+}
+
+/// The kind of target written.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetKind {
+    /// A loop block device.
+    Loop,
+    /// A regular file.
+    File,
+}
+
+/// Deterministic incompressible bytes (xorshift64*).
+fn image(len: usize) -> Vec<u8> {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut out = vec![0u8; len];
+    for chunk in out.chunks_mut(8) {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        let v = state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
+        chunk.copy_from_slice(&v[..chunk.len()]);
+    }
+    out
+}
+
+fn mb_per_s(bytes: u64, elapsed: Duration) -> f64 {
+    bytes as f64 / 1e6 / elapsed.as_secs_f64().max(1e-9)
+}
+
+/// How long one install took, and its part until the whole layer was
+/// received and written (the rest: syncing and reading back).
+struct Timed {
+    total: Duration,
+    written: Duration,
+}
+
+/// One install of `image` onto `target`.
+async fn install(image: OsImageRef, target: PathBuf) -> Result<Timed> {
+    let started = Instant::now();
+    let written = tokio::task::spawn_blocking(move || {
+        let mut written = None;
+        OciInstaller::new()
+            .allow_image_files(true)
+            .install(&image, &target, &mut |p: &Progress| {
+                if let Progress::Writing {
+                    received,
+                    layer_size,
+                    ..
+                } = p
+                    && received == layer_size
+                {
+                    written = Some(started.elapsed());
+                }
+            })
+            .map(|()| written)
+    })
+    .await
+    .map_err(|e| format!("the install thread failed: {e}"))?
+    .map_err(|e| format!("install: {e}"))?;
+    let total = started.elapsed();
+    Ok(Timed {
+        total,
+        written: written.unwrap_or(total),
+    })
+}
+
+/// `dd` of `source` onto `target`, direct and synced; its duration.
+async fn dd(source: &Path, target: &Path) -> Result<Duration> {
+    let mut command = Command::new("dd");
+    command
+        .arg(format!("if={}", source.display()))
+        .arg(format!("of={}", target.display()))
+        .args(["bs=1M", "oflag=direct", "conv=fsync,notrunc", "status=none"]);
+    let started = Instant::now();
+    let status = tokio::task::spawn_blocking(move || command.status())
+        .await
+        .map_err(|e| format!("the dd thread failed: {e}"))?
+        .context(|| "running dd".into())?;
+    if !status.success() {
+        return Err(format!("dd failed: {status}").into());
+    }
+    Ok(started.elapsed())
+}
+
+/// Runs the scenario.
+pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
+    if args.size_mib == 0 || args.rounds == 0 {
+        return Err("--size-mib and --rounds must be at least 1".into());
+    }
+    if !Registry::available() {
+        return Err("docker-registry is not installed (apt-get install docker-registry)".into());
+    }
+    let size = args.size_mib << 20;
+    let data = image(usize::try_from(size).map_err(|_| "--size-mib is too large")?);
+    let source = work.join("image.raw");
+    std::fs::write(&source, &data).context(|| "writing the image for dd".into())?;
+    // The registry's storage on the same disk as the target.
+    let registry = Registry::start_in(work);
+    let digest = registry.push_image(
+        "os/metropolis",
+        "bench",
+        &data,
+        "application/vnd.oci.image.layer.v1.tar",
+    );
+    drop(data);
+    let image = OsImageRef {
+        scheme: "http".into(),
+        host: registry.addr.clone(),
+        repository: "os/metropolis".into(),
+        tag: String::new(),
+        digest,
+    };
+    // The target: 2 MiB larger than the image (its ends are invalidated).
+    let (device, target) = match args.target {
+        TargetKind::Loop => {
+            let device = LoopDevice::attach_sparse_in(work, size + (2 << 20));
+            let path = device.path().to_path_buf();
+            (Some(device), path)
+        }
+        TargetKind::File => (None, work.join("target.img")),
+    };
+    println!(
+        "install: {} MiB raw image from docker-registry at {} onto {} ({:?}), against dd \
+         oflag=direct conv=fsync",
+        args.size_mib,
+        registry.addr,
+        target.display(),
+        args.target
+    );
+    let (mut installer, mut direct) = (Vec::new(), Vec::new());
+    for round in 0..args.rounds {
+        let timed = install(image.clone(), target.clone()).await?;
+        let d = dd(&source, &target).await?;
+        let (i, d) = (mb_per_s(size, timed.total), mb_per_s(size, d));
+        println!(
+            "  round {}: installer {i:.0} MB/s ({:.2} s receiving and writing, {:.2} s syncing \
+             and reading back), dd {d:.0} MB/s, ratio {:.3}",
+            round + 1,
+            timed.written.as_secs_f64(),
+            (timed.total - timed.written).as_secs_f64(),
+            i / d
+        );
+        installer.push(i);
+        direct.push(d);
+    }
+    let mut ratios: Vec<f64> = installer.iter().zip(&direct).map(|(i, d)| i / d).collect();
+    let per_round = ratios
+        .iter()
+        .map(|r| format!("{r:.3}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    print_table(
+        &format!(
+            "install: {} MiB, {} rounds, {:?} target",
+            args.size_mib, args.rounds, args.target
+        ),
+        &[
+            row("installer MB/s (mean)", format!("{:.0}", mean(&installer))),
+            row("dd MB/s (mean)", format!("{:.0}", mean(&direct))),
+            row("installer/dd per round", per_round),
+            row("installer/dd, median round", format!("{median:.3}")),
+        ],
+    );
+    let kind = match args.target {
+        TargetKind::Loop => "loop",
+        TargetKind::File => "file",
+    };
+    println!(
+        "RESULT install size_mib={} rounds={} target={kind} installer_mbps={:.0} dd_mbps={:.0} \
+         ratio_median={median:.3}",
+        args.size_mib,
+        args.rounds,
+        mean(&installer),
+        mean(&direct)
+    );
+    drop(device);
+    Ok(())
+}
