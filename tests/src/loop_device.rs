@@ -38,7 +38,7 @@ impl LoopDevice {
         let out = Command::new("losetup")
             .arg("--find")
             .arg("--show")
-            .arg(&backing)
+            .arg(backing)
             .output()
             .expect("losetup (util-linux) is not installed");
         assert!(
