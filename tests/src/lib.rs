@@ -24,7 +24,8 @@ use metropolis_core::identity::NodeId;
 pub use metropolis_node::daemon::RuntimeKind;
 use metropolis_pki::{Credentials, client_config};
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
-    AddNodeRequest, node_management_client::NodeManagementClient,
+    AddMachineRequest, AddNodeRequest, machine_management_client::MachineManagementClient,
+    node_management_client::NodeManagementClient,
 };
 use metropolis_proto::prelude::curator;
 use metropolis_proto::prelude::curator::curator_client::CuratorClient;
@@ -484,6 +485,35 @@ pub struct AgentKey {
     pub creds: Credentials,
     /// The agent's public key.
     pub public: [u8; 32],
+}
+
+/// A machine registered with a daemon for an agent process.
+pub struct EnrolledMachine {
+    /// The agent's key file (PKCS#8 PEM), for `bmaas-agent --key`.
+    pub key_file: PathBuf,
+    /// The owner's MachineManagement client.
+    pub operator: MachineManagementClient<Channel>,
+}
+
+impl Daemon {
+    /// Registers `machine_id` with a new agent key written to
+    /// `dir/agent.key`, as `metroctl machine add --generate-key` does.
+    pub async fn enroll_machine(&self, machine_id: &str, dir: &Path) -> EnrolledMachine {
+        let key_file = dir.join("agent.key");
+        let key = metropolis_pki::generate_agent_key().unwrap();
+        std::fs::write(&key_file, &key).unwrap();
+        let (_, public) = metropolis_pki::self_signed_agent_certificate(&key).unwrap();
+        let mut operator =
+            MachineManagementClient::with_origin(self.owner().await, Channel::origin());
+        operator
+            .add_machine(AddMachineRequest {
+                machine_id: machine_id.into(),
+                agent_public_key: public.to_vec().into(),
+            })
+            .await
+            .unwrap();
+        EnrolledMachine { key_file, operator }
+    }
 }
 
 impl AgentKey {

@@ -13,13 +13,13 @@
 use std::time::{Duration, Instant};
 
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
-    AddMachineRequest, GetMachineRequest, Machine, SubmitInstallationRequestRequest,
+    GetMachineRequest, Machine, SubmitInstallationRequestRequest,
     machine_management_client::MachineManagementClient,
 };
 use metropolis_proto::prelude::{agent, debug as api};
 use metropolis_tests::loop_device::LoopDevice;
 use metropolis_tests::registry::Registry;
-use metropolis_tests::{AgentProcess, Daemon, RuntimeKind, against_both_runtimes};
+use metropolis_tests::{AgentProcess, Daemon, EnrolledMachine, RuntimeKind, against_both_runtimes};
 use metropolis_transport::grpc::Channel;
 use prost::Message;
 
@@ -118,17 +118,10 @@ async fn install_flow(rt: RuntimeKind) {
 
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(&dir.path().join("d"), rt);
-    let key_file = dir.path().join("agent.key");
-    let key = metropolis_pki::generate_agent_key().unwrap();
-    std::fs::write(&key_file, &key).unwrap();
-    let (_, public) = metropolis_pki::self_signed_agent_certificate(&key).unwrap();
-    let mut op = MachineManagementClient::with_origin(d.owner().await, Channel::origin());
-    op.add_machine(AddMachineRequest {
-        machine_id: MACHINE.into(),
-        agent_public_key: public.to_vec().into(),
-    })
-    .await
-    .unwrap();
+    let EnrolledMachine {
+        key_file,
+        operator: mut op,
+    } = d.enroll_machine(MACHINE, dir.path()).await;
 
     let state = dir.path().join("state");
     let mut agent = AgentProcess::start(&d, MACHINE, &key_file, &state);

@@ -13,18 +13,15 @@ use std::time::{Duration, Instant};
 
 use metropolis_core::service::Router;
 use metropolis_pki::{ClientAuth, ClusterCa, server_config};
-use metropolis_proto::metropolis::node::core::curator::proto::private::{
-    AddMachineRequest, GetMachineRequest, machine_management_client::MachineManagementClient,
-};
+use metropolis_proto::metropolis::node::core::curator::proto::private::GetMachineRequest;
 use metropolis_proto::prelude::agent::{
     self, HeartbeatRequest, HeartbeatResponse,
     agent_callback_server::{AgentCallback, AgentCallbackServer},
 };
 use metropolis_proto::prelude::debug as api;
 use metropolis_runtime_tokio::rt::TokioRuntime;
-use metropolis_tests::{AgentProcess, Daemon, RuntimeKind};
+use metropolis_tests::{AgentProcess, Daemon, EnrolledMachine, RuntimeKind};
 use metropolis_transport::edge::EdgeLimits;
-use metropolis_transport::grpc::Channel;
 use metropolis_transport::listen;
 use metropolis_transport::peer::AgentClassifier;
 use metropolis_transport::shutdown::shutdown_pair;
@@ -109,17 +106,10 @@ async fn a_rogue_server_with_a_node_certificate_is_refused() {
 
     // The agent, its key registered with the real curator, pointed at
     // the rogue (as a DNS or routing attack would).
-    let key_file = dir.path().join("agent.key");
-    let key = metropolis_pki::generate_agent_key().unwrap();
-    std::fs::write(&key_file, &key).unwrap();
-    let (_, public) = metropolis_pki::self_signed_agent_certificate(&key).unwrap();
-    let mut op = MachineManagementClient::with_origin(d.owner().await, Channel::origin());
-    op.add_machine(AddMachineRequest {
-        machine_id: MACHINE.into(),
-        agent_public_key: public.to_vec().into(),
-    })
-    .await
-    .unwrap();
+    let EnrolledMachine {
+        key_file,
+        operator: mut op,
+    } = d.enroll_machine(MACHINE, dir.path()).await;
     let state = dir.path().join("rogue-state");
     let allow = ["--allow-image-files"];
     let rogue_agent =

@@ -21,6 +21,26 @@ use super::util::{Context, RPC_TIMEOUT, Result, ms, print_table, row};
 /// The daemon's default election prefix (`--election-prefix`).
 const ELECTION_PREFIX: &str = "/metropolis/curator/leader/";
 
+/// The flags of the alternating windows, shared by the etcd scenarios.
+#[derive(clap::Args, Debug, Clone)]
+pub struct WindowArgs {
+    /// etcd clients (gRPC connections) the direct loops are spread over.
+    #[arg(long, default_value_t = 8)]
+    pub etcd_clients: usize,
+    /// Measured duration of each window.
+    #[arg(long, default_value_t = 4)]
+    pub seconds: u64,
+    /// Windows per side, alternating (curator, etcd, curator, ...).
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+    /// Unmeasured warm-up before each window.
+    #[arg(long, default_value_t = 1)]
+    pub warmup_seconds: u64,
+    /// The daemon's --lease-ttl (seconds).
+    #[arg(long, default_value_t = 10)]
+    pub lease_ttl: u64,
+}
+
 /// What a direct loop writes: a record's key and its value as stored.
 #[derive(Clone)]
 pub struct Record {

@@ -19,7 +19,7 @@ use metropolis_core::service::machine_key;
 
 use super::daemon::Target;
 use super::fanout_etcd::start_elected;
-use super::fenced_direct::{self, Comparison};
+use super::fenced_direct::{self, Comparison, WindowArgs};
 use super::heartbeat::{enroll, window};
 use super::util::{Result, tls_channel};
 
@@ -30,29 +30,17 @@ pub struct HeartbeatEtcdArgs {
     /// direct loops, one per machine record.
     #[arg(long, default_value_t = 128)]
     pub agents: usize,
-    /// etcd clients (gRPC connections) the direct loops are spread over.
-    #[arg(long, default_value_t = 8)]
-    pub etcd_clients: usize,
-    /// Measured duration of each window.
-    #[arg(long, default_value_t = 4)]
-    pub seconds: u64,
-    /// Windows per side, alternating (curator, etcd, curator, ...).
-    #[arg(long, default_value_t = 5)]
-    pub rounds: usize,
-    /// Unmeasured warm-up before each window.
-    #[arg(long, default_value_t = 1)]
-    pub warmup_seconds: u64,
-    /// The daemon's --lease-ttl (seconds).
-    #[arg(long, default_value_t = 10)]
-    pub lease_ttl: u64,
+    /// The windows and the direct side.
+    #[command(flatten)]
+    pub windows: WindowArgs,
 }
 
 /// Runs the scenario.
 pub async fn run(args: HeartbeatEtcdArgs, target: &Target, work: &Path) -> Result<()> {
-    if args.agents == 0 || args.seconds == 0 || args.rounds == 0 {
+    if args.agents == 0 || args.windows.seconds == 0 || args.windows.rounds == 0 {
         return Err("--agents, --seconds and --rounds must be at least 1".into());
     }
-    let (etcd, mut daemon) = start_elected(target, work, args.lease_ttl).await?;
+    let (etcd, mut daemon) = start_elected(target, work, args.windows.lease_ttl).await?;
     let etcd_pid = etcd.pid(0).ok_or("etcd is not running")?;
     let url = etcd.url();
     let daemon_pid = daemon.pid()?;
@@ -67,7 +55,7 @@ pub async fn run(args: HeartbeatEtcdArgs, target: &Target, work: &Path) -> Resul
     for a in &agents {
         channels.push(tls_channel(&daemon.agent_addr, &a.creds).await?);
     }
-    let etcd_clients = fenced_direct::connect(&url, args.etcd_clients).await?;
+    let etcd_clients = fenced_direct::connect(&url, args.windows.etcd_clients).await?;
     let mut kv = etcd_clients[0].clone();
     let election = fenced_direct::leader_key(&mut kv).await?;
     let keys = agents
@@ -81,10 +69,10 @@ pub async fn run(args: HeartbeatEtcdArgs, target: &Target, work: &Path) -> Resul
         .await?,
     );
 
-    let warmup = Duration::from_secs(args.warmup_seconds);
-    let seconds = Duration::from_secs(args.seconds);
+    let warmup = Duration::from_secs(args.windows.warmup_seconds);
+    let seconds = Duration::from_secs(args.windows.seconds);
     let (mut curator_windows, mut etcd_windows) = (Vec::new(), Vec::new());
-    for round in 0..args.rounds {
+    for round in 0..args.windows.rounds {
         daemon.check_alive()?;
         let c = window(channels.clone(), &agents, warmup, seconds, daemon_pid).await?;
         let e = fenced_direct::etcd_window(
@@ -108,11 +96,11 @@ pub async fn run(args: HeartbeatEtcdArgs, target: &Target, work: &Path) -> Resul
         unit: "heartbeats/s",
         title: format!(
             "heartbeat-etcd: {} agents, {} x {} s measured on each side",
-            args.agents, args.rounds, args.seconds
+            args.agents, args.windows.rounds, args.windows.seconds
         ),
         settings: format!(
             "runtime={} agents={} rounds={} seconds={}",
-            target.runtime, args.agents, args.rounds, args.seconds
+            target.runtime, args.agents, args.windows.rounds, args.windows.seconds
         ),
         curator: curator_windows,
         etcd: etcd_windows,

@@ -19,7 +19,7 @@ use metropolis_core::curator::NODES_PREFIX;
 
 use super::daemon::Target;
 use super::fanout_etcd::start_elected;
-use super::fenced_direct::{self, Comparison};
+use super::fenced_direct::{self, Comparison, WindowArgs};
 use super::update_tls::window;
 use super::util::{Result, add_nodes, tls_channel};
 
@@ -33,30 +33,22 @@ pub struct UpdateEtcdArgs {
     /// i mod N in both phases, so N < --clients makes loops share a key.
     #[arg(long, default_value_t = 8)]
     pub connections: usize,
-    /// etcd clients (gRPC connections) the direct loops are spread over.
-    #[arg(long, default_value_t = 8)]
-    pub etcd_clients: usize,
-    /// Measured duration of each window.
-    #[arg(long, default_value_t = 4)]
-    pub seconds: u64,
-    /// Windows per side, alternating (curator, etcd, curator, ...).
-    #[arg(long, default_value_t = 5)]
-    pub rounds: usize,
-    /// Unmeasured warm-up before each window.
-    #[arg(long, default_value_t = 1)]
-    pub warmup_seconds: u64,
-    /// The daemon's --lease-ttl (seconds).
-    #[arg(long, default_value_t = 10)]
-    pub lease_ttl: u64,
+    /// The windows and the direct side.
+    #[command(flatten)]
+    pub windows: WindowArgs,
 }
 
 /// Runs the scenario.
 pub async fn run(args: UpdateEtcdArgs, target: &Target, work: &Path) -> Result<()> {
-    if args.clients == 0 || args.connections == 0 || args.seconds == 0 || args.rounds == 0 {
+    if args.clients == 0
+        || args.connections == 0
+        || args.windows.seconds == 0
+        || args.windows.rounds == 0
+    {
         return Err("--clients, --connections, --seconds and --rounds must be at least 1".into());
     }
     let connections = args.connections.min(args.clients);
-    let (etcd, mut daemon) = start_elected(target, work, args.lease_ttl).await?;
+    let (etcd, mut daemon) = start_elected(target, work, args.windows.lease_ttl).await?;
     let etcd_pid = etcd.pid(0).ok_or("etcd is not running")?;
     let url = etcd.url();
     let daemon_pid = daemon.pid()?;
@@ -71,7 +63,7 @@ pub async fn run(args: UpdateEtcdArgs, target: &Target, work: &Path) -> Result<(
     for n in &nodes {
         channels.push(tls_channel(&daemon.addr, &n.creds).await?);
     }
-    let etcd_clients = fenced_direct::connect(&url, args.etcd_clients).await?;
+    let etcd_clients = fenced_direct::connect(&url, args.windows.etcd_clients).await?;
     let mut kv = etcd_clients[0].clone();
     let election = fenced_direct::leader_key(&mut kv).await?;
     let keys = nodes
@@ -81,10 +73,10 @@ pub async fn run(args: UpdateEtcdArgs, target: &Target, work: &Path) -> Result<(
     let records =
         Arc::new(fenced_direct::stored(&mut kv, keys, |i| format!("node {}", nodes[i].id)).await?);
 
-    let warmup = Duration::from_secs(args.warmup_seconds);
-    let seconds = Duration::from_secs(args.seconds);
+    let warmup = Duration::from_secs(args.windows.warmup_seconds);
+    let seconds = Duration::from_secs(args.windows.seconds);
     let (mut curator_windows, mut etcd_windows) = (Vec::new(), Vec::new());
-    for round in 0..args.rounds {
+    for round in 0..args.windows.rounds {
         daemon.check_alive()?;
         let c = window(
             channels.clone(),
@@ -116,11 +108,11 @@ pub async fn run(args: UpdateEtcdArgs, target: &Target, work: &Path) -> Result<(
         unit: "updates/s",
         title: format!(
             "update-etcd: {} loops, {connections} nodes, {} x {} s measured on each side",
-            args.clients, args.rounds, args.seconds
+            args.clients, args.windows.rounds, args.windows.seconds
         ),
         settings: format!(
             "runtime={} clients={} connections={connections} rounds={} seconds={}",
-            target.runtime, args.clients, args.rounds, args.seconds
+            target.runtime, args.clients, args.windows.rounds, args.windows.seconds
         ),
         curator: curator_windows,
         etcd: etcd_windows,
