@@ -17,7 +17,8 @@
 //!   the daemon and against an echo server with the same TLS/gRPC stack,
 //!   run as a separate process.
 //! - `get-logs`: a large GetLogs backlog from an in-process debug service.
-//! - `load-image`: LoadImage of a 1 GiB archive against the disk's speed.
+//! - `load-image`: LoadImage of a 1 GiB archive against the disk's speed,
+//!   or into containerd against `ctr images import`.
 //!
 //! Traffic goes only to 127.0.0.1 and UNIX sockets; every loop is bounded.
 
@@ -126,7 +127,10 @@ enum Command {
     GetLogs(get_logs::GetLogsArgs),
     /// LoadImage of a large Docker archive (default 1 GiB) over loopback
     /// into the daemon's default image store, against writing the same
-    /// bytes to the same disk (both fsynced): MB/s and the ratio.
+    /// bytes to the same disk (both fsynced); or, with `--against
+    /// containerd`, into a containerd started here, against `ctr images
+    /// import` of the same archive into it. Alternating rounds: MB/s, the
+    /// ratio per round and its median.
     LoadImage(load_image::LoadImageArgs),
     /// The echo server of update-tls (started by it).
     #[command(hide = true)]
