@@ -299,6 +299,12 @@ impl Committer for ContainerdCommit {
         store.import(staged, plan, &images)?;
         Ok(images.into_iter().map(|(name, _)| name).collect())
     }
+
+    /// containerd writes (and syncs) its own copy; the staged files are
+    /// removed right after, mostly before the kernel wrote them.
+    fn writes_back(&self) -> bool {
+        false
+    }
 }
 
 /// Writes an OCI image layout archive of the plan to `out`: `oci-layout`,
