@@ -23,6 +23,7 @@
 mod containerd;
 mod oci;
 mod staging;
+mod writeback;
 
 use metropolis_core::archive::{Descriptor, ImportPlan};
 use metropolis_core::images::ImageStoreError;

@@ -20,6 +20,8 @@ use futures::{FutureExt, SinkExt, StreamExt};
 use metropolis_core::archive::{BlobSource, Digest, ImportPlan, Output};
 use metropolis_core::images::{ImageImport, ImageStoreError};
 
+use super::writeback::Writeback;
+
 /// Prefix of staging directory names (what [`remove_leftovers`] removes).
 pub(crate) const STAGING_PREFIX: &str = ".staging-";
 
@@ -35,6 +37,14 @@ pub(crate) trait Committer: Send + 'static {
         staged: &Staged,
         plan: &ImportPlan,
     ) -> Result<Vec<String>, ImageStoreError>;
+
+    /// Whether staged members are written back to disk as they arrive
+    /// ([`Writeback`]): for a store that keeps the staged files as its
+    /// blobs. A store that copies them elsewhere at commit and then drops
+    /// them says no, so their bytes need not reach the disk at all.
+    fn writes_back(&self) -> bool {
+        true
+    }
 }
 
 /// A staged regular member.
@@ -49,8 +59,11 @@ struct Member {
 pub(crate) struct Staged {
     dir: PathBuf,
     members: HashMap<usize, Member>,
-    /// The member being written.
-    current: Option<(usize, File, u64)>,
+    /// The member being written: its index, file, bytes written and
+    /// writeback.
+    current: Option<(usize, File, u64, Writeback)>,
+    /// Whether members are written back as they arrive.
+    writes_back: bool,
 }
 
 impl Staged {
@@ -98,10 +111,10 @@ impl Staged {
                         end: None,
                     },
                 );
-                self.current = Some((index, file, 0));
+                self.current = Some((index, file, 0, Writeback::default()));
             }
             Output::MemberData { index, data } => match &mut self.current {
-                Some((current, file, written)) if *current == index => {
+                Some((current, file, written, writeback)) if *current == index => {
                     file.write_all(&data).map_err(|e| {
                         unavailable(
                             &self.dir.join(format!("m{index}")),
@@ -113,11 +126,11 @@ impl Staged {
                     // Write back as we go, so the commit's fsync of a
                     // large blob does not start the whole writeback only
                     // then (receiving overlaps with the disk instead).
-                    if *written % WRITEBACK_EVERY < data.len() as u64 {
-                        file.sync_data().map_err(|e| {
+                    if self.writes_back {
+                        writeback.after_write(file, *written).map_err(|e| {
                             unavailable(
                                 &self.dir.join(format!("m{index}")),
-                                "sync staging file",
+                                "start writeback of staging file",
                                 &e,
                             )
                         })?;
@@ -130,7 +143,7 @@ impl Staged {
                 sha256,
                 size,
             } => match self.current.take() {
-                Some((current, _file, written)) if current == index && written == size => {
+                Some((current, _file, written, _)) if current == index && written == size => {
                     if let Some(member) = self.members.get_mut(&index) {
                         member.end = Some((sha256, size));
                     }
@@ -159,9 +172,6 @@ enum Msg {
     ),
     Abort(oneshot::Sender<()>),
 }
-
-/// A staged member is synced every this many bytes.
-const WRITEBACK_EVERY: u64 = 32 * 1024 * 1024;
 
 /// Why the thread stopped early, for the async side to report.
 type Failure = Arc<Mutex<Option<ImageStoreError>>>;
@@ -204,6 +214,7 @@ fn run(
         dir,
         members: HashMap::new(),
         current: None,
+        writes_back: committer.writes_back(),
     };
     let outcome = match std::fs::create_dir(&staged.dir) {
         Ok(()) => stage(&mut staged, committer, &mut rx),

@@ -23,7 +23,8 @@
 //!   the daemon and against an echo server with the same TLS/gRPC stack,
 //!   run as a separate process.
 //! - `get-logs`: a large GetLogs backlog from an in-process debug service.
-//! - `load-image`: LoadImage of a 1 GiB archive against the disk's speed.
+//! - `load-image`: LoadImage of a 1 GiB archive against the disk's speed,
+//!   or into containerd against `ctr images import`.
 //! - `install`: the agent's installer from a local registry onto a loop
 //!   device, against `dd oflag=direct conv=fsync`.
 //!
@@ -156,7 +157,10 @@ enum Command {
     GetLogs(get_logs::GetLogsArgs),
     /// LoadImage of a large Docker archive (default 1 GiB) over loopback
     /// into the daemon's default image store, against writing the same
-    /// bytes to the same disk (both fsynced): MB/s and the ratio.
+    /// bytes to the same disk (both fsynced); or, with `--against
+    /// containerd`, into a containerd started here, against `ctr images
+    /// import` of the same archive into it. Alternating rounds: MB/s, the
+    /// ratio per round and its median.
     LoadImage(load_image::LoadImageArgs),
     /// The agent's installer putting a large OS image (default 1 GiB) from
     /// a local docker-registry onto a loop device (or a file) on the work

@@ -375,14 +375,19 @@ pub fn round_ratios(daemon: &[Window], echo: &[Window]) -> (Vec<f64>, f64) {
         .zip(echo)
         .map(|(d, e)| ratio(d.rps(), e.rps()))
         .collect();
-    let mut sorted = ratios.clone();
+    let median = median(&ratios);
+    (ratios, median)
+}
+
+/// The median of `values` (0 for none).
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
-    let median = match sorted.len() {
+    match sorted.len() {
         0 => 0.0,
         n if n % 2 == 1 => sorted[n / 2],
         n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    };
-    (ratios, median)
+    }
 }
 
 /// The ratios, formatted for a table cell.
