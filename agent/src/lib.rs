@@ -37,7 +37,9 @@ pub mod install;
 pub mod progress;
 
 use crate::hardware::gather_hardware_report;
-use crate::install::{Installer, OciInstaller, Progress, install_encoded_request};
+use crate::install::{
+    Installer, OciInstaller, Progress, RegistryCredentials, install_encoded_request, registry_tls,
+};
 use crate::progress::ProgressLog;
 use metropolis_pki::{Credentials, curator_client_config, self_signed_agent_certificate};
 use metropolis_proto::prelude::agent;
@@ -82,6 +84,33 @@ pub struct AgentArgs {
     /// file fails with the reason.
     #[arg(long)]
     pub allow_image_files: bool,
+    /// Logins for registries that ask for one: a file in the format of
+    /// Docker's config.json, {"auths": {"HOST[:PORT]": {"auth":
+    /// "BASE64(USER:PASSWORD)"}}} or {"username": ..., "password": ...}
+    /// per registry (what `docker login` or `podman login --authfile`
+    /// write). Read at start; keep it mode 600 (the agent warns
+    /// otherwise). Answers Basic and Docker token (Bearer) challenges;
+    /// logins are sent over https only. Without it, registries are used
+    /// anonymously (token servers included).
+    #[arg(long, value_name = "FILE")]
+    pub registry_auth: Option<PathBuf>,
+    /// A PEM file of CA certificates to trust for https registries (and
+    /// their token servers and blob storage), besides the system's roots
+    /// (SSL_CERT_FILE / SSL_CERT_DIR, else the distribution's bundle,
+    /// e.g. /etc/ssl/certs/ca-certificates.crt). May be repeated.
+    #[arg(long, value_name = "FILE")]
+    pub registry_ca: Vec<PathBuf>,
+    /// Seconds one registry request may take in all, the image layer's
+    /// download included: a registry sending slower than that fails the
+    /// installation (reported as the request deadline), instead of
+    /// holding it forever. Allow for the largest image at the slowest
+    /// link (10 GiB at 10 MiB/s: about 1000 s).
+    #[arg(long, value_name = "SECONDS", default_value = "3600")]
+    pub registry_deadline: f64,
+    /// Seconds without progress after which a registry connect, read or
+    /// write fails.
+    #[arg(long, value_name = "SECONDS", default_value = "60")]
+    pub registry_io_timeout: f64,
     /// Root of the filesystem the hardware report is read from.
     #[arg(long, default_value = "/", hide = true)]
     pub hardware_root: PathBuf,
@@ -302,6 +331,55 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
     }
 }
 
+/// A positive, finite number of seconds given as `flag`.
+fn seconds(flag: &str, value: f64) -> Result<Duration, AgentError> {
+    if !value.is_finite() || value <= 0.0 || value > 1e9 {
+        return Err(format!("{flag}: {value} is not a positive number of seconds").into());
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+/// The installer the flags ask for: TLS trusting the system's roots and
+/// `--registry-ca`, the logins of `--registry-auth`, the time limits.
+pub fn installer_from_args(args: &AgentArgs) -> Result<OciInstaller, AgentError> {
+    let deadline = seconds("--registry-deadline", args.registry_deadline)?;
+    let io = seconds("--registry-io-timeout", args.registry_io_timeout)?;
+    let ca_files: Vec<&Path> = args.registry_ca.iter().map(PathBuf::as_path).collect();
+    let mut installer = OciInstaller::new()
+        .allow_image_files(args.allow_image_files)
+        .with_timeouts(io.min(Duration::from_secs(30)), io)
+        .with_deadline(deadline);
+    match registry_tls(true, &ca_files) {
+        Ok(tls) => {
+            for warning in &tls.warnings {
+                tracing::warn!("system root certificates: {warning}");
+            }
+            tracing::info!(
+                system_roots = tls.system_roots,
+                registry_ca_roots = tls.extra_roots,
+                "https registries: trusting {} root certificates",
+                tls.system_roots + tls.extra_roots
+            );
+            installer = installer.with_tls(tls.config);
+        }
+        // A CA file that was given must be usable; no roots at all only
+        // rules out https.
+        Err(e) if !ca_files.is_empty() => return Err(format!("--registry-ca: {e}").into()),
+        Err(e) => tracing::warn!("https registries unusable: {e}"),
+    }
+    if let Some(path) = &args.registry_auth {
+        let credentials =
+            RegistryCredentials::read(path).map_err(|e| format!("--registry-auth {e}"))?;
+        tracing::info!(
+            registries = %credentials.registries().collect::<Vec<_>>().join(", "),
+            "registry logins read from {}",
+            path.display()
+        );
+        installer = installer.with_credentials(credentials);
+    }
+    Ok(installer)
+}
+
 /// Entry point of the `bmaas-agent` binary.
 pub fn main() -> std::process::ExitCode {
     let args = AgentArgs::parse();
@@ -322,7 +400,13 @@ pub fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let installer = OciInstaller::new().allow_image_files(args.allow_image_files);
+    let installer = match installer_from_args(&args) {
+        Ok(installer) => installer,
+        Err(e) => {
+            eprintln!("bmaas-agent: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     match runtime.block_on(run(args, Arc::new(installer))) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -101,7 +101,7 @@ impl<'a> Session<'a> {
         if response.status == 401 && response.url.same_origin(self.registry) {
             return Err(self.unauthorized(match self.login {
                 Some(login) => format!(
-                    "the registry refused the login of user {}",
+                    "the registry refused the login of user {:?}",
                     bounded(&login.username)
                 ),
                 None => "the registry refused the anonymous token".to_string(),
@@ -201,7 +201,7 @@ impl<'a> Session<'a> {
             401 | 403 => {
                 return Err(self.unauthorized(match self.login {
                     Some(login) => format!(
-                        "the token server {} refused the login of user {} ({})",
+                        "the token server {} refused the login of user {:?} ({})",
                         url.authority,
                         bounded(&login.username),
                         response.status
