@@ -9,7 +9,9 @@
 //! - [`hardware`] gathers the hardware report from `/proc`, `/sys` and
 //!   DMI, with a warning for each part it could not read.
 //! - [`install`] installs an OS image from an OCI registry onto the root
-//!   device, behind the [`install::Installer`] trait.
+//!   device, behind the [`install::Installer`] trait; [`installer_from_args`]
+//!   sets it up from the `--registry-*` flags (trusted roots, logins, time
+//!   limits).
 //!
 //! Both are plain blocking `std` code: reading sysfs and writing a disk
 //! image are blocking file I/O on every runtime anyway, and an

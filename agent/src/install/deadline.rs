@@ -33,7 +33,7 @@ impl fmt::Display for DeadlinePassed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "not done within the request deadline of {} (a registry sending too slowly)",
+            "not done within the request deadline of {} (--registry-deadline): the registry sends too slowly",
             seconds(self.limit)
         )
     }

@@ -24,14 +24,14 @@ impl Reference {
                 return Err(InstallError::Unsupported {
                     what: format!(
                         "https registry {}: the installer has no TLS configuration to trust it with",
-                        image.host
+                        quoted(&image.host)
                     ),
                 });
             }
             other => {
                 return Err(InstallError::InvalidRequest {
                     field: "os_image.scheme",
-                    problem: format!("{other:?} is not http or https"),
+                    problem: format!("{} is not http or https", quoted(other)),
                 });
             }
         };
@@ -40,7 +40,7 @@ impl Reference {
             .filter(|url| url.authority == image.host)
             .ok_or_else(|| InstallError::InvalidRequest {
                 field: "os_image.host",
-                problem: format!("{:?} is not host[:port]", image.host),
+                problem: format!("{} is not host[:port]", quoted(&image.host)),
             })?;
         debug_assert_eq!(base.scheme, scheme);
         check_repository(&image.repository)?;
@@ -94,6 +94,14 @@ impl Reference {
     }
 }
 
+/// At most the first 64 characters of `text` the request gave, quoted.
+fn quoted(text: &str) -> String {
+    match text.char_indices().nth(64) {
+        Some((end, _)) => format!("{:?}…", &text[..end]),
+        None => format!("{text:?}"),
+    }
+}
+
 /// Checks a repository name against the OCI distribution grammar:
 /// `/`-separated components of lowercase letters and digits, joined by
 /// single separators `.`, `_`, `__` or runs of `-`.
@@ -126,7 +134,8 @@ fn check_repository(repository: &str) -> Result<(), InstallError> {
             && !component.contains("-_");
         if !well_formed {
             return Err(invalid(format!(
-                "{repository:?} is not a repository name (lowercase letters and digits, separated by '.', '_', '__', '-' or '/')"
+                "{} is not a repository name (lowercase letters and digits, separated by '.', '_', '__', '-' or '/')",
+                quoted(repository)
             )));
         }
     }
@@ -148,7 +157,7 @@ fn check_tag(tag: &str) -> Result<(), InstallError> {
     } else {
         Err(InstallError::InvalidRequest {
             field: "os_image.tag",
-            problem: format!("{tag:?} is not a tag"),
+            problem: format!("{} is not a tag", quoted(tag)),
         })
     }
 }
