@@ -13,12 +13,14 @@
 //! its log from the callback.
 
 mod auth;
+mod body;
 mod credentials;
 mod deadline;
 mod device;
 mod digest;
 mod error;
 mod http;
+mod layer;
 mod manifest;
 mod oci;
 mod reference;
