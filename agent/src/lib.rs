@@ -87,8 +87,8 @@ pub struct AgentArgs {
     #[arg(long)]
     pub allow_image_files: bool,
     /// Logins for registries that ask for one: a file in the format of
-    /// Docker's config.json, {"auths": {"HOST[:PORT]": {"auth":
-    /// "BASE64(USER:PASSWORD)"}}} or {"username": ..., "password": ...}
+    /// Docker's config.json, `{"auths": {"HOST:PORT": {"auth":
+    /// "BASE64(USER:PASSWORD)"}}}` or `{"username": ..., "password": ...}`
     /// per registry (what `docker login` or `podman login --authfile`
     /// write). Read at start; keep it mode 600 (the agent warns
     /// otherwise). Answers Basic and Docker token (Bearer) challenges;
