@@ -431,4 +431,57 @@ mod tests {
         std::fs::write(dir.path().join(STATE_FILE), "x").expect("write");
         assert!(read_last_acted(dir.path()).is_err());
     }
+
+    fn args(extra: &[&str]) -> AgentArgs {
+        let base = [
+            "bmaas-agent",
+            "--endpoint=127.0.0.1:1",
+            "--machine-id=m",
+            "--key=k",
+            "--ca=c",
+            "--state-dir=s",
+        ];
+        AgentArgs::parse_from(base.iter().chain(extra))
+    }
+
+    #[test]
+    fn registry_flags_are_checked_at_start() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let not_pem = dir.path().join("ca.pem");
+        std::fs::write(&not_pem, "no certificate here").expect("write");
+        let auth = dir.path().join("auth.json");
+        std::fs::write(&auth, r#"{"auths": {"r:1": {"auth": "!!"}}}"#).expect("write");
+        let flag = |name: &str, path: &Path| format!("--{name}={}", path.display());
+        for (extra, expected) in [
+            (
+                vec![flag("registry-ca", &not_pem)],
+                "holds no PEM certificate",
+            ),
+            (
+                vec![flag("registry-ca", &dir.path().join("missing"))],
+                "--registry-ca",
+            ),
+            (vec![flag("registry-auth", &auth)], "not base64"),
+            (
+                vec!["--registry-deadline=0".to_string()],
+                "--registry-deadline",
+            ),
+            (
+                vec!["--registry-io-timeout=nan".to_string()],
+                "--registry-io-timeout",
+            ),
+        ] {
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            let Err(e) = installer_from_args(&args(&extra)) else {
+                panic!("{extra:?} accepted");
+            };
+            assert!(e.to_string().contains(expected), "{e} lacks {expected:?}");
+        }
+        std::fs::write(
+            &auth,
+            r#"{"auths": {"r:1": {"username": "u", "password": "p"}}}"#,
+        )
+        .expect("write");
+        installer_from_args(&args(&[&flag("registry-auth", &auth)])).expect("a good auth file");
+    }
 }
