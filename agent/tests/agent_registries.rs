@@ -4,7 +4,7 @@
 //! refused in the clear, Authorization kept from other hosts, https-only
 //! cross-host redirects, image indexes, and a registry dripping the layer
 //! slower than the request deadline. The same against Debian's
-//! `docker-registry` with TLS and htpasswd, end to end:
+//! `docker-registry` with TLS, htpasswd and token auth, end to end:
 //! `tests/tests/agent_registries.rs`.
 
 #![allow(clippy::unwrap_used)]

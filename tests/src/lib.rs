@@ -15,6 +15,7 @@ pub mod interop;
 pub mod loop_device;
 pub mod plain_server;
 pub mod registry;
+pub mod token_server;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
+use crate::token_server::{self, TokenIssuer};
+
 use sha2::{Digest, Sha256};
 
 /// Where Debian installs the registry.
@@ -30,10 +32,33 @@ pub struct Registry {
     storage: PathBuf,
     /// With TLS: the registry's certificate (PEM), the CA to trust.
     pub ca_pem: Option<String>,
-    /// The client's TLS configuration and Basic login for pushing.
+    /// The client's TLS configuration and login for pushing.
     tls: Option<Arc<rustls::ClientConfig>>,
-    authorization: Option<String>,
+    login: Login,
     dir: tempfile::TempDir,
+}
+
+/// Who may use a registry.
+pub enum Access<'a> {
+    /// Anyone, in the clear.
+    Open,
+    /// Over TLS, with this user and password (htpasswd, Basic).
+    Htpasswd(&'a str, &'a str),
+    /// Over TLS, with tokens of `issuer` from the token server at `realm`
+    /// (`auth: token`).
+    Token {
+        /// Whose tokens the registry accepts.
+        issuer: Arc<TokenIssuer>,
+        /// The token server's URL, as the registry's challenge names it.
+        realm: &'a str,
+    },
+}
+
+/// How the push client logs in.
+enum Login {
+    None,
+    Basic(String),
+    Bearer(Arc<TokenIssuer>),
 }
 
 /// A byte stream the push client runs over.
@@ -133,17 +158,18 @@ impl Registry {
     /// Starts a registry on a free loopback port, in the clear, without
     /// logins.
     pub fn start() -> Registry {
-        Registry::start_as(None)
+        Registry::start_as(Access::Open)
     }
 
     /// Starts a registry over TLS (its certificate in [`ca_pem`](Self::ca_pem))
     /// that asks for the login `user`/`password` (htpasswd, Basic) for
     /// everything.
     pub fn start_secure(user: &str, password: &str) -> Registry {
-        Registry::start_as(Some((user, password)))
+        Registry::start_as(Access::Htpasswd(user, password))
     }
 
-    fn start_as(login: Option<(&str, &str)>) -> Registry {
+    /// Starts a registry with `access`.
+    pub fn start_as(access: Access<'_>) -> Registry {
         let dir = tempfile::tempdir().unwrap();
         let port = crate::free_port();
         let addr = format!("127.0.0.1:{port}");
@@ -153,19 +179,16 @@ impl Registry {
             "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
             storage.display()
         );
-        let (mut ca_pem, mut tls, mut authorization) = (None, None, None);
-        if let Some((user, password)) = login {
+        let (mut ca_pem, mut tls, mut login) = (None, None, Login::None);
+        if !matches!(access, Access::Open) {
             let key = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
             let (cert, key_file) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
             std::fs::write(&cert, key.cert.pem()).unwrap();
             std::fs::write(&key_file, key.signing_key.serialize_pem()).unwrap();
-            let htpasswd = dir.path().join("htpasswd");
-            std::fs::write(&htpasswd, htpasswd_entry(user, password)).unwrap();
             yaml.push_str(&format!(
-                "  tls:\n    certificate: {}\n    key: {}\nauth:\n  htpasswd:\n    realm: metropolis-test\n    path: {}\n",
+                "  tls:\n    certificate: {}\n    key: {}\n",
                 cert.display(),
                 key_file.display(),
-                htpasswd.display()
             ));
             let mut roots = rustls::RootCertStore::empty();
             roots.add(key.cert.der().clone()).unwrap();
@@ -179,10 +202,32 @@ impl Registry {
                 .with_no_client_auth(),
             ));
             ca_pem = Some(key.cert.pem());
-            authorization = Some(format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
-            ));
+        }
+        match access {
+            Access::Open => {}
+            Access::Htpasswd(user, password) => {
+                let htpasswd = dir.path().join("htpasswd");
+                std::fs::write(&htpasswd, htpasswd_entry(user, password)).unwrap();
+                yaml.push_str(&format!(
+                    "auth:\n  htpasswd:\n    realm: metropolis-test\n    path: {}\n",
+                    htpasswd.display()
+                ));
+                login = Login::Basic(format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+                ));
+            }
+            Access::Token { issuer, realm } => {
+                let bundle = dir.path().join("token-issuer.pem");
+                std::fs::write(&bundle, &issuer.cert_pem).unwrap();
+                yaml.push_str(&format!(
+                    "auth:\n  token:\n    realm: {realm}\n    service: {}\n    issuer: {}\n    rootcertbundle: {}\n",
+                    token_server::SERVICE,
+                    token_server::ISSUER,
+                    bundle.display()
+                ));
+                login = Login::Bearer(issuer);
+            }
         }
         std::fs::write(&config, yaml).unwrap();
         let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
@@ -205,7 +250,7 @@ impl Registry {
             storage,
             ca_pem,
             tls,
-            authorization,
+            login,
             dir,
         }
     }
@@ -219,13 +264,21 @@ impl Registry {
     /// wants that.
     fn http(
         &self,
+        repo: &str,
         method: &str,
         path: &str,
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        let authorization = match &self.login {
+            Login::None => None,
+            Login::Basic(basic) => Some(basic.clone()),
+            Login::Bearer(issuer) => {
+                Some(format!("Bearer {}", issuer.mint(repo, &["pull", "push"])))
+            }
+        };
         let mut all = headers.to_vec();
-        if let Some(authorization) = &self.authorization {
+        if let Some(authorization) = &authorization {
             all.push(("Authorization", authorization));
         }
         exchange(&self.addr, self.tls.as_ref(), method, path, &all, body)
@@ -245,8 +298,13 @@ impl Registry {
     /// Uploads a blob; returns its digest.
     pub fn push_blob(&self, repo: &str, bytes: &[u8]) -> String {
         let d = digest(bytes);
-        let (status, headers, _) =
-            self.http("POST", &format!("/v2/{repo}/blobs/uploads/"), &[], &[]);
+        let (status, headers, _) = self.http(
+            repo,
+            "POST",
+            &format!("/v2/{repo}/blobs/uploads/"),
+            &[],
+            &[],
+        );
         assert_eq!(status, 202, "start upload");
         let location = header(&headers, "location").unwrap().to_string();
         let path = location
@@ -256,6 +314,7 @@ impl Registry {
             .to_string();
         let sep = if path.contains('?') { '&' } else { '?' };
         let (status, _, body) = self.http(
+            repo,
             "PUT",
             &format!("{path}{sep}digest={d}"),
             &[("Content-Type", "application/octet-stream")],
@@ -300,6 +359,7 @@ impl Registry {
     /// digest.
     pub fn push_manifest(&self, repo: &str, tag: &str, media_type: &str, body: &[u8]) -> String {
         let (status, _, answer) = self.http(
+            repo,
             "PUT",
             &format!("/v2/{repo}/manifests/{tag}"),
             &[("Content-Type", media_type)],
@@ -322,6 +382,7 @@ impl Registry {
             .iter()
             .map(|(platform, manifest_digest)| {
                 let (status, _, manifest) = self.http(
+                    repo,
                     "GET",
                     &format!("/v2/{repo}/manifests/{manifest_digest}"),
                     &[("Accept", "application/vnd.oci.image.manifest.v1+json")],

@@ -9,15 +9,18 @@
 //! the target's head zeroed; with the proxy fixed the next generation
 //! installs. Needs docker-registry and apache2-utils (`.ci/run`).
 //!
-//! The Docker token flow is tested in process against the in-test
-//! registry (`agent/tests/agent_registries.rs`): Debian's registry's
-//! `auth: token` needs a token server signing JWTs, which the project
-//! does not have.
+//! And the Docker token flow: the registry with `auth: token` trusting
+//! the tokens of an in-test token server (`metropolis_tests::token_server`,
+//! over TLS, asking for a Basic login), whose CA is a second
+//! `--registry-ca`; a wrong password is reported as the token server's
+//! refusal.
 
 #![allow(clippy::unwrap_used)]
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -28,7 +31,8 @@ use metropolis_proto::metropolis::node::core::curator::proto::private::{
 };
 use metropolis_proto::prelude::{agent, debug as api};
 use metropolis_tests::drip_proxy::DripProxy;
-use metropolis_tests::registry::Registry;
+use metropolis_tests::registry::{Access, Registry};
+use metropolis_tests::token_server::{TokenIssuer, TokenServer};
 use metropolis_tests::{AgentProcess, Daemon, RuntimeKind};
 use metropolis_transport::grpc::Channel;
 use prost::Message;
@@ -97,6 +101,39 @@ fn image(len: usize, seed: u32) -> Vec<u8> {
         .collect()
 }
 
+/// A daemon with the machine registered, and its agent started with
+/// `extra` flags.
+async fn start_agent(
+    dir: &Path,
+    extra: &[&str],
+) -> (Daemon, MachineManagementClient<Channel>, AgentProcess) {
+    let d = Daemon::start(&dir.join("d"), RuntimeKind::Tokio);
+    let key_file = dir.join("agent.key");
+    let key = metropolis_pki::generate_agent_key().unwrap();
+    std::fs::write(&key_file, &key).unwrap();
+    let (_, public) = metropolis_pki::self_signed_agent_certificate(&key).unwrap();
+    let mut op = MachineManagementClient::with_origin(d.owner().await, Channel::origin());
+    op.add_machine(AddMachineRequest {
+        machine_id: MACHINE.into(),
+        agent_public_key: public.to_vec().into(),
+    })
+    .await
+    .unwrap();
+    let agent = AgentProcess::start_with(&d, MACHINE, &key_file, &dir.join("state"), extra);
+    (d, op, agent)
+}
+
+/// Writes a config.json with `user`/`password` for `registries`, mode 600.
+fn auth_file(path: &Path, registries: &[&str], user: &str, password: &str) {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    let entries: Vec<String> = registries
+        .iter()
+        .map(|r| format!(r#""{r}": {{"auth": "{encoded}"}}"#))
+        .collect();
+    std::fs::write(path, format!(r#"{{"auths": {{{}}}}}"#, entries.join(", "))).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn installs_from_a_registry_with_tls_and_logins() {
     assert!(
@@ -151,24 +188,9 @@ async fn installs_from_a_registry_with_tls_and_logins() {
     .unwrap();
     std::fs::set_permissions(&auth, std::fs::Permissions::from_mode(0o600)).unwrap();
 
-    let d = Daemon::start(&dir.path().join("d"), RuntimeKind::Tokio);
-    let key_file = dir.path().join("agent.key");
-    let key = metropolis_pki::generate_agent_key().unwrap();
-    std::fs::write(&key_file, &key).unwrap();
-    let (_, public) = metropolis_pki::self_signed_agent_certificate(&key).unwrap();
-    let mut op = MachineManagementClient::with_origin(d.owner().await, Channel::origin());
-    op.add_machine(AddMachineRequest {
-        machine_id: MACHINE.into(),
-        agent_public_key: public.to_vec().into(),
-    })
-    .await
-    .unwrap();
     let (ca_arg, auth_arg) = (ca.display().to_string(), auth.display().to_string());
-    let agent = AgentProcess::start_with(
-        &d,
-        MACHINE,
-        &key_file,
-        &dir.path().join("state"),
+    let (_d, mut op, agent) = start_agent(
+        dir.path(),
         &[
             "--allow-image-files",
             "--registry-ca",
@@ -178,7 +200,8 @@ async fn installs_from_a_registry_with_tls_and_logins() {
             "--registry-deadline",
             "4",
         ],
-    );
+    )
+    .await;
 
     // Root devices are under /dev: image files on /dev/shm, made
     // beforehand (under /dev the agent creates nothing).
@@ -233,4 +256,96 @@ async fn installs_from_a_registry_with_tls_and_logins() {
     assert!(r.success, "{}\n{}", r.error, agent.log());
     assert!(std::fs::read(&disk).unwrap() == single);
     drop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn installs_through_the_docker_token_flow() {
+    assert!(
+        Registry::available(),
+        "docker-registry is not installed (apt-get install docker-registry; .ci/run does it)"
+    );
+    // The token server asks for the robot's login; the registry trusts
+    // the issuer's tokens and sends the agent to the token server.
+    let issuer = Arc::new(TokenIssuer::new());
+    let robot = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("robot:t0ken-pw")
+    );
+    let tokens = TokenServer::start(issuer.clone(), robot);
+    let realm = format!("https://{}/token", tokens.addr);
+    let registry = Registry::start_as(Access::Token {
+        issuer,
+        realm: &realm,
+    });
+    let data = image(2 << 20, 4);
+    let digest = registry.push_image(REPO, "v1", &data, LAYER);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (registry_ca, token_ca) = (
+        dir.path().join("registry.pem"),
+        dir.path().join("tokens.pem"),
+    );
+    std::fs::write(&registry_ca, registry.ca_pem.clone().unwrap()).unwrap();
+    std::fs::write(&token_ca, &tokens.ca_pem).unwrap();
+    let auth = dir.path().join("auth.json");
+    auth_file(&auth, &[&registry.addr], "robot", "t0ken-pw");
+    let args: Vec<String> = [&registry_ca, &token_ca, &auth]
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    let (_d, mut op, agent) = start_agent(
+        dir.path(),
+        &[
+            "--allow-image-files",
+            "--registry-ca",
+            &args[0],
+            "--registry-ca",
+            &args[1],
+            "--registry-auth",
+            &args[2],
+        ],
+    )
+    .await;
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let disk = shm.path().join("disk.img");
+    std::fs::write(&disk, b"").unwrap();
+    submit(&mut op, request(&registry.addr, &digest, &disk)).await;
+    let r = report(&mut op, 1).await;
+    assert!(
+        r.success,
+        "{}\n{}\n{}",
+        r.error,
+        agent.log(),
+        registry.log()
+    );
+    assert!(std::fs::read(&disk).unwrap() == data);
+    assert!(tokens.requests.load(Ordering::SeqCst) >= 1);
+
+    // A wrong password: the token server refuses, and the report says so.
+    auth_file(&auth, &[&registry.addr], "robot", "wrong");
+    drop(agent);
+    let agent = AgentProcess::start_with(
+        &_d,
+        MACHINE,
+        &dir.path().join("agent.key"),
+        &dir.path().join("state"),
+        &[
+            "--allow-image-files",
+            "--registry-ca",
+            &args[0],
+            "--registry-ca",
+            &args[1],
+            "--registry-auth",
+            &args[2],
+        ],
+    );
+    submit(&mut op, request(&registry.addr, &digest, &disk)).await;
+    let r = report(&mut op, 2).await;
+    assert!(!r.success);
+    assert!(
+        r.error.contains("token server") && r.error.contains("\"robot\""),
+        "{}\n{}",
+        r.error,
+        agent.log()
+    );
 }
