@@ -9,7 +9,9 @@
 //! - [`hardware`] gathers the hardware report from `/proc`, `/sys` and
 //!   DMI, with a warning for each part it could not read.
 //! - [`install`] installs an OS image from an OCI registry onto the root
-//!   device, behind the [`install::Installer`] trait.
+//!   device, behind the [`install::Installer`] trait; [`installer_from_args`]
+//!   sets it up from the `--registry-*` flags (trusted roots, logins, time
+//!   limits).
 //!
 //! Both are plain blocking `std` code: reading sysfs and writing a disk
 //! image are blocking file I/O on every runtime anyway, and an
@@ -37,7 +39,9 @@ pub mod install;
 pub mod progress;
 
 use crate::hardware::gather_hardware_report;
-use crate::install::{Installer, OciInstaller, Progress, install_encoded_request};
+use crate::install::{
+    Installer, OciInstaller, Progress, RegistryCredentials, install_encoded_request, registry_tls,
+};
 use crate::progress::ProgressLog;
 use metropolis_pki::{Credentials, curator_client_config, self_signed_agent_certificate};
 use metropolis_proto::prelude::agent;
@@ -82,6 +86,33 @@ pub struct AgentArgs {
     /// file fails with the reason.
     #[arg(long)]
     pub allow_image_files: bool,
+    /// Logins for registries that ask for one: a file in the format of
+    /// Docker's config.json, `{"auths": {"HOST:PORT": {"auth":
+    /// "BASE64(USER:PASSWORD)"}}}` or `{"username": ..., "password": ...}`
+    /// per registry (what `docker login` or `podman login --authfile`
+    /// write). Read at start; keep it mode 600 (the agent warns
+    /// otherwise). Answers Basic and Docker token (Bearer) challenges;
+    /// logins are sent over https only. Without it, registries are used
+    /// anonymously (token servers included).
+    #[arg(long, value_name = "FILE")]
+    pub registry_auth: Option<PathBuf>,
+    /// A PEM file of CA certificates to trust for https registries (and
+    /// their token servers and blob storage), besides the system's roots
+    /// (SSL_CERT_FILE / SSL_CERT_DIR, else the distribution's bundle,
+    /// e.g. /etc/ssl/certs/ca-certificates.crt). May be repeated.
+    #[arg(long, value_name = "FILE")]
+    pub registry_ca: Vec<PathBuf>,
+    /// Seconds one registry request may take in all, the image layer's
+    /// download included: a registry sending slower than that fails the
+    /// installation (reported as the request deadline), instead of
+    /// holding it forever. Allow for the largest image at the slowest
+    /// link (10 GiB at 10 MiB/s: about 1000 s).
+    #[arg(long, value_name = "SECONDS", default_value = "3600")]
+    pub registry_deadline: f64,
+    /// Seconds without progress after which a registry connect, read or
+    /// write fails.
+    #[arg(long, value_name = "SECONDS", default_value = "60")]
+    pub registry_io_timeout: f64,
     /// Root of the filesystem the hardware report is read from.
     #[arg(long, default_value = "/", hide = true)]
     pub hardware_root: PathBuf,
@@ -302,6 +333,55 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
     }
 }
 
+/// A positive, finite number of seconds given as `flag`.
+fn seconds(flag: &str, value: f64) -> Result<Duration, AgentError> {
+    if !value.is_finite() || value <= 0.0 || value > 1e9 {
+        return Err(format!("{flag}: {value} is not a positive number of seconds").into());
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+/// The installer the flags ask for: TLS trusting the system's roots and
+/// `--registry-ca`, the logins of `--registry-auth`, the time limits.
+pub fn installer_from_args(args: &AgentArgs) -> Result<OciInstaller, AgentError> {
+    let deadline = seconds("--registry-deadline", args.registry_deadline)?;
+    let io = seconds("--registry-io-timeout", args.registry_io_timeout)?;
+    let ca_files: Vec<&Path> = args.registry_ca.iter().map(PathBuf::as_path).collect();
+    let mut installer = OciInstaller::new()
+        .allow_image_files(args.allow_image_files)
+        .with_timeouts(io.min(Duration::from_secs(30)), io)
+        .with_deadline(deadline);
+    match registry_tls(true, &ca_files) {
+        Ok(tls) => {
+            for warning in &tls.warnings {
+                tracing::warn!("system root certificates: {warning}");
+            }
+            tracing::info!(
+                system_roots = tls.system_roots,
+                registry_ca_roots = tls.extra_roots,
+                "https registries: trusting {} root certificates",
+                tls.system_roots + tls.extra_roots
+            );
+            installer = installer.with_tls(tls.config);
+        }
+        // A CA file that was given must be usable; no roots at all only
+        // rules out https.
+        Err(e) if !ca_files.is_empty() => return Err(format!("--registry-ca: {e}").into()),
+        Err(e) => tracing::warn!("https registries unusable: {e}"),
+    }
+    if let Some(path) = &args.registry_auth {
+        let credentials =
+            RegistryCredentials::read(path).map_err(|e| format!("--registry-auth {e}"))?;
+        tracing::info!(
+            registries = %credentials.registries().collect::<Vec<_>>().join(", "),
+            "registry logins read from {}",
+            path.display()
+        );
+        installer = installer.with_credentials(credentials);
+    }
+    Ok(installer)
+}
+
 /// Entry point of the `bmaas-agent` binary.
 pub fn main() -> std::process::ExitCode {
     let args = AgentArgs::parse();
@@ -322,7 +402,13 @@ pub fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let installer = OciInstaller::new().allow_image_files(args.allow_image_files);
+    let installer = match installer_from_args(&args) {
+        Ok(installer) => installer,
+        Err(e) => {
+            eprintln!("bmaas-agent: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     match runtime.block_on(run(args, Arc::new(installer))) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -344,5 +430,58 @@ mod tests {
         assert_eq!(read_last_acted(dir.path()).expect("read"), Some(7));
         std::fs::write(dir.path().join(STATE_FILE), "x").expect("write");
         assert!(read_last_acted(dir.path()).is_err());
+    }
+
+    fn args(extra: &[&str]) -> AgentArgs {
+        let base = [
+            "bmaas-agent",
+            "--endpoint=127.0.0.1:1",
+            "--machine-id=m",
+            "--key=k",
+            "--ca=c",
+            "--state-dir=s",
+        ];
+        AgentArgs::parse_from(base.iter().chain(extra))
+    }
+
+    #[test]
+    fn registry_flags_are_checked_at_start() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let not_pem = dir.path().join("ca.pem");
+        std::fs::write(&not_pem, "no certificate here").expect("write");
+        let auth = dir.path().join("auth.json");
+        std::fs::write(&auth, r#"{"auths": {"r:1": {"auth": "!!"}}}"#).expect("write");
+        let flag = |name: &str, path: &Path| format!("--{name}={}", path.display());
+        for (extra, expected) in [
+            (
+                vec![flag("registry-ca", &not_pem)],
+                "holds no PEM certificate",
+            ),
+            (
+                vec![flag("registry-ca", &dir.path().join("missing"))],
+                "--registry-ca",
+            ),
+            (vec![flag("registry-auth", &auth)], "not base64"),
+            (
+                vec!["--registry-deadline=0".to_string()],
+                "--registry-deadline",
+            ),
+            (
+                vec!["--registry-io-timeout=nan".to_string()],
+                "--registry-io-timeout",
+            ),
+        ] {
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            let Err(e) = installer_from_args(&args(&extra)) else {
+                panic!("{extra:?} accepted");
+            };
+            assert!(e.to_string().contains(expected), "{e} lacks {expected:?}");
+        }
+        std::fs::write(
+            &auth,
+            r#"{"auths": {"r:1": {"username": "u", "password": "p"}}}"#,
+        )
+        .expect("write");
+        installer_from_args(&args(&[&flag("registry-auth", &auth)])).expect("a good auth file");
     }
 }

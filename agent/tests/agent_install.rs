@@ -1,17 +1,17 @@
-//! `bmaas_agent::install` against an in-test registry: a small
-//! HTTP/1.1 server on 127.0.0.1 serving manifests and blobs the way the
-//! OCI distribution API does, and misbehaving on purpose.
+//! `bmaas_agent::install` against the in-test registry
+//! (`fake_registry`): images written exactly, verified, never bootable
+//! unverified; failures reported with their cause.
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+mod fake_registry;
+
+use std::net::TcpListener;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
+
+use fake_registry::*;
 
 use bmaas_agent::install::{
     GUARD_BYTES, InstallError, Installer, OciInstaller, Progress, install_encoded_request,
@@ -22,311 +22,6 @@ use metropolis_proto::prelude::agent::{
 };
 use metropolis_proto::prelude::debug::OsImageRef;
 use prost::Message;
-use sha2::{Digest as _, Sha256};
-
-const RAW: &str = "application/vnd.oci.image.layer.v1.tar";
-const ZSTD: &str = "application/vnd.oci.image.layer.v1.tar+zstd";
-const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-const REPO: &str = "os/metropolis";
-
-fn sha256(data: &[u8]) -> String {
-    format!("sha256:{:x}", Sha256::digest(data))
-}
-
-/// Deterministic, poorly compressible test data.
-fn image(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
-}
-
-/// A zstd frame built by hand from raw (stored) blocks: frame header with
-/// the single-segment flag and an 8-byte content size, then blocks of at
-/// most 128 KiB, each with a 3-byte header (last flag, type 0 = raw,
-/// size), no checksum.
-fn raw_zstd_frame(data: &[u8]) -> Vec<u8> {
-    let mut frame = 0xFD2F_B528u32.to_le_bytes().to_vec();
-    frame.push(0b1110_0000); // FCS field 8 bytes, single segment.
-    frame.extend_from_slice(&(data.len() as u64).to_le_bytes());
-    let blocks: Vec<&[u8]> = data.chunks(128 * 1024).collect();
-    for (i, block) in blocks.iter().enumerate() {
-        let last = u32::from(i + 1 == blocks.len());
-        let header = last | ((block.len() as u32) << 3);
-        frame.extend_from_slice(&header.to_le_bytes()[..3]);
-        frame.extend_from_slice(block);
-    }
-    frame
-}
-
-#[derive(Clone, Copy, PartialEq)]
-enum Framing {
-    Length,
-    Chunked,
-    /// No length: the body ends when the connection closes.
-    Close,
-    /// Declares the full length, sends this many bytes, closes.
-    Truncated(usize),
-}
-
-#[derive(Clone)]
-enum Route {
-    Reply {
-        status: u16,
-        content_type: Option<String>,
-        body: Vec<u8>,
-        framing: Framing,
-    },
-    Redirect {
-        status: u16,
-        location: String,
-    },
-}
-
-impl Route {
-    fn ok(content_type: &str, body: Vec<u8>) -> Route {
-        Route::Reply {
-            status: 200,
-            content_type: Some(content_type.to_string()),
-            body,
-            framing: Framing::Length,
-        }
-    }
-}
-
-/// What the server saw of one request.
-#[derive(Clone, Debug)]
-struct Seen {
-    path: String,
-    accept: Option<String>,
-}
-
-/// The in-test registry.
-struct Registry {
-    addr: SocketAddr,
-    routes: Arc<Mutex<HashMap<String, Route>>>,
-    seen: Arc<Mutex<Vec<Seen>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Registry {
-    fn start() -> Registry {
-        Registry::start_with(None)
-    }
-
-    fn start_with(tls: Option<Arc<rustls::ServerConfig>>) -> Registry {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let routes = Arc::new(Mutex::new(HashMap::new()));
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (routes, seen, stop) = (routes.clone(), seen.clone(), stop.clone());
-            std::thread::spawn(move || {
-                for stream in listener.incoming() {
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    let Ok(stream) = stream else { continue };
-                    stream
-                        .set_read_timeout(Some(Duration::from_secs(10)))
-                        .unwrap();
-                    match &tls {
-                        None => serve(stream, &routes, &seen),
-                        Some(config) => {
-                            let connection = rustls::ServerConnection::new(config.clone()).unwrap();
-                            let mut tls = rustls::StreamOwned::new(connection, stream);
-                            serve(&mut tls, &routes, &seen);
-                            tls.conn.send_close_notify();
-                            let _ = tls.flush();
-                        }
-                    }
-                }
-            })
-        };
-        Registry {
-            addr,
-            routes,
-            seen,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn host(&self) -> String {
-        self.addr.to_string()
-    }
-
-    fn route(&self, path: &str, route: Route) {
-        self.routes.lock().unwrap().insert(path.to_string(), route);
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-
-    /// Serves `layer` as the only layer of a manifest; the manifest's
-    /// digest and the layer's digest.
-    fn push(&self, media_type: &str, layer: &[u8]) -> (String, String) {
-        let layer_digest = sha256(layer);
-        let manifest = manifest(media_type, &layer_digest, layer.len() as u64);
-        let digest = sha256(&manifest);
-        self.route(
-            &format!("/v2/{REPO}/manifests/{digest}"),
-            Route::ok(OCI_MANIFEST, manifest),
-        );
-        self.route(
-            &format!("/v2/{REPO}/blobs/{layer_digest}"),
-            Route::ok("application/octet-stream", layer.to_vec()),
-        );
-        (digest, layer_digest)
-    }
-
-    fn image_ref(&self, digest: &str) -> OsImageRef {
-        OsImageRef {
-            scheme: "http".into(),
-            host: self.host(),
-            repository: REPO.into(),
-            tag: String::new(),
-            digest: digest.into(),
-        }
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(self.addr);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-fn manifest(media_type: &str, layer_digest: &str, size: u64) -> Vec<u8> {
-    format!(
-        r#"{{
-  "schemaVersion": 2,
-  "mediaType": "{OCI_MANIFEST}",
-  "config": {{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": "{}", "size": 2}},
-  "layers": [{{"mediaType": "{media_type}", "digest": "{layer_digest}", "size": {size}}}]
-}}"#,
-        sha256(b"{}")
-    )
-    .into_bytes()
-}
-
-/// Answers one request on `stream`.
-fn serve(
-    mut stream: impl Read + Write,
-    routes: &Mutex<HashMap<String, Route>>,
-    seen: &Mutex<Vec<Seen>>,
-) {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match stream.read(&mut byte) {
-            Ok(1) => head.push(byte[0]),
-            _ => return,
-        }
-    }
-    let head = String::from_utf8_lossy(&head).into_owned();
-    let mut lines = head.lines();
-    let path = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .unwrap_or("")
-        .to_string();
-    let accept = lines
-        .filter_map(|l| l.split_once(':'))
-        .find(|(name, _)| name.eq_ignore_ascii_case("accept"))
-        .map(|(_, value)| value.trim().to_string());
-    seen.lock().unwrap().push(Seen {
-        path: path.clone(),
-        accept,
-    });
-    let route = routes.lock().unwrap().get(&path).cloned();
-    let route = route.unwrap_or_else(|| Route::Reply {
-        status: 404,
-        content_type: Some("application/json".into()),
-        body: br#"{"errors":[{"code":"BLOB_UNKNOWN","message":"blob unknown to registry"}]}"#
-            .to_vec(),
-        framing: Framing::Length,
-    });
-    let response = match route {
-        Route::Redirect { status, location } => format!(
-            "HTTP/1.1 {status} Redirect\r\nLocation: {location}\r\nContent-Length: 0\r\n\r\n"
-        )
-        .into_bytes(),
-        Route::Reply {
-            status,
-            content_type,
-            body,
-            framing,
-        } => {
-            let mut out = format!("HTTP/1.1 {status} Whatever\r\n");
-            if let Some(content_type) = content_type {
-                out.push_str(&format!("Content-Type: {content_type}\r\n"));
-            }
-            match framing {
-                Framing::Length | Framing::Truncated(_) => {
-                    out.push_str(&format!("Content-Length: {}\r\n", body.len()));
-                }
-                Framing::Chunked => out.push_str("Transfer-Encoding: chunked\r\n"),
-                Framing::Close => {}
-            }
-            out.push_str("Connection: close\r\n\r\n");
-            let mut out = out.into_bytes();
-            match framing {
-                Framing::Length | Framing::Close => out.extend_from_slice(&body),
-                Framing::Truncated(n) => out.extend_from_slice(&body[..n]),
-                Framing::Chunked => {
-                    for chunk in body.chunks(100_003) {
-                        out.extend_from_slice(format!("{:x};ext\r\n", chunk.len()).as_bytes());
-                        out.extend_from_slice(chunk);
-                        out.extend_from_slice(b"\r\n");
-                    }
-                    out.extend_from_slice(b"0\r\nX-Trailer: y\r\n\r\n");
-                }
-            }
-            out
-        }
-    };
-    let _ = stream.write_all(&response);
-    let _ = stream.flush();
-}
-
-/// An installer with short timeouts, writing image files (the tests'
-/// root devices are files).
-fn installer() -> OciInstaller {
-    OciInstaller::new()
-        .with_timeouts(Duration::from_secs(5), Duration::from_secs(10))
-        .allow_image_files(true)
-}
-
-/// Installs, collecting the progress reports.
-fn install(
-    installer: &OciInstaller,
-    image: &OsImageRef,
-    device: &Path,
-) -> (Result<(), InstallError>, Vec<Progress>) {
-    let mut reports = Vec::new();
-    let result = installer.install(image, device, &mut |p: &Progress| reports.push(p.clone()));
-    (result, reports)
-}
-
-fn must_fail(result: (Result<(), InstallError>, Vec<Progress>)) -> InstallError {
-    match result.0 {
-        Ok(()) => panic!("the installation succeeded"),
-        Err(e) => e,
-    }
-}
 
 #[test]
 fn a_raw_image_is_written_exactly_with_progress() {
@@ -840,9 +535,10 @@ fn an_unreachable_registry_is_reported() {
 }
 
 #[test]
-fn redirects_are_followed_on_the_same_and_other_hosts() {
+fn redirects_are_followed_on_the_same_host_and_to_https() {
     let registry = Registry::start();
-    let storage = Registry::start();
+    let (tls, cert) = tls_server();
+    let storage = Registry::start_with(Some(tls));
     let data = image(400_000, 11);
     let (digest, layer_digest) = registry.push(RAW, &data);
     let blob = format!("/v2/{REPO}/blobs/{layer_digest}");
@@ -858,7 +554,7 @@ fn redirects_are_followed_on_the_same_and_other_hosts() {
         "/storage/first?sig=abc",
         Route::Redirect {
             status: 302,
-            location: format!("http://{}/bucket/blob", storage.host()),
+            location: format!("https://{}/bucket/blob", storage.host()),
         },
     );
     storage.route(
@@ -867,11 +563,27 @@ fn redirects_are_followed_on_the_same_and_other_hosts() {
     );
     let dir = tempfile::tempdir().unwrap();
     let disk = dir.path().join("disk.img");
-    install(&installer(), &registry.image_ref(&digest), &disk)
+    let trusting = installer().with_tls(client_trusting(&cert));
+    install(&trusting, &registry.image_ref(&digest), &disk)
         .0
         .unwrap();
     assert!(std::fs::read(&disk).unwrap() == data);
     assert_eq!(storage.seen().len(), 1);
+
+    // To another host in the clear: refused, naming the rule, before any
+    // request goes there.
+    let plain = Registry::start();
+    registry.route(
+        "/storage/first?sig=abc",
+        Route::Redirect {
+            status: 302,
+            location: format!("http://{}/bucket/blob", plain.host()),
+        },
+    );
+    let err = must_fail(install(&trusting, &registry.image_ref(&digest), &disk));
+    assert!(matches!(err, InstallError::Protocol { .. }), "{err:?}");
+    assert!(err.to_string().contains("only https is followed"), "{err}");
+    assert!(plain.seen().is_empty());
 
     // A redirect loop ends.
     registry.route(
@@ -894,7 +606,7 @@ fn unusable_manifests_are_refused() {
         (b"not json", "invalid manifest"),
         (
             br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#,
-            "unsupported:",
+            "is an image index without a linux/",
         ),
         (
             br#"{"schemaVersion":2,"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","size":0}]}"#,
@@ -1016,22 +728,6 @@ fn https_needs_a_tls_configuration() {
     let err = must_fail(install(&installer(), &image, &dir.path().join("disk.img")));
     assert!(matches!(err, InstallError::Unsupported { .. }), "{err:?}");
     assert!(err.to_string().contains("https"), "{err}");
-}
-
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-fn client_trusting(cert: &rcgen::Certificate) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert.der().clone()).unwrap();
-    Arc::new(
-        rustls::ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
 }
 
 #[test]

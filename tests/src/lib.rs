@@ -6,6 +6,7 @@
 #[cfg(feature = "system")]
 pub mod cluster;
 pub mod containerd;
+pub mod drip_proxy;
 #[cfg(feature = "system")]
 pub mod etcd;
 #[cfg(feature = "system")]
@@ -14,6 +15,7 @@ pub mod interop;
 pub mod loop_device;
 pub mod plain_server;
 pub mod registry;
+pub mod token_server;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

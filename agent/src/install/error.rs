@@ -66,6 +66,26 @@ pub enum InstallError {
         /// an OCI error document.
         detail: Option<String>,
     },
+    /// The registry asks for a login the installer cannot give, or
+    /// refused the one it gave (`401`, answered as `auth.rs` says).
+    Unauthorized {
+        /// The registry, as `host[:port]`.
+        registry: String,
+        /// What went wrong, e.g. no login for the registry in the
+        /// credentials file.
+        problem: String,
+    },
+    /// The reference names an image index without a manifest for the
+    /// agent's platform.
+    PlatformNotFound {
+        /// The image, as `host/repository[:tag]@digest`.
+        image: String,
+        /// The platform wanted, e.g. `linux/amd64`.
+        platform: String,
+        /// The platforms the index offers (at most ten, then how many
+        /// more).
+        offered: String,
+    },
     /// The manifest does not exist in the registry (404).
     ManifestNotFound {
         /// The image, as `host/repository@digest` or `host/repository:tag`.
@@ -146,6 +166,12 @@ pub enum InstallError {
 /// ("connection refused", "timed out"), anything else as the operating
 /// system says it.
 fn reason(e: &io::Error) -> String {
+    if let Some(passed) = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<super::deadline::DeadlinePassed>())
+    {
+        return passed.to_string();
+    }
     match e.kind() {
         io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
         io::ErrorKind::ConnectionReset => "connection reset".to_string(),
@@ -186,6 +212,17 @@ impl fmt::Display for InstallError {
                 }
                 Ok(())
             }
+            Unauthorized { registry, problem } => {
+                write!(f, "registry {registry} refused access: {problem}")
+            }
+            PlatformNotFound {
+                image,
+                platform,
+                offered,
+            } => write!(
+                f,
+                "{image} is an image index without a {platform} image (it has: {offered})"
+            ),
             ManifestNotFound { image } => write!(f, "manifest not found: {image}"),
             ManifestDigestMismatch { expected, actual } => {
                 write!(

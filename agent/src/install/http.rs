@@ -6,20 +6,20 @@
 //! - The response head is parsed by `httparse` (bounded to
 //!   [`MAX_HEAD_BYTES`] and [`MAX_HEADERS`]); `1xx` interim responses are
 //!   skipped.
-//! - Bodies are framed as RFC 9112 §6.3 says: none for `204`/`304`,
-//!   chunked when the last transfer coding is `chunked` (any other coding
-//!   is refused), `Content-Length` (conflicting values are refused), else
-//!   until the connection closes. A body that ends early is an
-//!   `UnexpectedEof` error, never a silently short body.
+//! - Bodies are framed as RFC 9112 says (`body.rs`).
 //! - Redirects (`301`, `302`, `303`, `307`, `308`) are followed up to
-//!   [`MAX_REDIRECTS`] times, to any `http`/`https` URL: registries
-//!   redirect blob downloads to storage on other hosts. No credentials are
-//!   ever sent, and what is fetched is verified by digest, so following
-//!   them is safe.
+//!   [`MAX_REDIRECTS`] times: registries redirect blob downloads to
+//!   storage on other hosts. A redirect to another host or scheme is
+//!   followed only to `https` (never down from `https` to `http`, never
+//!   to another host in the clear); the `Authorization` header goes only
+//!   to the scheme and authority it was meant for. What is fetched is
+//!   verified by digest either way.
 //! - Every socket read and write is bounded by the I/O timeout, connects
-//!   by the connect timeout.
+//!   by the connect timeout, and the whole request, redirects and body
+//!   included, by its deadline (`deadline.rs`): a server that drips bytes
+//!   just fast enough to beat the I/O timeout still cannot hold a request
+//!   open for longer.
 
-use std::fmt;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
@@ -27,184 +27,17 @@ use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 
+pub(crate) use super::body::Body;
+use super::body::framing;
+use super::deadline::{Deadline, DeadlineSocket};
+pub(crate) use super::url::{Scheme, Url};
+
 /// The largest response head accepted.
 pub(crate) const MAX_HEAD_BYTES: u64 = 64 * 1024;
 /// The most header fields accepted in a response.
 pub(crate) const MAX_HEADERS: usize = 100;
 /// The most redirects followed for one request.
 pub(crate) const MAX_REDIRECTS: u32 = 5;
-/// The longest chunk-size or trailer line accepted.
-const MAX_LINE_BYTES: u64 = 8 * 1024;
-
-/// URL schemes the client speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Scheme {
-    Http,
-    Https,
-}
-
-/// An absolute `http`/`https` URL, split for a request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Url {
-    pub(crate) scheme: Scheme,
-    /// The authority as written (`host[:port]`, `[v6][:port]`), for the
-    /// `Host` header and messages.
-    pub(crate) authority: String,
-    /// The host to connect to (without IPv6 brackets).
-    pub(crate) host: String,
-    pub(crate) port: u16,
-    /// The request target: path and query, starting with `/`.
-    pub(crate) target: String,
-}
-
-impl Url {
-    /// Parses an absolute `http://` or `https://` URL. Userinfo is refused
-    /// (no credentials in URLs), as are control characters; other bytes
-    /// that may not appear in a request target are percent-encoded.
-    pub(crate) fn parse(text: &str) -> Result<Url, String> {
-        let Some((scheme, rest)) = text.split_once("://") else {
-            return Err(format!("{text:?} is not an absolute URL"));
-        };
-        let scheme = match scheme.to_ascii_lowercase().as_str() {
-            "http" => Scheme::Http,
-            "https" => Scheme::Https,
-            other => return Err(format!("{text:?}: scheme {other:?} is not http or https")),
-        };
-        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let (authority, target) = rest.split_at(end);
-        let (host, port) = parse_authority(authority, scheme)?;
-        Ok(Url {
-            scheme,
-            authority: authority.to_string(),
-            host,
-            port,
-            target: request_target(target)?,
-        })
-    }
-
-    /// `self` with the request target `target` (a path, optionally with a
-    /// query, starting with `/`).
-    pub(crate) fn with_target(&self, target: &str) -> Result<Url, String> {
-        Ok(Url {
-            target: request_target(target)?,
-            ..self.clone()
-        })
-    }
-
-    /// Resolves a `Location` header against `self`: an absolute URL, a
-    /// scheme-relative `//authority/path`, an absolute path, or a path
-    /// relative to the current one's directory (without dot-segment
-    /// removal).
-    pub(crate) fn join(&self, location: &str) -> Result<Url, String> {
-        let location = location.trim();
-        let lower = location.to_ascii_lowercase();
-        if lower.starts_with("http://") || lower.starts_with("https://") {
-            Url::parse(location)
-        } else if let Some(rest) = location.strip_prefix("//") {
-            let scheme = match self.scheme {
-                Scheme::Http => "http",
-                Scheme::Https => "https",
-            };
-            Url::parse(&format!("{scheme}://{rest}"))
-        } else if location.starts_with('/') {
-            self.with_target(location)
-        } else if location.contains("://") || location.is_empty() {
-            Err(format!("cannot follow a redirect to {location:?}"))
-        } else {
-            let path = self.target.split(['?', '#']).next().unwrap_or("/");
-            let directory = &path[..path.rfind('/').map_or(0, |i| i + 1)];
-            self.with_target(&format!("{directory}{location}"))
-        }
-    }
-}
-
-impl fmt::Display for Url {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let scheme = match self.scheme {
-            Scheme::Http => "http",
-            Scheme::Https => "https",
-        };
-        write!(f, "{scheme}://{}{}", self.authority, self.target)
-    }
-}
-
-/// `(host, port)` of an authority; the host without IPv6 brackets.
-fn parse_authority(authority: &str, scheme: Scheme) -> Result<(String, u16), String> {
-    let default_port = match scheme {
-        Scheme::Http => 80,
-        Scheme::Https => 443,
-    };
-    if authority.is_empty() {
-        return Err("the URL has no host".to_string());
-    }
-    if authority.contains('@') {
-        return Err(format!(
-            "{authority:?}: credentials in URLs are not supported"
-        ));
-    }
-    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
-        let Some((host, after)) = rest.split_once(']') else {
-            return Err(format!("{authority:?}: unterminated IPv6 address"));
-        };
-        if host.is_empty()
-            || !host
-                .bytes()
-                .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
-        {
-            return Err(format!("{authority:?}: malformed IPv6 address"));
-        }
-        match after {
-            "" => (host, None),
-            _ => match after.strip_prefix(':') {
-                Some(port) => (host, Some(port)),
-                None => return Err(format!("{authority:?}: garbage after the IPv6 address")),
-            },
-        }
-    } else {
-        match authority.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (authority, None),
-        }
-    };
-    let bracketed = authority.starts_with('[');
-    let plain_host = host
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
-    if host.is_empty() || (!bracketed && !plain_host) {
-        return Err(format!("{authority:?}: malformed host"));
-    }
-    let port = match port {
-        None => default_port,
-        Some(text) => match text.parse::<u16>() {
-            Ok(port) if port > 0 && text.bytes().all(|b| b.is_ascii_digit()) => port,
-            _ => return Err(format!("{authority:?}: malformed port {text:?}")),
-        },
-    };
-    Ok((host.to_string(), port))
-}
-
-/// A request target from a URL's path and query: the fragment dropped,
-/// `/` when empty, bytes outside the printable ASCII range
-/// percent-encoded, control characters refused.
-fn request_target(raw: &str) -> Result<String, String> {
-    let raw = raw.split('#').next().unwrap_or("");
-    let mut target = String::with_capacity(raw.len() + 1);
-    if !raw.starts_with('/') {
-        target.push('/');
-    }
-    for byte in raw.bytes() {
-        match byte {
-            0x00..=0x1f | 0x7f => {
-                return Err(format!("{raw:?}: control character in the URL path"));
-            }
-            b' ' | b'"' | b'<' | b'>' | b'\\' | b'^' | b'`' | b'{' | b'|' | b'}' | 0x80.. => {
-                target.push_str(&format!("%{byte:02X}"));
-            }
-            _ => target.push(char::from(byte)),
-        }
-    }
-    Ok(target)
-}
 
 /// Why a request failed.
 #[derive(Debug)]
@@ -231,16 +64,30 @@ pub(crate) enum HttpError {
 }
 
 /// A byte stream a request runs over.
-trait Stream: Read + Write + Send {}
+pub(super) trait Stream: Read + Write + Send {}
 impl<T: Read + Write + Send> Stream for T {}
 
-/// The client: timeouts and an optional TLS configuration.
+/// The client: timeouts, the overall deadline of a request and an
+/// optional TLS configuration.
 #[derive(Clone, Debug)]
 pub(crate) struct Client {
     pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
     pub(crate) connect_timeout: Duration,
     pub(crate) io_timeout: Duration,
+    /// How long one request may take in all, from its first connection to
+    /// the last byte of its body, redirects included.
+    pub(crate) deadline: Duration,
     pub(crate) user_agent: &'static str,
+}
+
+/// What a `GET` sends besides the request line.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Get<'a> {
+    /// The `Accept` header.
+    pub(crate) accept: Option<&'a str>,
+    /// The `Authorization` header: sent to the URL asked for and to
+    /// redirects on the same scheme and authority, never elsewhere.
+    pub(crate) authorization: Option<&'a str>,
 }
 
 /// A response whose head was read; the body is read through
@@ -262,11 +109,7 @@ impl Response {
 
     /// The body's length, when the response declares one.
     pub(crate) fn content_length(&self) -> Option<u64> {
-        match self.body.framing {
-            Framing::Length { remaining } => Some(remaining),
-            Framing::Done => Some(0),
-            _ => None,
-        }
+        self.body.remaining()
     }
 
     /// Reads the whole body if it is at most `limit` bytes; `Ok(None)` if
@@ -288,12 +131,23 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
+/// Whether a redirect from `from` to `to` may be followed: to `https`
+/// anywhere, or to the same scheme and authority (so never from `https`
+/// down to `http`, and never to another host in the clear).
+pub(crate) fn may_redirect(from: &Url, to: &Url) -> bool {
+    to.scheme == Scheme::Https || to.same_origin(from)
+}
+
 impl Client {
-    /// `GET url`, following redirects; `accept` is the `Accept` header.
-    pub(crate) fn get(&self, url: &Url, accept: Option<&str>) -> Result<Response, HttpError> {
+    /// `GET url`, following redirects (see [`may_redirect`]), all within
+    /// the client's deadline.
+    pub(crate) fn get(&self, url: &Url, get: Get<'_>) -> Result<Response, HttpError> {
+        let deadline = Deadline::after(self.deadline);
+        let origin = url.clone();
         let mut url = url.clone();
         for _ in 0..=MAX_REDIRECTS {
-            let response = self.get_once(&url, accept)?;
+            let authorization = get.authorization.filter(|_| url.same_origin(&origin));
+            let response = self.get_once(&url, get.accept, authorization, deadline)?;
             if !matches!(response.status, 301 | 302 | 303 | 307 | 308) {
                 return Ok(response);
             }
@@ -303,10 +157,20 @@ impl Client {
                     problem: format!("redirect {} without a Location header", response.status),
                 });
             };
-            url = url.join(location).map_err(|problem| HttpError::Protocol {
+            let next = url.join(location).map_err(|problem| HttpError::Protocol {
                 url: url.to_string(),
                 problem,
             })?;
+            if !may_redirect(&url, &next) {
+                return Err(HttpError::Protocol {
+                    url: url.to_string(),
+                    problem: format!(
+                        "refusing the redirect to {}: only https is followed to another host or scheme",
+                        bounded(&next.to_string())
+                    ),
+                });
+            }
+            url = next;
         }
         Err(HttpError::TooManyRedirects {
             url: url.to_string(),
@@ -314,8 +178,14 @@ impl Client {
     }
 
     /// One `GET` on a new connection, without following redirects.
-    fn get_once(&self, url: &Url, accept: Option<&str>) -> Result<Response, HttpError> {
-        let mut stream = self.connect(url)?;
+    fn get_once(
+        &self,
+        url: &Url,
+        accept: Option<&str>,
+        authorization: Option<&str>,
+        deadline: Deadline,
+    ) -> Result<Response, HttpError> {
+        let mut stream = self.connect(url, deadline)?;
         let io_error = |source| HttpError::Io {
             url: url.to_string(),
             source,
@@ -324,8 +194,16 @@ impl Client {
             "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {}\r\nConnection: close\r\n",
             url.target, url.authority, self.user_agent
         );
-        if let Some(accept) = accept {
-            request.push_str(&format!("Accept: {accept}\r\n"));
+        for (name, value) in [("Accept", accept), ("Authorization", authorization)] {
+            if let Some(value) = value {
+                if value.bytes().any(|b| b.is_ascii_control()) {
+                    return Err(HttpError::Protocol {
+                        url: url.to_string(),
+                        problem: format!("control character in the {name} header"),
+                    });
+                }
+                request.push_str(&format!("{name}: {value}\r\n"));
+            }
         }
         request.push_str("\r\n");
         stream.write_all(request.as_bytes()).map_err(io_error)?;
@@ -352,12 +230,12 @@ impl Client {
                 status,
                 reason,
                 headers,
-                body: Body { reader, framing },
+                body: Body::new(reader, framing),
             });
         }
     }
 
-    fn connect(&self, url: &Url) -> Result<Box<dyn Stream>, HttpError> {
+    fn connect(&self, url: &Url, deadline: Deadline) -> Result<Box<dyn Stream>, HttpError> {
         let connect_error = |source| HttpError::Connect {
             authority: url.authority.clone(),
             source,
@@ -372,23 +250,26 @@ impl Client {
         );
         let mut connected = None;
         for address in addresses {
-            match TcpStream::connect_timeout(&address, self.connect_timeout) {
+            let timeout = match deadline.bound(self.connect_timeout) {
+                Ok(timeout) => timeout,
+                Err(e) => {
+                    last_error = e;
+                    break;
+                }
+            };
+            match TcpStream::connect_timeout(&address, timeout) {
                 Ok(stream) => {
                     connected = Some(stream);
                     break;
                 }
-                Err(e) => last_error = e,
+                Err(e) => last_error = deadline.explain(e),
             }
         }
         let tcp = connected.ok_or_else(|| connect_error(last_error))?;
-        let configure = |tcp: &TcpStream| -> io::Result<()> {
-            tcp.set_read_timeout(Some(self.io_timeout))?;
-            tcp.set_write_timeout(Some(self.io_timeout))?;
-            tcp.set_nodelay(true)
-        };
-        configure(&tcp).map_err(connect_error)?;
+        tcp.set_nodelay(true).map_err(connect_error)?;
+        let socket = DeadlineSocket::new(tcp, self.io_timeout, deadline);
         match url.scheme {
-            Scheme::Http => Ok(Box::new(tcp)),
+            Scheme::Http => Ok(Box::new(socket)),
             Scheme::Https => {
                 let Some(config) = &self.tls else {
                     return Err(HttpError::TlsUnavailable {
@@ -403,7 +284,7 @@ impl Client {
                     .map_err(|e| tls_error(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
                 let connection = rustls::ClientConnection::new(config.clone(), name)
                     .map_err(|e| tls_error(io::Error::other(e)))?;
-                let mut stream = rustls::StreamOwned::new(connection, tcp);
+                let mut stream = rustls::StreamOwned::new(connection, socket);
                 while stream.conn.is_handshaking() {
                     stream
                         .conn
@@ -413,6 +294,16 @@ impl Client {
                 Ok(Box::new(stream))
             }
         }
+    }
+}
+
+/// At most the first 200 characters of `text` (for messages quoting what
+/// a server sent).
+pub(crate) fn bounded(text: &str) -> String {
+    const LIMIT: usize = 200;
+    match text.char_indices().nth(LIMIT) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
     }
 }
 
@@ -481,308 +372,11 @@ fn parse_head(head: &[u8]) -> Result<Head, String> {
     Ok((status, reason, headers))
 }
 
-/// How the body of a response with `status` and `headers` is delimited.
-fn framing(status: u16, headers: &[(String, String)]) -> Result<Framing, String> {
-    if status == 204 || status == 304 {
-        return Ok(Framing::Done);
-    }
-    let codings: Vec<String> = headers
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("transfer-encoding"))
-        .flat_map(|(_, v)| v.split(','))
-        .map(|c| c.trim().to_ascii_lowercase())
-        .filter(|c| !c.is_empty())
-        .collect();
-    if let Some(last) = codings.last() {
-        return if last == "chunked" && codings.len() == 1 {
-            Ok(Framing::Chunked(Chunked::Size))
-        } else {
-            Err(format!(
-                "unsupported transfer coding {:?}",
-                codings.join(", ")
-            ))
-        };
-    }
-    let mut length = None;
-    for value in headers
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-        .flat_map(|(_, v)| v.split(','))
-    {
-        let value = value.trim();
-        let parsed = value
-            .parse::<u64>()
-            .ok()
-            .filter(|_| value.bytes().all(|b| b.is_ascii_digit()))
-            .ok_or_else(|| format!("malformed Content-Length {value:?}"))?;
-        if length.is_some_and(|l| l != parsed) {
-            return Err("conflicting Content-Length values".to_string());
-        }
-        length = Some(parsed);
-    }
-    Ok(match length {
-        Some(0) => Framing::Done,
-        Some(remaining) => Framing::Length { remaining },
-        None => Framing::UntilClose,
-    })
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Chunked {
-    /// A chunk-size line is next.
-    Size,
-    /// Inside a chunk with this many bytes left.
-    Data(u64),
-    /// The CRLF ending a chunk's data is next.
-    DataEnd,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Framing {
-    Length { remaining: u64 },
-    Chunked(Chunked),
-    UntilClose,
-    Done,
-}
-
-/// A response body; reading it yields the payload, without framing.
-pub(crate) struct Body {
-    reader: BufReader<Box<dyn Stream>>,
-    framing: Framing,
-}
-
-impl Body {
-    fn read_line(&mut self) -> io::Result<Vec<u8>> {
-        let mut line = Vec::new();
-        (&mut self.reader)
-            .take(MAX_LINE_BYTES)
-            .read_until(b'\n', &mut line)?;
-        if !line.ends_with(b"\n") {
-            return Err(if line.len() as u64 >= MAX_LINE_BYTES {
-                malformed("chunked encoding line too long")
-            } else {
-                io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "connection closed inside the chunked body",
-                )
-            });
-        }
-        while matches!(line.last(), Some(b'\n' | b'\r')) {
-            line.pop();
-        }
-        Ok(line)
-    }
-}
-
-fn malformed(problem: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, problem.to_string())
-}
-
-/// The size of a chunk-size line (`hex[;extensions]`).
-fn chunk_size(line: &[u8]) -> io::Result<u64> {
-    let size = line.split(|&b| b == b';').next().unwrap_or(&[]);
-    let size = size.trim_ascii();
-    if size.is_empty() {
-        return Err(malformed("empty chunk size"));
-    }
-    let mut value: u64 = 0;
-    for &digit in size {
-        let digit = char::from(digit)
-            .to_digit(16)
-            .ok_or_else(|| malformed("malformed chunk size"))?;
-        value = value
-            .checked_mul(16)
-            .and_then(|v| v.checked_add(u64::from(digit)))
-            .ok_or_else(|| malformed("chunk size overflows"))?;
-    }
-    Ok(value)
-}
-
-impl Read for Body {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        loop {
-            match self.framing {
-                Framing::Done => return Ok(0),
-                Framing::UntilClose => return self.reader.read(buf),
-                Framing::Length { remaining } => {
-                    let want = buf
-                        .len()
-                        .min(usize::try_from(remaining).unwrap_or(usize::MAX));
-                    let read = self.reader.read(&mut buf[..want])?;
-                    if read == 0 {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            format!("connection closed with {remaining} body bytes missing"),
-                        ));
-                    }
-                    let remaining = remaining - read as u64;
-                    self.framing = if remaining == 0 {
-                        Framing::Done
-                    } else {
-                        Framing::Length { remaining }
-                    };
-                    return Ok(read);
-                }
-                Framing::Chunked(Chunked::Size) => {
-                    let size = chunk_size(&self.read_line()?)?;
-                    if size == 0 {
-                        // Trailer fields, up to the empty line.
-                        while !self.read_line()?.is_empty() {}
-                        self.framing = Framing::Done;
-                    } else {
-                        self.framing = Framing::Chunked(Chunked::Data(size));
-                    }
-                }
-                Framing::Chunked(Chunked::Data(remaining)) => {
-                    let want = buf
-                        .len()
-                        .min(usize::try_from(remaining).unwrap_or(usize::MAX));
-                    let read = self.reader.read(&mut buf[..want])?;
-                    if read == 0 {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "connection closed inside a chunk",
-                        ));
-                    }
-                    let remaining = remaining - read as u64;
-                    self.framing = Framing::Chunked(if remaining == 0 {
-                        Chunked::DataEnd
-                    } else {
-                        Chunked::Data(remaining)
-                    });
-                    return Ok(read);
-                }
-                Framing::Chunked(Chunked::DataEnd) => {
-                    if !self.read_line()?.is_empty() {
-                        return Err(malformed("chunk data longer than its size"));
-                    }
-                    self.framing = Framing::Chunked(Chunked::Size);
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::io::Cursor;
-
-    fn body(framing: Framing, data: &[u8]) -> Body {
-        let stream: Box<dyn Stream> = Box::new(Duplex(Cursor::new(data.to_vec())));
-        Body {
-            reader: BufReader::new(stream),
-            framing,
-        }
-    }
-
-    struct Duplex(Cursor<Vec<u8>>);
-    impl Read for Duplex {
-        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            self.0.read(buf)
-        }
-    }
-    impl Write for Duplex {
-        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-
-    fn read_all(mut body: Body) -> io::Result<Vec<u8>> {
-        let mut out = Vec::new();
-        body.read_to_end(&mut out)?;
-        Ok(out)
-    }
-
-    #[test]
-    fn chunked_bodies() {
-        let data = b"4;ext=1\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nTrailer: x\r\n\r\nNEXT";
-        let out = read_all(body(Framing::Chunked(Chunked::Size), data)).unwrap();
-        assert_eq!(out, b"Wikipedia in\r\n\r\nchunks.");
-        assert_eq!(
-            read_all(body(
-                Framing::Chunked(Chunked::Size),
-                b"a\nabcdefghij\n0\n\n"
-            ))
-            .unwrap(),
-            b"abcdefghij"
-        );
-    }
-
-    #[test]
-    fn malformed_or_truncated_chunked_bodies() {
-        for data in [
-            &b"4\r\nWik"[..],
-            b"4\r\nWikiX\r\n0\r\n\r\n",
-            b"zz\r\nWiki\r\n",
-            b"\r\n",
-            b"11111111111111111\r\n",
-            b"4\r\nWiki\r\n",
-            b"0\r\n",
-        ] {
-            assert!(
-                read_all(body(Framing::Chunked(Chunked::Size), data)).is_err(),
-                "{:?}",
-                String::from_utf8_lossy(data)
-            );
-        }
-    }
-
-    #[test]
-    fn length_bodies() {
-        let out = read_all(body(Framing::Length { remaining: 3 }, b"abcdef")).unwrap();
-        assert_eq!(out, b"abc");
-        let err = read_all(body(Framing::Length { remaining: 10 }, b"abc")).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
-        let out = read_all(body(Framing::UntilClose, b"abc")).unwrap();
-        assert_eq!(out, b"abc");
-    }
-
-    fn headers(list: &[(&str, &str)]) -> Vec<(String, String)> {
-        list.iter()
-            .map(|(n, v)| (n.to_string(), v.to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn body_framing() {
-        assert_eq!(
-            framing(200, &headers(&[("Content-Length", "12")])),
-            Ok(Framing::Length { remaining: 12 })
-        );
-        assert_eq!(
-            framing(200, &headers(&[("content-length", "12, 12")])),
-            Ok(Framing::Length { remaining: 12 })
-        );
-        assert!(
-            framing(
-                200,
-                &headers(&[("Content-Length", "12"), ("Content-Length", "13")])
-            )
-            .is_err()
-        );
-        assert!(framing(200, &headers(&[("Content-Length", "+12")])).is_err());
-        assert_eq!(
-            framing(
-                200,
-                &headers(&[("Transfer-Encoding", "Chunked"), ("Content-Length", "3")])
-            ),
-            Ok(Framing::Chunked(Chunked::Size))
-        );
-        assert!(framing(200, &headers(&[("Transfer-Encoding", "gzip, chunked")])).is_err());
-        assert_eq!(framing(200, &[]), Ok(Framing::UntilClose));
-        assert_eq!(
-            framing(304, &headers(&[("Content-Length", "3")])),
-            Ok(Framing::Done)
-        );
-    }
 
     #[test]
     fn heads() {
@@ -801,61 +395,5 @@ mod tests {
         assert!(read_head(&mut Cursor::new(huge.into_bytes())).is_err());
         assert!(parse_head(b"HTTP/2 200 OK\r\n\r\n").is_err());
         assert!(parse_head(b"garbage\r\n\r\n").is_err());
-    }
-
-    #[test]
-    fn urls() {
-        let url = Url::parse("http://127.0.0.1:5000/v2/os/manifests/x?y=1#frag").unwrap();
-        assert_eq!(url.host, "127.0.0.1");
-        assert_eq!(url.port, 5000);
-        assert_eq!(url.authority, "127.0.0.1:5000");
-        assert_eq!(url.target, "/v2/os/manifests/x?y=1");
-        assert_eq!(
-            url.to_string(),
-            "http://127.0.0.1:5000/v2/os/manifests/x?y=1"
-        );
-
-        let url = Url::parse("HTTPS://[::1]/a b").unwrap();
-        assert_eq!((url.host.as_str(), url.port), ("::1", 443));
-        assert_eq!(url.target, "/a%20b");
-        let url = Url::parse("http://registry.example?q").unwrap();
-        assert_eq!((url.port, url.target.as_str()), (80, "/?q"));
-
-        for bad in [
-            "ftp://host/",
-            "host/path",
-            "http:///path",
-            "http://user:pw@host/",
-            "http://host:0/",
-            "http://host:99999/",
-            "http://host:/",
-            "http://[::1/",
-            "http://[::1]x/",
-            "http://ho st/",
-            "http://host/a\r\nInjected: 1",
-            "http://::1/",
-        ] {
-            assert!(Url::parse(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn redirects_resolve() {
-        let base = Url::parse("http://a:1/v2/r/blobs/sha256:x?q").unwrap();
-        assert_eq!(
-            base.join("/store/blob?sig=1").unwrap().to_string(),
-            "http://a:1/store/blob?sig=1"
-        );
-        assert_eq!(
-            base.join("other").unwrap().to_string(),
-            "http://a:1/v2/r/blobs/other"
-        );
-        assert_eq!(base.join("//b:2/x").unwrap().to_string(), "http://b:2/x");
-        assert_eq!(
-            base.join("https://cdn.example/x").unwrap().to_string(),
-            "https://cdn.example/x"
-        );
-        assert!(base.join("ftp://x/").is_err());
-        assert!(base.join("").is_err());
     }
 }

@@ -12,11 +12,20 @@
 //! (see the [parent module](super) for why), and feeds [`Progress`] to
 //! its log from the callback.
 
+mod auth;
+mod body;
+mod credentials;
+mod deadline;
 mod device;
 mod digest;
 mod error;
 mod http;
+mod layer;
+mod manifest;
 mod oci;
+mod reference;
+mod trust;
+mod url;
 mod zstd;
 
 use std::fmt;
@@ -26,9 +35,12 @@ use metropolis_proto::prelude::agent::{OsInstallationRequest, os_installation_re
 use metropolis_proto::prelude::debug::OsImageRef;
 use prost::Message;
 
+pub use credentials::RegistryCredentials;
 pub use device::GUARD_BYTES;
 pub use error::InstallError;
-pub use oci::{MAX_MANIFEST_BYTES, OciInstaller};
+pub use manifest::Platform;
+pub use oci::{DEFAULT_DEADLINE, MAX_MANIFEST_BYTES, OciInstaller};
+pub use trust::{RegistryTls, registry_tls};
 
 /// Something that installs an OS image onto a root device.
 ///

@@ -1,0 +1,246 @@
+//! Logging in to a registry: answering its `401` challenge
+//! (`WWW-Authenticate`) with Basic authentication or with a token from
+//! the token server the challenge names (the Docker token flow, what
+//! Docker Hub, GHCR, Harbor, Quay and `docker-registry` with `auth: token`
+//! speak).
+//!
+//! A [`Session`] is one installation's requests to one registry: it sends
+//! them anonymously until the registry asks for more, answers the
+//! challenge once per request, and keeps the `Authorization` it got for
+//! the requests after. Rules:
+//!
+//! - a login (user and password) goes only over `https`: to the registry
+//!   for Basic, to the token server for a token. A registry in the clear
+//!   that asks for one fails, saying why;
+//! - without a login for the registry, the token flow is tried
+//!   anonymously (public images on Docker Hub need a token too);
+//! - the `Authorization` header goes to the registry's own scheme and
+//!   authority only, never to a host a redirect leads to (`http.rs`).
+
+use base64::Engine as _;
+use serde::Deserialize;
+
+use super::InstallError;
+use super::credentials::{Login, RegistryCredentials};
+use super::http::{Client, Get, Response, Scheme, Url, bounded};
+use super::oci::{http_error, status_error};
+
+/// The largest token response read.
+const MAX_TOKEN_RESPONSE_BYTES: u64 = 256 * 1024;
+
+/// One installation's requests to one registry.
+pub(crate) struct Session<'a> {
+    client: &'a Client,
+    registry: &'a Url,
+    login: Option<&'a Login>,
+    /// The token scope asked for when the challenge names none.
+    scope: String,
+    authorization: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct TokenResponse {
+    token: Option<String>,
+    access_token: Option<String>,
+}
+
+impl<'a> Session<'a> {
+    /// A session with the registry at `registry` (its base URL) to pull
+    /// from `repository`.
+    pub(crate) fn new(
+        client: &'a Client,
+        credentials: &'a RegistryCredentials,
+        registry: &'a Url,
+        repository: &str,
+    ) -> Session<'a> {
+        Session {
+            client,
+            registry,
+            login: credentials.login(&registry.authority),
+            scope: format!("repository:{repository}:pull"),
+            authorization: None,
+        }
+    }
+
+    fn unauthorized(&self, problem: String) -> InstallError {
+        InstallError::Unauthorized {
+            registry: self.registry.authority.clone(),
+            problem,
+        }
+    }
+
+    /// `GET url` with the session's authorization, logging in when the
+    /// registry answers `401`.
+    pub(crate) fn get(
+        &mut self,
+        url: &Url,
+        accept: Option<&str>,
+    ) -> Result<Response, InstallError> {
+        let get = |authorization: Option<&str>| {
+            self.client
+                .get(
+                    url,
+                    Get {
+                        accept,
+                        authorization,
+                    },
+                )
+                .map_err(http_error)
+        };
+        let response = get(self.authorization.as_deref())?;
+        if response.status != 401 || !response.url.same_origin(self.registry) {
+            return Ok(response);
+        }
+        // Without a challenge there is nothing to answer: report what the
+        // registry said.
+        let Some(challenge) = response.header("www-authenticate").map(str::to_string) else {
+            return Err(status_error(response));
+        };
+        let authorization = self.authorize(&challenge)?;
+        let response = get(Some(&authorization))?;
+        if response.status == 401 && response.url.same_origin(self.registry) {
+            return Err(self.unauthorized(match self.login {
+                Some(login) => format!(
+                    "the registry refused the login of user {:?}",
+                    bounded(&login.username)
+                ),
+                None => "the registry refused the anonymous token".to_string(),
+            }));
+        }
+        self.authorization = Some(authorization);
+        Ok(response)
+    }
+
+    /// The `Authorization` answering `challenge`.
+    fn authorize(&self, challenge: &str) -> Result<String, InstallError> {
+        let challenges = http_auth::parse_challenges(challenge).map_err(|e| {
+            self.unauthorized(format!(
+                "the registry asks for login with an unreadable challenge {}: {e}",
+                bounded(challenge)
+            ))
+        })?;
+        let find = |scheme: &str| {
+            challenges
+                .iter()
+                .find(|c| c.scheme.eq_ignore_ascii_case(scheme))
+        };
+        if let Some(bearer) = find("Bearer") {
+            let param = |name: &str| {
+                bearer
+                    .params
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                    .map(|(_, v)| v.to_unescaped())
+            };
+            let Some(realm) = param("realm") else {
+                return Err(self.unauthorized(
+                    "the registry's Bearer challenge names no token server (realm)".to_string(),
+                ));
+            };
+            let scope = param("scope").unwrap_or_else(|| self.scope.clone());
+            return self.token(&realm, param("service").as_deref(), &scope);
+        }
+        if find("Basic").is_some() {
+            let Some(login) = self.login else {
+                return Err(self.unauthorized(format!(
+                    "the registry requires a login (Basic) and the credentials file (--registry-auth) has none for {}",
+                    self.registry.authority
+                )));
+            };
+            if self.registry.scheme != Scheme::Https {
+                return Err(self.unauthorized(
+                    "the registry asks for a password over plain http; logins are sent over https only"
+                        .to_string(),
+                ));
+            }
+            return Ok(format!("Basic {}", basic(login)));
+        }
+        Err(self.unauthorized(format!(
+            "the registry asks for login by a scheme other than Basic or Bearer: {}",
+            bounded(challenge)
+        )))
+    }
+
+    /// A token from the token server at `realm` for `scope`, as an
+    /// `Authorization` value.
+    fn token(
+        &self,
+        realm: &str,
+        service: Option<&str>,
+        scope: &str,
+    ) -> Result<String, InstallError> {
+        let mut url = Url::parse(realm).map_err(|problem| {
+            self.unauthorized(format!("the token server's URL (realm): {problem}"))
+        })?;
+        if let Some(service) = service {
+            url = url.with_query("service", service);
+        }
+        url = url.with_query("scope", scope);
+        let authorization = match self.login {
+            Some(_) if url.scheme != Scheme::Https => {
+                return Err(self.unauthorized(format!(
+                    "the token server {} is plain http; logins are sent over https only",
+                    bounded(&url.authority)
+                )));
+            }
+            Some(login) => Some(format!("Basic {}", basic(login))),
+            None => None,
+        };
+        let mut response = self
+            .client
+            .get(
+                &url,
+                Get {
+                    accept: Some("application/json"),
+                    authorization: authorization.as_deref(),
+                },
+            )
+            .map_err(http_error)?;
+        match response.status {
+            200 => {}
+            401 | 403 => {
+                return Err(self.unauthorized(match self.login {
+                    Some(login) => format!(
+                        "the token server {} refused the login of user {:?} ({})",
+                        url.authority,
+                        bounded(&login.username),
+                        response.status
+                    ),
+                    None => format!(
+                        "the token server {} refused an anonymous token ({}); the credentials file (--registry-auth) has no login for {}",
+                        url.authority, response.status, self.registry.authority
+                    ),
+                }));
+            }
+            _ => return Err(status_error(response)),
+        }
+        let body = response
+            .read_body(MAX_TOKEN_RESPONSE_BYTES)
+            .map_err(|source| InstallError::Transfer {
+                url: response.url.to_string(),
+                source,
+            })?
+            .ok_or_else(|| {
+                self.unauthorized(format!(
+                    "the token server's answer is larger than {MAX_TOKEN_RESPONSE_BYTES} bytes"
+                ))
+            })?;
+        let answer: TokenResponse = serde_json::from_slice(&body).map_err(|e| {
+            self.unauthorized(format!("the token server's answer is not a token: {e}"))
+        })?;
+        let token = answer
+            .token
+            .or(answer.access_token)
+            .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()))
+            .ok_or_else(|| {
+                self.unauthorized("the token server's answer holds no usable token".to_string())
+            })?;
+        Ok(format!("Bearer {token}"))
+    }
+}
+
+/// The Basic credentials of `login`, base64-encoded.
+fn basic(login: &Login) -> String {
+    base64::engine::general_purpose::STANDARD
+        .encode(format!("{}:{}", login.username, login.password))
+}

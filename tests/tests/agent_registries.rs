@@ -1,0 +1,351 @@
+//! The agent process against a real registry as operators run one:
+//! Debian's `docker-registry` over TLS (its certificate given to the agent
+//! with `--registry-ca`) asking for an htpasswd login (given with
+//! `--registry-auth`, a Docker config.json of mode 600; `htpasswd` from
+//! apache2-utils makes the bcrypt entry). The agent installs a
+//! single-platform image and, from a two-platform index, its own
+//! platform's image; through a proxy that drips the layer slower than
+//! `--registry-deadline`, the install fails naming the deadline and leaves
+//! the target's head zeroed; with the proxy fixed the next generation
+//! installs. Needs docker-registry and apache2-utils (`.ci/run`).
+//!
+//! And the Docker token flow: the registry with `auth: token` trusting
+//! the tokens of an in-test token server (`metropolis_tests::token_server`,
+//! over TLS, asking for a Basic login), whose CA is a second
+//! `--registry-ca`; a wrong password is reported as the token server's
+//! refusal.
+
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use bmaas_agent::install::Platform;
+use metropolis_proto::metropolis::node::core::curator::proto::private::{
+    AddMachineRequest, GetMachineRequest, Machine, SubmitInstallationRequestRequest,
+    machine::Report, machine_management_client::MachineManagementClient,
+};
+use metropolis_proto::prelude::{agent, debug as api};
+use metropolis_tests::drip_proxy::DripProxy;
+use metropolis_tests::registry::{Access, Registry};
+use metropolis_tests::token_server::{TokenIssuer, TokenServer};
+use metropolis_tests::{AgentProcess, Daemon, RuntimeKind};
+use metropolis_transport::grpc::Channel;
+use prost::Message;
+
+const MACHINE: &str = "6f1c0c3e-5a8b-4f0e-9a57-0f3a1c2b7d44";
+const LAYER: &str = "application/vnd.oci.image.layer.v1.tar";
+const REPO: &str = "os/metropolis";
+
+fn request(host: &str, digest: &str, root: &Path) -> Vec<u8> {
+    agent::OsInstallationRequest {
+        generation: 0,
+        r#type: Some(agent::os_installation_request::Type::Metropolis(
+            agent::MetropolisInstallationRequest {
+                os_image: Some(api::OsImageRef {
+                    scheme: "https".into(),
+                    host: host.into(),
+                    repository: REPO.into(),
+                    tag: String::new(),
+                    digest: digest.into(),
+                }),
+                node_parameters: None,
+                root_device: root.display().to_string(),
+            },
+        )),
+    }
+    .encode_to_vec()
+}
+
+/// The report of `generation`, waiting up to 60 s.
+async fn report(op: &mut MachineManagementClient<Channel>, generation: i64) -> Report {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let m: Machine = op
+            .get_machine(GetMachineRequest {
+                machine_id: MACHINE.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if let Some(r) = m.reports.iter().find(|r| r.generation == generation) {
+            return r.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no report of {generation}: {m:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn submit(op: &mut MachineManagementClient<Channel>, bytes: Vec<u8>) -> i64 {
+    op.submit_installation_request(SubmitInstallationRequestRequest {
+        machine_id: MACHINE.into(),
+        request: bytes.into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .generation
+}
+
+/// Test data of `len` bytes, different for each `seed`.
+fn image(len: usize, seed: u32) -> Vec<u8> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_add(seed).wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect()
+}
+
+/// A daemon with the machine registered, and its agent started with
+/// `extra` flags.
+async fn start_agent(
+    dir: &Path,
+    extra: &[&str],
+) -> (Daemon, MachineManagementClient<Channel>, AgentProcess) {
+    let d = Daemon::start(&dir.join("d"), RuntimeKind::Tokio);
+    let key_file = dir.join("agent.key");
+    let key = metropolis_pki::generate_agent_key().unwrap();
+    std::fs::write(&key_file, &key).unwrap();
+    let (_, public) = metropolis_pki::self_signed_agent_certificate(&key).unwrap();
+    let mut op = MachineManagementClient::with_origin(d.owner().await, Channel::origin());
+    op.add_machine(AddMachineRequest {
+        machine_id: MACHINE.into(),
+        agent_public_key: public.to_vec().into(),
+    })
+    .await
+    .unwrap();
+    let agent = AgentProcess::start_with(&d, MACHINE, &key_file, &dir.join("state"), extra);
+    (d, op, agent)
+}
+
+/// Writes a config.json with `user`/`password` for `registries`, mode 600.
+fn auth_file(path: &Path, registries: &[&str], user: &str, password: &str) {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    let entries: Vec<String> = registries
+        .iter()
+        .map(|r| format!(r#""{r}": {{"auth": "{encoded}"}}"#))
+        .collect();
+    std::fs::write(path, format!(r#"{{"auths": {{{}}}}}"#, entries.join(", "))).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn installs_from_a_registry_with_tls_and_logins() {
+    assert!(
+        Registry::available(),
+        "docker-registry is not installed (apt-get install docker-registry; .ci/run does it)"
+    );
+    let registry = Registry::start_secure("operator", "pa ss:word");
+    let single = image(3 << 20, 1);
+    let single_digest = registry.push_image(REPO, "v1", &single, LAYER);
+    // A two-platform index: the agent's own platform and another.
+    let own = Platform::host();
+    let other_arch = if own.architecture == "arm64" {
+        "amd64"
+    } else {
+        "arm64"
+    };
+    let mine = image(2 << 20, 2);
+    let theirs = image(2 << 20, 3);
+    let mine_digest = registry.push_image(REPO, "mine", &mine, LAYER);
+    let theirs_digest = registry.push_image(REPO, "theirs", &theirs, LAYER);
+    let own_platform = format!("{}/{}", own.os, own.architecture);
+    let other_platform = format!("linux/{other_arch}");
+    let index_digest = registry.push_index(
+        REPO,
+        "multi",
+        &[
+            (other_platform.as_str(), theirs_digest.as_str()),
+            (own_platform.as_str(), mine_digest.as_str()),
+        ],
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    // What an operator hands the agent: the registry's CA, and a
+    // config.json only its owner can read.
+    let ca = dir.path().join("registry-ca.pem");
+    std::fs::write(&ca, registry.ca_pem.clone().unwrap()).unwrap();
+    let auth = dir.path().join("registry-auth.json");
+    let encoded = base64::engine::general_purpose::STANDARD.encode("operator:pa ss:word");
+    // The proxy passes the first 2 MiB of each connection, then 200 bytes
+    // every 50 ms: each read gets bytes within the socket timeout, the
+    // layer would take over an hour.
+    let proxy = DripProxy::start(&registry.addr, 2 << 20, 200, Duration::from_millis(50));
+    // The proxy's address is another registry host to the agent: the
+    // same login for it, in the other form config.json allows.
+    std::fs::write(
+        &auth,
+        format!(
+            r#"{{"auths": {{"{}": {{"auth": "{encoded}"}}, "{}": {{"username": "operator", "password": "pa ss:word"}}}}}}"#,
+            registry.addr, proxy.addr
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&auth, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    let (ca_arg, auth_arg) = (ca.display().to_string(), auth.display().to_string());
+    let (_d, mut op, agent) = start_agent(
+        dir.path(),
+        &[
+            "--allow-image-files",
+            "--registry-ca",
+            &ca_arg,
+            "--registry-auth",
+            &auth_arg,
+            "--registry-deadline",
+            "4",
+        ],
+    )
+    .await;
+
+    // Root devices are under /dev: image files on /dev/shm, made
+    // beforehand (under /dev the agent creates nothing).
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let disk = shm.path().join("disk.img");
+    std::fs::write(&disk, b"").unwrap();
+
+    // A single-platform image over TLS with the login.
+    assert_eq!(
+        submit(&mut op, request(&registry.addr, &single_digest, &disk)).await,
+        1
+    );
+    let r = report(&mut op, 1).await;
+    assert!(
+        r.success,
+        "{}\n{}\n{}",
+        r.error,
+        agent.log(),
+        registry.log()
+    );
+    assert!(std::fs::read(&disk).unwrap() == single);
+
+    // The index: the agent's own platform's image.
+    submit(&mut op, request(&registry.addr, &index_digest, &disk)).await;
+    let r = report(&mut op, 2).await;
+    assert!(r.success, "{}\n{}", r.error, agent.log());
+    assert!(
+        std::fs::read(&disk).unwrap() == mine,
+        "not the {own_platform} image"
+    );
+
+    // Dripping: fails at the deadline, naming it; the head is zeroed.
+    std::fs::write(&disk, vec![0xaa; single.len()]).unwrap();
+    let started = Instant::now();
+    submit(&mut op, request(&proxy.addr, &single_digest, &disk)).await;
+    let r = report(&mut op, 3).await;
+    assert!(!r.success);
+    assert!(
+        r.error.contains("request deadline of 4 s"),
+        "{}\n{}",
+        r.error,
+        agent.log()
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let after = std::fs::read(&disk).unwrap();
+    assert!(after[..1 << 20].iter().all(|b| *b == 0), "the head is zero");
+
+    // Fixed, a new generation installs.
+    proxy.set_dripping(false);
+    submit(&mut op, request(&proxy.addr, &single_digest, &disk)).await;
+    let r = report(&mut op, 4).await;
+    assert!(r.success, "{}\n{}", r.error, agent.log());
+    assert!(std::fs::read(&disk).unwrap() == single);
+    drop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn installs_through_the_docker_token_flow() {
+    assert!(
+        Registry::available(),
+        "docker-registry is not installed (apt-get install docker-registry; .ci/run does it)"
+    );
+    // The token server asks for the robot's login; the registry trusts
+    // the issuer's tokens and sends the agent to the token server.
+    let issuer = Arc::new(TokenIssuer::new());
+    let robot = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("robot:t0ken-pw")
+    );
+    let tokens = TokenServer::start(issuer.clone(), robot);
+    let realm = format!("https://{}/token", tokens.addr);
+    let registry = Registry::start_as(Access::Token {
+        issuer,
+        realm: &realm,
+    });
+    let data = image(2 << 20, 4);
+    let digest = registry.push_image(REPO, "v1", &data, LAYER);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (registry_ca, token_ca) = (
+        dir.path().join("registry.pem"),
+        dir.path().join("tokens.pem"),
+    );
+    std::fs::write(&registry_ca, registry.ca_pem.clone().unwrap()).unwrap();
+    std::fs::write(&token_ca, &tokens.ca_pem).unwrap();
+    let auth = dir.path().join("auth.json");
+    auth_file(&auth, &[&registry.addr], "robot", "t0ken-pw");
+    let args: Vec<String> = [&registry_ca, &token_ca, &auth]
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    let (_d, mut op, agent) = start_agent(
+        dir.path(),
+        &[
+            "--allow-image-files",
+            "--registry-ca",
+            &args[0],
+            "--registry-ca",
+            &args[1],
+            "--registry-auth",
+            &args[2],
+        ],
+    )
+    .await;
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let disk = shm.path().join("disk.img");
+    std::fs::write(&disk, b"").unwrap();
+    submit(&mut op, request(&registry.addr, &digest, &disk)).await;
+    let r = report(&mut op, 1).await;
+    assert!(
+        r.success,
+        "{}\n{}\n{}",
+        r.error,
+        agent.log(),
+        registry.log()
+    );
+    assert!(std::fs::read(&disk).unwrap() == data);
+    assert!(tokens.requests.load(Ordering::SeqCst) >= 1);
+
+    // A wrong password: the token server refuses, and the report says so.
+    auth_file(&auth, &[&registry.addr], "robot", "wrong");
+    drop(agent);
+    let agent = AgentProcess::start_with(
+        &_d,
+        MACHINE,
+        &dir.path().join("agent.key"),
+        &dir.path().join("state"),
+        &[
+            "--allow-image-files",
+            "--registry-ca",
+            &args[0],
+            "--registry-ca",
+            &args[1],
+            "--registry-auth",
+            &args[2],
+        ],
+    );
+    submit(&mut op, request(&registry.addr, &digest, &disk)).await;
+    let r = report(&mut op, 2).await;
+    assert!(!r.success);
+    assert!(
+        r.error.contains("token server") && r.error.contains("\"robot\""),
+        "{}\n{}",
+        r.error,
+        agent.log()
+    );
+}
