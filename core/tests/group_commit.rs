@@ -38,6 +38,9 @@ struct HeldState {
     open: bool,
     /// Fail the next transaction with Unavailable.
     fail_next: bool,
+    /// Refuse transactions of more writes than this (as etcd's
+    /// `--max-txn-ops`).
+    max_ops: Option<usize>,
 }
 
 impl Held {
@@ -67,6 +70,11 @@ impl KvStore for Held {
     fn txn(&self, txn: Txn) -> BoxFuture<'static, Result<TxnResponse, StoreError>> {
         let mut s = self.state.lock().unwrap();
         s.sent.push(txn.clone());
+        if s.max_ops.is_some_and(|max| txn.success.len() > max) {
+            return Box::pin(futures::future::ready(Err(StoreError::Refused(
+                "too many operations in txn request".into(),
+            ))));
+        }
         if std::mem::take(&mut s.fail_next) {
             return Box::pin(futures::future::ready(Err(StoreError::Unavailable(
                 "injected".into(),
@@ -386,4 +394,22 @@ fn the_task_ends_once_every_handle_is_gone_and_everything_is_answered() {
     tasks.run(2);
     assert!(answer(&mut a).unwrap().succeeded);
     assert!(tasks.is_empty());
+}
+
+#[test]
+fn a_group_the_store_refuses_whole_is_sent_again_one_by_one() {
+    let store = Held::open();
+    store.state.lock().unwrap().max_ops = Some(2);
+    let (group, tasks) = grouped(&store, one_at_a_time());
+    let mut answers: Vec<Answer> = (0..3)
+        .map(|i| group.txn(cas(&format!("/k{i}"), 0, "v")))
+        .collect();
+    tasks.run(3);
+    // The group of three, refused; then each alone.
+    let sizes: Vec<usize> = store.sent().iter().map(|t| t.success.len()).collect();
+    assert_eq!(sizes, vec![3, 1, 1, 1]);
+    assert!(answers.iter_mut().all(|a| answer(a).unwrap().succeeded));
+    for i in 0..3 {
+        assert_eq!(store.kv.get(format!("/k{i}")).unwrap(), "v");
+    }
 }

@@ -36,6 +36,16 @@ impl Endpoints {
         {
             return StoreError::LeaseNotFound(lease);
         }
+        // etcd checks a request before proposing it: InvalidArgument
+        // means nothing of it was applied (too many operations, a request
+        // too large, a key given twice). Refusals of the client's
+        // credentials are InvalidArgument too, and stay Unavailable.
+        if let ec::Error::GRpcStatus(status) = err
+            && status.code() == tonic::Code::InvalidArgument
+            && refusal(err).is_none()
+        {
+            return StoreError::Refused(format!("etcd at {}: {what}: {}", self.0, describe(err)));
+        }
         self.unavailable(what, describe(err))
     }
 

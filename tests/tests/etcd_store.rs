@@ -348,9 +348,10 @@ async fn transactions_match_the_embedded_store() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_branch_etcd_refuses_is_unavailable_with_etcds_reason() {
+async fn a_branch_etcd_refuses_is_refused_with_etcds_reason() {
     // The documented difference: the store model accepts a key put twice
-    // in one branch, etcd 3.4 does not.
+    // in one branch, etcd 3.4 does not. It refuses it before applying
+    // anything.
     let etcd_server = Etcd::start();
     let etcd = connect(&etcd_server).await;
     let err = etcd
@@ -358,10 +359,52 @@ async fn a_branch_etcd_refuses_is_unavailable_with_etcds_reason() {
         .await
         .unwrap_err();
     match err {
-        StoreError::Unavailable(m) => {
+        StoreError::Refused(m) => {
             assert!(m.contains("duplicate key"), "{m}");
             assert!(m.contains(&etcd_server.url()), "{m}");
         }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The leader's group commit against an etcd that takes fewer operations
+/// per transaction than the daemon's `--etcd-max-txn-ops`: the groups it
+/// refuses are sent again one by one, and every update commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_larger_than_etcds_max_txn_ops_still_commit() {
+    use metropolis_core::service::{GroupCommit, GroupCommitOptions};
+    let etcd_server = Etcd::start_with(
+        1,
+        metropolis_tests::etcd::EtcdOptions {
+            args: vec!["--max-txn-ops=2".into()],
+            ..Default::default()
+        },
+    );
+    let etcd: std::sync::Arc<dyn KvStore> = std::sync::Arc::new(connect(&etcd_server).await);
+    let options = GroupCommitOptions {
+        in_flight: 1,
+        ..GroupCommitOptions::default()
+    };
+    let grouped = GroupCommit::new(
+        etcd.clone(),
+        &*metropolis_runtime_tokio::rt::TokioRuntime::shared(),
+        options,
+    );
+    // More than fit one at a time: all but the first wait and leave as
+    // groups of more than 2 writes, which etcd refuses.
+    let writes: Vec<_> = (0..20)
+        .map(|i| grouped.txn(ops(vec![put(&format!("g/{i}"), "v")])))
+        .collect();
+    let answers = within(20, futures::future::join_all(writes)).await;
+    for (i, a) in answers.into_iter().enumerate() {
+        assert!(a.unwrap_or_else(|e| panic!("write {i}: {e}")).succeeded);
+    }
+    let read = etcd
+        .txn(ops(vec![Op::Range(KeyRange::Prefix(b("g/")))]))
+        .await
+        .unwrap();
+    match &read.results[..] {
+        [OpResult::Range(kvs)] => assert_eq!(kvs.len(), 20),
         other => panic!("{other:?}"),
     }
 }

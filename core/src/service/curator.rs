@@ -35,7 +35,12 @@ pub struct CuratorService {
 }
 
 pub(crate) fn store_status(e: StoreError) -> Status {
-    Status::unavailable(format!("{e}; request can be retried"))
+    match e {
+        // Sent again it would fail again: the store's limits and this
+        // instance's disagree (docs/operations.md, "Transactions to etcd").
+        StoreError::Refused(_) => Status::internal(e.to_string()),
+        e => Status::unavailable(format!("{e}; request can be retried")),
+    }
 }
 
 impl CuratorService {

@@ -22,9 +22,12 @@
 //! revision. When a compare of the group fails, the members are sent again
 //! one by one, each with its own failure branch, so a member learns what it
 //! would have learnt alone (a lost race, a lost fence); a failed compare
-//! costs that group one extra round trip. A store error answers every
-//! member with it, as it would have answered each: nothing is retried
-//! behind a caller's back. Every caller is answered only after the store
+//! costs that group one extra round trip. So does a group the store
+//! refuses whole without applying any of it ([`StoreError::Refused`]: an
+//! etcd started with a lower `--max-txn-ops` than
+//! [`max_ops`](GroupCommitOptions::max_ops)). Any other store error answers
+//! every member with it, as it would have answered each: nothing that may
+//! have been applied is retried behind a caller's back. Every caller is answered only after the store
 //! answered the transaction that carried its writes.
 //!
 //! **Bounds.** A group holds at most
@@ -345,9 +348,11 @@ async fn commit(inner: Arc<dyn KvStore>, mut group: Vec<Pending>) {
                 let _ = p.reply.send(Err(e.clone()));
             }
         }
-        Ok(_) => {
-            // A compare failed: each member alone, with its own failure
-            // branch, concurrently (their keys are disjoint).
+        // A compare failed, or the store refused the group as a whole
+        // without applying any of it (more operations than it takes):
+        // each member alone, with its own failure branch, concurrently
+        // (their keys are disjoint).
+        Ok(_) | Err(StoreError::Refused(_)) => {
             futures::future::join_all(group.into_iter().map(|Pending { txn, reply }| {
                 let sent = inner.txn(txn);
                 async move {

@@ -215,6 +215,10 @@ pub enum StoreError {
     LeaseExists(LeaseId),
     /// The store cannot be reached or failed (runtime stores only).
     Unavailable(String),
+    /// The store refused the request as invalid without applying any of
+    /// it (etcd: InvalidArgument, e.g. more operations in one transaction
+    /// than its `--max-txn-ops`); sent again unchanged it fails again.
+    Refused(String),
 }
 
 impl std::fmt::Display for StoreError {
@@ -235,6 +239,7 @@ impl std::fmt::Display for StoreError {
             StoreError::LeaseNotFound(id) => write!(f, "lease {id:x} not found"),
             StoreError::LeaseExists(id) => write!(f, "lease {id:x} already exists"),
             StoreError::Unavailable(why) => write!(f, "store unavailable: {why}"),
+            StoreError::Refused(why) => write!(f, "store refused the request: {why}"),
         }
     }
 }
