@@ -14,6 +14,7 @@ pub mod etcd_pki;
 pub mod interop;
 pub mod loop_device;
 pub mod plain_server;
+pub mod provisioning;
 pub mod registry;
 pub mod token_server;
 

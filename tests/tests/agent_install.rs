@@ -13,11 +13,11 @@
 use std::time::{Duration, Instant};
 
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
-    GetMachineRequest, Machine, SubmitInstallationRequestRequest,
-    machine_management_client::MachineManagementClient,
+    GetMachineRequest, Machine, machine_management_client::MachineManagementClient,
 };
 use metropolis_proto::prelude::{agent, debug as api};
 use metropolis_tests::loop_device::LoopDevice;
+use metropolis_tests::provisioning::{report, submit};
 use metropolis_tests::registry::Registry;
 use metropolis_tests::{AgentProcess, Daemon, EnrolledMachine, RuntimeKind, against_both_runtimes};
 use metropolis_transport::grpc::Channel;
@@ -75,29 +75,6 @@ async fn until(
     }
 }
 
-async fn submit(op: &mut MachineManagementClient<Channel>, bytes: Vec<u8>) -> i64 {
-    op.submit_installation_request(SubmitInstallationRequestRequest {
-        machine_id: MACHINE.into(),
-        request: bytes.into(),
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .generation
-}
-
-/// The report of `generation`, once there is one.
-async fn report(
-    op: &mut MachineManagementClient<Channel>,
-    generation: i64,
-) -> metropolis_proto::metropolis::node::core::curator::proto::private::machine::Report {
-    let m = until(op, &format!("report of generation {generation}"), |m| {
-        report_of(m, generation).is_some()
-    })
-    .await;
-    report_of(&m, generation).cloned().unwrap()
-}
-
 fn report_of(
     m: &Machine,
     generation: i64,
@@ -143,8 +120,8 @@ async fn install_flow(rt: RuntimeKind) {
     // What a verified install leaves: the image, and the device's last MiB
     // zeroed (no backup partition table of the old system).
     let installed = [image.clone(), vec![0; 1 << 20]].concat();
-    assert_eq!(submit(&mut op, on_device(&digest)).await, 1);
-    let r = report(&mut op, 1).await;
+    assert_eq!(submit(&mut op, MACHINE, on_device(&digest)).await, 1);
+    let r = report(&mut op, MACHINE, 1).await;
     assert!(
         r.success,
         "generation 1 failed: {}\n{}",
@@ -172,8 +149,8 @@ async fn install_flow(rt: RuntimeKind) {
     std::fs::write(&file, b"old").unwrap();
     let into_file =
         |path: &std::path::Path| request(&registry.addr, "os/metropolis", "", &digest, path);
-    assert_eq!(submit(&mut op, into_file(&file)).await, 2);
-    let r = report(&mut op, 2).await;
+    assert_eq!(submit(&mut op, MACHINE, into_file(&file)).await, 2);
+    let r = report(&mut op, MACHINE, 2).await;
     assert!(!r.success);
     assert!(r.error.contains("--allow-image-files"), "{}", r.error);
     assert_eq!(std::fs::read(&file).unwrap(), b"old", "nothing written");
@@ -186,8 +163,8 @@ async fn install_flow(rt: RuntimeKind) {
     let mut tampered = good.clone();
     tampered[2 << 20] ^= 0xff;
     std::fs::write(&blob, &tampered).unwrap();
-    assert_eq!(submit(&mut op, on_device(&digest)).await, 3);
-    let r = report(&mut op, 3).await;
+    assert_eq!(submit(&mut op, MACHINE, on_device(&digest)).await, 3);
+    let r = report(&mut op, MACHINE, 3).await;
     assert!(!r.success);
     assert!(r.error.contains("digest mismatch"), "{}", r.error);
     let after = device.read();
@@ -195,8 +172,8 @@ async fn install_flow(rt: RuntimeKind) {
     assert!(after[3 << 20..].iter().all(|b| *b == 0), "the tail is zero");
     // Fixed, a new generation installs.
     std::fs::write(&blob, &good).unwrap();
-    assert_eq!(submit(&mut op, on_device(&digest)).await, 4);
-    let r = report(&mut op, 4).await;
+    assert_eq!(submit(&mut op, MACHINE, on_device(&digest)).await, 4);
+    let r = report(&mut op, MACHINE, 4).await;
     assert!(
         r.success,
         "generation 4 failed: {}\n{}",
@@ -212,8 +189,8 @@ async fn install_flow(rt: RuntimeKind) {
     let mut agent = AgentProcess::start_with(&d, MACHINE, &key_file, &state, &allow);
     let disk2 = shm.path().join("disk2.img");
     std::fs::write(&disk2, b"").unwrap();
-    assert_eq!(submit(&mut op, into_file(&disk2)).await, 5);
-    let r = report(&mut op, 5).await;
+    assert_eq!(submit(&mut op, MACHINE, into_file(&disk2)).await, 5);
+    let r = report(&mut op, MACHINE, 5).await;
     assert!(r.success, "{}\n{}", r.error, agent.log());
     assert_eq!(std::fs::read(&disk2).unwrap(), image);
     assert_eq!(
@@ -273,7 +250,7 @@ async fn install_flow(rt: RuntimeKind) {
         ),
     ];
     for (bytes, cause) in cases {
-        let generation = submit(&mut op, bytes).await;
+        let generation = submit(&mut op, MACHINE, bytes).await;
         let m = until(&mut op, "an error report", |m| {
             report_of(m, generation).is_some()
         })

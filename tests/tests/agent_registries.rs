@@ -26,11 +26,11 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use bmaas_agent::install::Platform;
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
-    AddMachineRequest, GetMachineRequest, Machine, SubmitInstallationRequestRequest,
-    machine::Report, machine_management_client::MachineManagementClient,
+    AddMachineRequest, machine_management_client::MachineManagementClient,
 };
 use metropolis_proto::prelude::{agent, debug as api};
 use metropolis_tests::drip_proxy::DripProxy;
+use metropolis_tests::provisioning::{report, submit};
 use metropolis_tests::registry::{Access, Registry};
 use metropolis_tests::token_server::{TokenIssuer, TokenServer};
 use metropolis_tests::{AgentProcess, Daemon, RuntimeKind};
@@ -59,39 +59,6 @@ fn request(host: &str, digest: &str, root: &Path) -> Vec<u8> {
         )),
     }
     .encode_to_vec()
-}
-
-/// The report of `generation`, waiting up to 60 s.
-async fn report(op: &mut MachineManagementClient<Channel>, generation: i64) -> Report {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let m: Machine = op
-            .get_machine(GetMachineRequest {
-                machine_id: MACHINE.into(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        if let Some(r) = m.reports.iter().find(|r| r.generation == generation) {
-            return r.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no report of {generation}: {m:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn submit(op: &mut MachineManagementClient<Channel>, bytes: Vec<u8>) -> i64 {
-    op.submit_installation_request(SubmitInstallationRequestRequest {
-        machine_id: MACHINE.into(),
-        request: bytes.into(),
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .generation
 }
 
 /// Test data of `len` bytes, different for each `seed`.
@@ -211,10 +178,15 @@ async fn installs_from_a_registry_with_tls_and_logins() {
 
     // A single-platform image over TLS with the login.
     assert_eq!(
-        submit(&mut op, request(&registry.addr, &single_digest, &disk)).await,
+        submit(
+            &mut op,
+            MACHINE,
+            request(&registry.addr, &single_digest, &disk)
+        )
+        .await,
         1
     );
-    let r = report(&mut op, 1).await;
+    let r = report(&mut op, MACHINE, 1).await;
     assert!(
         r.success,
         "{}\n{}\n{}",
@@ -225,8 +197,13 @@ async fn installs_from_a_registry_with_tls_and_logins() {
     assert!(std::fs::read(&disk).unwrap() == single);
 
     // The index: the agent's own platform's image.
-    submit(&mut op, request(&registry.addr, &index_digest, &disk)).await;
-    let r = report(&mut op, 2).await;
+    submit(
+        &mut op,
+        MACHINE,
+        request(&registry.addr, &index_digest, &disk),
+    )
+    .await;
+    let r = report(&mut op, MACHINE, 2).await;
     assert!(r.success, "{}\n{}", r.error, agent.log());
     assert!(
         std::fs::read(&disk).unwrap() == mine,
@@ -236,8 +213,13 @@ async fn installs_from_a_registry_with_tls_and_logins() {
     // Dripping: fails at the deadline, naming it; the head is zeroed.
     std::fs::write(&disk, vec![0xaa; single.len()]).unwrap();
     let started = Instant::now();
-    submit(&mut op, request(&proxy.addr, &single_digest, &disk)).await;
-    let r = report(&mut op, 3).await;
+    submit(
+        &mut op,
+        MACHINE,
+        request(&proxy.addr, &single_digest, &disk),
+    )
+    .await;
+    let r = report(&mut op, MACHINE, 3).await;
     assert!(!r.success);
     assert!(
         r.error.contains("request deadline of 4 s"),
@@ -251,8 +233,13 @@ async fn installs_from_a_registry_with_tls_and_logins() {
 
     // Fixed, a new generation installs.
     proxy.set_dripping(false);
-    submit(&mut op, request(&proxy.addr, &single_digest, &disk)).await;
-    let r = report(&mut op, 4).await;
+    submit(
+        &mut op,
+        MACHINE,
+        request(&proxy.addr, &single_digest, &disk),
+    )
+    .await;
+    let r = report(&mut op, MACHINE, 4).await;
     assert!(r.success, "{}\n{}", r.error, agent.log());
     assert!(std::fs::read(&disk).unwrap() == single);
     drop(agent);
@@ -309,8 +296,8 @@ async fn installs_through_the_docker_token_flow() {
     let shm = tempfile::tempdir_in("/dev/shm").unwrap();
     let disk = shm.path().join("disk.img");
     std::fs::write(&disk, b"").unwrap();
-    submit(&mut op, request(&registry.addr, &digest, &disk)).await;
-    let r = report(&mut op, 1).await;
+    submit(&mut op, MACHINE, request(&registry.addr, &digest, &disk)).await;
+    let r = report(&mut op, MACHINE, 1).await;
     assert!(
         r.success,
         "{}\n{}\n{}",
@@ -339,8 +326,8 @@ async fn installs_through_the_docker_token_flow() {
             &args[2],
         ],
     );
-    submit(&mut op, request(&registry.addr, &digest, &disk)).await;
-    let r = report(&mut op, 2).await;
+    submit(&mut op, MACHINE, request(&registry.addr, &digest, &disk)).await;
+    let r = report(&mut op, MACHINE, 2).await;
     assert!(!r.success);
     assert!(
         r.error.contains("token server") && r.error.contains("\"robot\""),

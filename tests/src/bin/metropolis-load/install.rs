@@ -43,17 +43,10 @@ pub enum TargetKind {
     File,
 }
 
-/// Deterministic incompressible bytes (xorshift64*).
+/// Deterministic incompressible bytes, as `load-image` makes them.
 fn image(len: usize) -> Vec<u8> {
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut out = vec![0u8; len];
-    for chunk in out.chunks_mut(8) {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        let v = state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
-        chunk.copy_from_slice(&v[..chunk.len()]);
-    }
+    super::load_image::fill(&mut out, &mut 0x9e37_79b9_7f4a_7c15u64);
     out
 }
 

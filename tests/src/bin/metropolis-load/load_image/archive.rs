@@ -10,7 +10,7 @@ use sha2::Digest as _;
 use crate::util::{Context, Result};
 
 /// Deterministic incompressible bytes (xorshift64*).
-fn fill(buf: &mut [u8], state: &mut u64) {
+pub(crate) fn fill(buf: &mut [u8], state: &mut u64) {
     for chunk in buf.chunks_mut(8) {
         *state ^= *state >> 12;
         *state ^= *state << 25;

@@ -14,6 +14,7 @@
 //! ratio, and the daemon's CPU time per GiB.
 
 mod archive;
+pub(crate) use archive::fill;
 mod containerd;
 
 use std::io::{Read, Write};
