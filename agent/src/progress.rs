@@ -1,6 +1,7 @@
 //! What the operator reads in the agent's log while an image installs:
-//! each stage's bytes, rate and time left, at most every
-//! [`ProgressLog::EVERY`] and always at a stage's start and end.
+//! the bytes written, the rate and the time left, at most every
+//! [`ProgressLog::EVERY`] and always at the start and the end; then the
+//! verification's outcome.
 
 use std::time::{Duration, Instant};
 
@@ -10,14 +11,8 @@ use crate::install::Progress;
 #[derive(Debug)]
 pub struct ProgressLog {
     last_line: Option<Instant>,
-    /// When the current stage (writing, verifying) began.
-    stage_start: Option<(Stage, Instant)>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stage {
-    Writing,
-    Verifying,
+    /// When the layer began to arrive.
+    writing_start: Option<Instant>,
 }
 
 impl Default for ProgressLog {
@@ -52,33 +47,29 @@ impl ProgressLog {
     pub fn new() -> ProgressLog {
         ProgressLog {
             last_line: None,
-            stage_start: None,
+            writing_start: None,
         }
     }
 
     /// The line to log for `progress` reported at `now`, if one is due.
     pub fn line(&mut self, progress: &Progress, now: Instant) -> Option<String> {
-        let (stage, done, total) = match progress {
+        let (done, total) = match progress {
             Progress::Manifest { .. } => {
                 // The layer starts to arrive right after the manifest.
                 self.last_line = Some(now);
-                self.stage_start = Some((Stage::Writing, now));
+                self.writing_start = Some(now);
                 return Some(progress.to_string());
             }
             Progress::Writing {
                 received,
                 layer_size,
                 ..
-            } => (Stage::Writing, *received, *layer_size),
-            Progress::Verifying { verified, total } => (Stage::Verifying, *verified, *total),
+            } => (*received, *layer_size),
+            // Reading back runs alongside writing: this is its outcome,
+            // reported once.
+            Progress::Verifying { .. } => return Some(progress.to_string()),
         };
-        let start = match self.stage_start {
-            Some((s, start)) if s == stage => start,
-            _ => {
-                self.stage_start = Some((stage, now));
-                now
-            }
-        };
+        let start = *self.writing_start.get_or_insert(now);
         let ended = done >= total;
         let due = self
             .last_line
@@ -88,12 +79,7 @@ impl ProgressLog {
         }
         self.last_line = Some(now);
         let elapsed = now.duration_since(start);
-        if ended && stage == Stage::Writing {
-            // Reading back starts where writing ended.
-            self.stage_start = Some((Stage::Verifying, now));
-        }
-        // The rate of what the stage consumes: layer bytes received while
-        // writing (compressed or not), bytes read back while verifying.
+        // The rate of the layer's bytes received (compressed or not).
         Some(format!(
             "{progress}, {:.1} MiB/s, ETA {}",
             mib_per_s(done, elapsed),
@@ -142,7 +128,8 @@ mod tests {
             verified: 1024 * MIB,
             total: 1024 * MIB,
         };
-        assert!(log.line(&verifying, t2).is_some());
+        let line = log.line(&verifying, t2).unwrap();
+        assert!(!line.contains("MiB/s"), "{line}");
     }
 
     #[test]

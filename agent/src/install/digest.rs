@@ -70,19 +70,12 @@ impl fmt::Debug for Digest {
 #[derive(Clone, Default)]
 pub(crate) struct Hasher {
     sha: Sha256,
-    len: u64,
 }
 
 impl Hasher {
     /// Adds `data`.
     pub(crate) fn update(&mut self, data: &[u8]) {
         self.sha.update(data);
-        self.len += data.len() as u64;
-    }
-
-    /// The number of bytes added so far.
-    pub(crate) fn len(&self) -> u64 {
-        self.len
     }
 
     /// The digest of everything added.

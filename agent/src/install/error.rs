@@ -155,10 +155,9 @@ pub enum InstallError {
     VerificationFailed {
         /// The root device.
         path: PathBuf,
-        /// The digest of the bytes written.
-        written: String,
-        /// The digest of the bytes read back.
-        read_back: String,
+        /// The first byte (from the device's start) that read back other
+        /// than it was written.
+        offset: u64,
     },
 }
 
@@ -271,13 +270,10 @@ impl fmt::Display for InstallError {
             DeviceUnusable { path, problem } => {
                 write!(f, "root device {}: {problem}", path.display())
             }
-            VerificationFailed {
-                path,
-                written,
-                read_back,
-            } => write!(
+            VerificationFailed { path, offset } => write!(
                 f,
-                "root device {}: read-back verification failed: wrote {written}, read back {read_back}",
+                "root device {}: read-back verification failed: byte {offset} reads back other \
+                 than it was written",
                 path.display()
             ),
         }

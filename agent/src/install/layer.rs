@@ -1,19 +1,35 @@
-//! Streaming the image layer onto the root device: the layer hashed and
-//! counted as it arrives (cut off as soon as it is longer than the
-//! manifest says), decompressed when it is zstd, written through a
-//! fixed-size buffer, and its digest checked at the end.
+//! Streaming the image layer onto the root device: the layer counted as
+//! it arrives (cut off as soon as it is longer than the manifest says),
+//! decompressed when it is zstd, hashed, written and read back, and its
+//! digest checked at the end.
+//!
+//! # Four threads
+//!
+//! Receiving, hashing, writing and reading back each take about as long
+//! as the others at disk speed, so each has its own thread and they
+//! overlap: the caller's thread receives (and for a zstd layer hashes the
+//! compressed bytes and decompresses them) into one of
+//! [`POOL_BUFFERS`] aligned buffers of [`CHUNK_BYTES`]; the
+//! [stages](super::stages) hash it (a raw layer is the image itself),
+//! write it to the device, read it back and compare, and hand the buffer
+//! back to be filled again. At most [`POOL_BUFFERS`] chunks are in
+//! flight, so memory stays at `POOL_BUFFERS × CHUNK_BYTES` whatever the
+//! image's size. A stage that fails drops its channels; the others see
+//! that and stop, and the failure reported is the earliest stage's own (a
+//! transfer error rather than the device's stages seeing the stream end).
 
 use std::io::{self, BufReader, Read};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-use super::device::Device;
-use super::digest::{Digest, Hasher};
+use super::aligned::AlignedBuf;
+use super::device::{Device, Head};
+use super::digest::Hasher;
 use super::http::{Body, Response};
 use super::manifest::Layer;
+use super::stages::{self, CHUNK_BYTES, Chunk, POOL_BUFFERS};
 use super::zstd::ZstdReader;
 use super::{InstallError, PROGRESS_STEP_BYTES, Progress};
-
-/// The size of the copy buffer, and so of the writes to the device.
-const COPY_BUFFER_BYTES: usize = 1024 * 1024;
 
 /// What went wrong reading the layer, recorded by [`LayerReader`] so that
 /// failures that surface through the decompressor are still told apart.
@@ -22,11 +38,13 @@ enum LayerFailure {
     TooLong(u64),
 }
 
-/// The layer as received: hashed and counted, and cut off as soon as it
-/// is longer than the manifest says.
+/// The layer as received: counted (and hashed, when it is compressed),
+/// and cut off as soon as it is longer than the manifest says.
 struct LayerReader<'a> {
     body: &'a mut Body,
-    hasher: Hasher,
+    /// For a compressed layer; a raw one is hashed by the hashing stage.
+    hasher: Option<Hasher>,
+    received: u64,
     size: u64,
     ended: bool,
     failure: Option<LayerFailure>,
@@ -53,12 +71,15 @@ impl Read for LayerReader<'_> {
             self.ended = true;
             return Ok(0);
         }
-        let received = self.hasher.len() + read as u64;
+        let received = self.received + read as u64;
         if received > self.size {
             self.failure = Some(LayerFailure::TooLong(received));
             return Err(io::Error::other("layer longer than declared"));
         }
-        self.hasher.update(&buf[..read]);
+        self.received = received;
+        if let Some(hasher) = &mut self.hasher {
+            hasher.update(&buf[..read]);
+        }
         Ok(read)
     }
 }
@@ -69,18 +90,18 @@ enum ImageReader<'a> {
     Zstd(Box<ZstdReader<BufReader<LayerReader<'a>>>>),
 }
 
-impl ImageReader<'_> {
-    fn layer(&self) -> &LayerReader<'_> {
+impl<'a> ImageReader<'a> {
+    fn layer(&self) -> &LayerReader<'a> {
         match self {
             ImageReader::Raw(layer) => layer,
             ImageReader::Zstd(zstd) => zstd.source().get_ref(),
         }
     }
 
-    fn into_layer(self) -> Hasher {
+    fn into_layer(self) -> LayerReader<'a> {
         match self {
-            ImageReader::Raw(layer) => layer.hasher,
-            ImageReader::Zstd(zstd) => zstd.into_source().into_inner().hasher,
+            ImageReader::Raw(layer) => layer,
+            ImageReader::Zstd(zstd) => zstd.into_source().into_inner(),
         }
     }
 
@@ -118,11 +139,11 @@ impl ImageReader<'_> {
                 expected: layer.size,
                 received,
             },
-            None if reader.ended && reader.hasher.len() < layer.size => {
+            None if reader.ended && reader.received < layer.size => {
                 InstallError::LayerSizeMismatch {
                     digest: layer.digest.to_string(),
                     expected: layer.size,
-                    received: reader.hasher.len(),
+                    received: reader.received,
                 }
             }
             None => InstallError::Decompress {
@@ -133,18 +154,89 @@ impl ImageReader<'_> {
     }
 }
 
-/// Streams the layer of `response` onto the device; the image's length
-/// and digest.
+/// How the receiving stage ended.
+enum Received {
+    /// The image ended: its length.
+    Whole(u64),
+    /// A later stage stopped taking chunks (its own result says why).
+    Stopped,
+}
+
+/// The receiving stage: fills buffers from `image` and sends them on,
+/// reporting progress.
+fn receive(
+    image: &mut ImageReader,
+    url: &str,
+    layer: &Layer,
+    out: SyncSender<Chunk>,
+    returned: Receiver<AlignedBuf>,
+    verified: &AtomicU64,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Received, InstallError> {
+    let total = (!layer.compressed).then_some(layer.size);
+    let mut fresh = POOL_BUFFERS;
+    let mut length = 0u64;
+    let mut next_report = PROGRESS_STEP_BYTES;
+    loop {
+        let mut buf = if fresh > 0 {
+            fresh -= 1;
+            AlignedBuf::new(CHUNK_BYTES)
+        } else {
+            match returned.recv() {
+                Ok(buf) => buf,
+                Err(_) => return Ok(Received::Stopped),
+            }
+        };
+        let len = image
+            .fill(buf.as_mut_slice())
+            .map_err(|e| image.error(e, url, layer))?;
+        if len == 0 {
+            return Ok(Received::Whole(length));
+        }
+        let offset = length;
+        length += len as u64;
+        if out.send(Chunk::new(buf, len, offset)).is_err() {
+            return Ok(Received::Stopped);
+        }
+        if length >= next_report {
+            next_report = length + PROGRESS_STEP_BYTES;
+            progress(&Progress::Writing {
+                written: verified.load(Ordering::Relaxed),
+                total,
+                received: image.layer().received,
+                layer_size: layer.size,
+            });
+        }
+    }
+}
+
+/// The result of a stage's thread, its panic carried on.
+fn joined<T>(result: std::thread::Result<T>) -> T {
+    result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// The image as written by [`write_layer`].
+pub(super) struct Written {
+    /// Its length.
+    pub(super) length: u64,
+    /// Its first bytes, not yet written.
+    pub(super) head: Head,
+}
+
+/// Streams the layer of `response` onto the device. Returns only once the
+/// layer verified against its digest, and every byte but the held-back
+/// head was written and read back.
 pub(super) fn write_layer(
     response: &mut Response,
     layer: &Layer,
-    device: &mut Device,
+    device: &Device,
     progress: &mut dyn FnMut(&Progress),
-) -> Result<Digest, InstallError> {
+) -> Result<Written, InstallError> {
     let url = response.url.to_string();
     let reader = LayerReader {
         body: &mut response.body,
-        hasher: Hasher::default(),
+        hasher: layer.compressed.then(Hasher::default),
+        received: 0,
         size: layer.size,
         ended: false,
         failure: None,
@@ -157,45 +249,50 @@ pub(super) fn write_layer(
     } else {
         ImageReader::Raw(reader)
     };
-    let total = (!layer.compressed).then_some(layer.size);
-    // The digest of the image as written, for the read-back: a raw layer
-    // is the image, so its digest (verified below) is the image's, and
-    // hashing the same bytes twice would only cost time.
-    let mut image_hasher = layer.compressed.then(Hasher::default);
-    let mut length = 0u64;
-    let mut buf = vec![0u8; COPY_BUFFER_BYTES];
-    let mut next_report = PROGRESS_STEP_BYTES;
-    loop {
-        let read = image
-            .fill(&mut buf)
-            .map_err(|e| image.error(e, &url, layer))?;
-        if read == 0 {
-            break;
+    let verified = AtomicU64::new(0);
+    let (received, chunk_hasher, wrote, read_back) = std::thread::scope(|scope| {
+        let (to_hash, hash_in) = sync_channel(POOL_BUFFERS);
+        let (to_write, write_in) = sync_channel(POOL_BUFFERS);
+        let (to_read_back, read_back_in) = sync_channel(POOL_BUFFERS);
+        let (to_refill, refill_in) = sync_channel(POOL_BUFFERS);
+        let feed = !layer.compressed;
+        let verified = &verified;
+        let hashing = scope.spawn(move || stages::hash(hash_in, to_write, Hasher::default(), feed));
+        let writing = scope.spawn(move || stages::write(write_in, to_read_back, device));
+        let reading =
+            scope.spawn(move || stages::read_back(read_back_in, to_refill, device, verified));
+        let received = receive(
+            &mut image, &url, layer, to_hash, refill_in, verified, progress,
+        );
+        (
+            received,
+            joined(hashing.join()),
+            joined(writing.join()),
+            joined(reading.join()),
+        )
+    });
+    let length = match received? {
+        Received::Whole(length) => length,
+        Received::Stopped => {
+            // The stages end before their input only when one of the
+            // device's stages failed.
+            wrote?;
+            read_back?;
+            unreachable!("the device's stages stopped taking chunks without an error");
         }
-        device.write(&buf[..read])?;
-        if let Some(hasher) = &mut image_hasher {
-            hasher.update(&buf[..read]);
-        }
-        length += read as u64;
-        if length >= next_report {
-            next_report = length + PROGRESS_STEP_BYTES;
-            progress(&Progress::Writing {
-                written: length,
-                total,
-                received: image.layer().hasher.len(),
-                layer_size: layer.size,
-            });
-        }
-    }
-    let received = image.layer().hasher.len();
-    if received != layer.size {
+    };
+    let head = wrote?;
+    read_back?;
+    let reader = image.into_layer();
+    if reader.received != layer.size {
         return Err(InstallError::LayerSizeMismatch {
             digest: layer.digest.to_string(),
             expected: layer.size,
-            received,
+            received: reader.received,
         });
     }
-    let actual = image.into_layer().finish();
+    // A compressed layer was hashed as received, a raw one by its stage.
+    let actual = reader.hasher.unwrap_or(chunk_hasher).finish();
     if actual != layer.digest {
         return Err(InstallError::LayerDigestMismatch {
             expected: layer.digest.to_string(),
@@ -204,9 +301,9 @@ pub(super) fn write_layer(
     }
     progress(&Progress::Writing {
         written: length,
-        total,
-        received,
+        total: (!layer.compressed).then_some(layer.size),
+        received: layer.size,
         layer_size: layer.size,
     });
-    Ok(image_hasher.map_or(actual, Hasher::finish))
+    Ok(Written { length, head })
 }

@@ -12,6 +12,7 @@
 //! (see the [parent module](super) for why), and feeds [`Progress`] to
 //! its log from the callback.
 
+mod aligned;
 mod auth;
 mod body;
 mod credentials;
@@ -24,6 +25,7 @@ mod layer;
 mod manifest;
 mod oci;
 mod reference;
+mod stages;
 mod trust;
 mod url;
 mod zstd;
@@ -72,10 +74,11 @@ pub enum Progress {
         /// Whether the layer is zstd-compressed.
         compressed: bool,
     },
-    /// Image bytes were written to the root device (reported every
-    /// [`PROGRESS_STEP_BYTES`] and once at the end).
+    /// Image bytes were written to the root device and read back
+    /// (reported every [`PROGRESS_STEP_BYTES`] received and once at the
+    /// end).
     Writing {
-        /// Image bytes written so far.
+        /// Image bytes written and read back so far.
         written: u64,
         /// The image's size, when known before the end (an uncompressed
         /// layer).
@@ -85,8 +88,10 @@ pub enum Progress {
         /// The layer's size as stored in the registry.
         layer_size: u64,
     },
-    /// The written bytes were read back (reported every
-    /// [`PROGRESS_STEP_BYTES`] and once at the end).
+    /// The image on the root device was read back and compared with what
+    /// was written. Reading back runs alongside the writes, chunk by
+    /// chunk, and the held-back head last: this is reported once, when
+    /// all of it compared equal.
     Verifying {
         /// Bytes read back so far.
         verified: u64,
@@ -121,7 +126,7 @@ impl fmt::Display for Progress {
                 received,
                 layer_size,
             } => {
-                write!(f, "writing: {}", mib(*written))?;
+                write!(f, "written and read back: {}", mib(*written))?;
                 if let Some(total) = total {
                     write!(f, " of {}", mib(*total))?;
                 } else {
@@ -129,9 +134,12 @@ impl fmt::Display for Progress {
                 }
                 Ok(())
             }
-            Progress::Verifying { verified, total } => {
-                write!(f, "verifying: {} of {}", mib(*verified), mib(*total))
-            }
+            Progress::Verifying { verified, total } => write!(
+                f,
+                "verified: {} of {} on the device as written",
+                mib(*verified),
+                mib(*total)
+            ),
         }
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use metropolis_proto::prelude::debug::OsImageRef;
 use serde::Deserialize;
 
+use super::aligned::AlignedBuf;
 use super::auth::Session;
 use super::credentials::RegistryCredentials;
 use super::device::Device;
@@ -214,7 +215,7 @@ impl Installer for OciInstaller {
             size: layer.size,
             compressed: layer.compressed,
         });
-        let mut device = Device::open(root_device, self.allow_files)?;
+        let device = Device::open(root_device, self.allow_files)?;
         if !layer.compressed {
             device.check_capacity(layer.size)?;
         }
@@ -222,9 +223,13 @@ impl Installer for OciInstaller {
         // From here until the image verified, the device does not boot
         // (device.rs, "Head last").
         device.invalidate()?;
-        let digest = write_layer(&mut response, &layer, &mut device, progress)?;
-        device.commit()?;
-        device.verify(digest, progress)
+        let written = write_layer(&mut response, &layer, &device, progress)?;
+        device.commit(&written.head, written.length, &mut AlignedBuf::new(0))?;
+        progress(&Progress::Verifying {
+            verified: written.length,
+            total: written.length,
+        });
+        Ok(())
     }
 }
 

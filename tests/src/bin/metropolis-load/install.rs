@@ -5,8 +5,11 @@
 //! bytes to the same target, in alternating windows. The installer's
 //! figure includes everything an install does: fetching the manifest,
 //! streaming and hashing the layer, invalidating the target's ends,
-//! syncing and reading the image back. Prints MB/s of both, the per-round
-//! ratios and their median.
+//! writing, reading the image back and syncing. Since an install reads
+//! back all it wrote, each round also times `dd ... iflag=direct` reading
+//! the target back: the installer is compared with dd's write alone (the
+//! project's target) and with dd's write followed by that read (the same
+//! device work). Prints MB/s, the per-round ratios and their medians.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -55,7 +58,8 @@ fn mb_per_s(bytes: u64, elapsed: Duration) -> f64 {
 }
 
 /// How long one install took, and its part until the whole layer was
-/// received and written (the rest: syncing and reading back).
+/// received, written and read back (the rest: syncing and writing the
+/// head).
 struct Timed {
     total: Duration,
     written: Duration,
@@ -92,12 +96,28 @@ async fn install(image: OsImageRef, target: PathBuf) -> Result<Timed> {
 }
 
 /// `dd` of `source` onto `target`, direct and synced; its duration.
-async fn dd(source: &Path, target: &Path) -> Result<Duration> {
+async fn dd_write(source: &Path, target: &Path) -> Result<Duration> {
     let mut command = Command::new("dd");
     command
         .arg(format!("if={}", source.display()))
         .arg(format!("of={}", target.display()))
         .args(["bs=1M", "oflag=direct", "conv=fsync,notrunc", "status=none"]);
+    dd(command).await
+}
+
+/// `dd` reading the first `mib` MiB of `target` back, direct; its
+/// duration.
+async fn dd_read(target: &Path, mib: u64) -> Result<Duration> {
+    let mut command = Command::new("dd");
+    command
+        .arg(format!("if={}", target.display()))
+        .args(["of=/dev/null", "bs=1M", "iflag=direct", "status=none"])
+        .arg(format!("count={mib}"));
+    dd(command).await
+}
+
+/// Runs `command` (a dd); its duration.
+async fn dd(mut command: Command) -> Result<Duration> {
     let started = Instant::now();
     let status = tokio::task::spawn_blocking(move || command.status())
         .await
@@ -154,30 +174,41 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
         target.display(),
         args.target
     );
-    let (mut installer, mut direct) = (Vec::new(), Vec::new());
+    let (mut installer, mut direct, mut read, mut both) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..args.rounds {
         let timed = install(image.clone(), target.clone()).await?;
-        let d = dd(&source, &target).await?;
-        let (i, d) = (mb_per_s(size, timed.total), mb_per_s(size, d));
+        let w = dd_write(&source, &target).await?;
+        let r = dd_read(&target, args.size_mib).await?;
+        let i = mb_per_s(size, timed.total);
+        let (d, rd, wr) = (mb_per_s(size, w), mb_per_s(size, r), mb_per_s(size, w + r));
         println!(
-            "  round {}: installer {i:.0} MB/s ({:.2} s receiving and writing, {:.2} s syncing \
-             and reading back), dd {d:.0} MB/s, ratio {:.3}",
+            "  round {}: installer {i:.0} MB/s ({:.2} s streaming, writing and reading back, \
+             {:.2} s committing), dd write {d:.0} MB/s, dd read {rd:.0} MB/s; installer/dd \
+             write {:.3}, installer/(dd write + read) {:.3}",
             round + 1,
             timed.written.as_secs_f64(),
             (timed.total - timed.written).as_secs_f64(),
-            i / d
+            i / d,
+            i / wr
         );
         installer.push(i);
         direct.push(d);
+        read.push(rd);
+        both.push(wr);
     }
-    let mut ratios: Vec<f64> = installer.iter().zip(&direct).map(|(i, d)| i / d).collect();
-    let per_round = ratios
-        .iter()
-        .map(|r| format!("{r:.3}"))
-        .collect::<Vec<_>>()
-        .join(" ");
-    ratios.sort_by(f64::total_cmp);
-    let median = ratios[ratios.len() / 2];
+    let ratios = |baseline: &[f64]| -> (String, f64) {
+        let mut ratios: Vec<f64> = installer.iter().zip(baseline).map(|(i, d)| i / d).collect();
+        let per_round = ratios
+            .iter()
+            .map(|r| format!("{r:.3}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        ratios.sort_by(f64::total_cmp);
+        (per_round, ratios[ratios.len() / 2])
+    };
+    let (per_round, median) = ratios(&direct);
+    let (per_round_both, median_both) = ratios(&both);
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     print_table(
         &format!(
@@ -186,9 +217,15 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
         ),
         &[
             row("installer MB/s (mean)", format!("{:.0}", mean(&installer))),
-            row("dd MB/s (mean)", format!("{:.0}", mean(&direct))),
-            row("installer/dd per round", per_round),
-            row("installer/dd, median round", format!("{median:.3}")),
+            row("dd write MB/s (mean)", format!("{:.0}", mean(&direct))),
+            row("dd read MB/s (mean)", format!("{:.0}", mean(&read))),
+            row("installer/dd write per round", per_round),
+            row("installer/dd write, median round", format!("{median:.3}")),
+            row("installer/(dd write + read) per round", per_round_both),
+            row(
+                "installer/(dd write + read), median round",
+                format!("{median_both:.3}"),
+            ),
         ],
     );
     let kind = match args.target {
@@ -197,11 +234,12 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
     };
     println!(
         "RESULT install size_mib={} rounds={} target={kind} installer_mbps={:.0} dd_mbps={:.0} \
-         ratio_median={median:.3}",
+         dd_read_mbps={:.0} ratio_median={median:.3} ratio_write_read_median={median_both:.3}",
         args.size_mib,
         args.rounds,
         mean(&installer),
-        mean(&direct)
+        mean(&direct),
+        mean(&read)
     );
     drop(device);
     Ok(())
