@@ -9,7 +9,10 @@ use std::pin::Pin;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
-use crate::store::{Event, KeyRange, KeyValue, Revision, StoreError, Txn, TxnResponse};
+use std::time::Duration;
+
+use crate::store::{Event, KeyRange, KeyValue, LeaseId, Revision, StoreError, Txn, TxnResponse};
+use crate::time::Instant;
 
 /// A batch of watch events, in revision order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +90,54 @@ pub trait Spawner: Send + Sync + 'static {
 pub trait MonotonicClock: Send + Sync + 'static {
     /// Now, on the machines' timeline. Never goes back.
     fn now(&self) -> crate::time::Instant;
+}
+
+/// Timers on the [`MonotonicClock`]'s timeline (the runtime's, or the
+/// simulator's virtual time).
+pub trait Timer: Send + Sync + 'static {
+    /// Resolves at `deadline` or later; at once if it has passed.
+    fn sleep_until(&self, deadline: Instant) -> BoxFuture<'static, ()>;
+}
+
+/// A lease the store granted ([`Leases::grant`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GrantedLease {
+    /// The lease.
+    pub id: LeaseId,
+    /// The TTL the store granted.
+    pub ttl: Duration,
+    /// When the grant request was sent, on the [`MonotonicClock`]'s
+    /// timeline: the lease lives at most until `sent_at + ttl`.
+    pub sent_at: Instant,
+}
+
+/// One renewal of a lease kept alive ([`Leases::keep_alive`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseRenewal {
+    /// The TTL the store answered with.
+    pub ttl: Duration,
+    /// When the renewal request was sent: the lease lives at most until
+    /// `sent_at + ttl`.
+    pub sent_at: Instant,
+}
+
+/// The store's leases (etcd's): what an election campaigns with. A key
+/// attached to a lease is deleted when the lease ends.
+pub trait Leases: Send + Sync + 'static {
+    /// Grants a lease of `ttl`.
+    fn grant(&self, ttl: Duration) -> BoxFuture<'static, Result<GrantedLease, StoreError>>;
+
+    /// Keeps `lease` alive: renews it about every third of its TTL and
+    /// streams each renewal. Ends with an error once the lease is gone
+    /// (`LeaseNotFound`) or cannot be renewed in time; dropping the
+    /// stream stops renewing.
+    fn keep_alive(
+        &self,
+        lease: &GrantedLease,
+    ) -> BoxStream<'static, Result<LeaseRenewal, StoreError>>;
+
+    /// Revokes `lease`, deleting its keys at once.
+    fn revoke(&self, lease: LeaseId) -> BoxFuture<'static, Result<(), StoreError>>;
 }
 
 /// A certificate issued by the cluster CA.

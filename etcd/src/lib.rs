@@ -66,10 +66,11 @@
 //!
 //! [`EtcdStore::lease_grant`], [`EtcdStore::lease_keep_alive`] (a task
 //! renewing every third of the TTL, reporting each renewal with the time
-//! it was sent), [`EtcdStore::lease_revoke`]. [`Election`] is etcd's
-//! `concurrency` recipe: campaign, observe, resign, and the fence
-//! ([`fence`], [`Election::fenced_txn`]) that makes a leader's write commit
-//! only while its key exists with the revision it won at. The election
+//! it was sent), [`EtcdStore::lease_revoke`]. [`Election`] (core's, over
+//! this store) is etcd's `concurrency` recipe: campaign, observe, resign,
+//! and the fence ([`fence`], [`Election::fenced_txn`]) that makes a
+//! leader's write commit only while its key exists with the revision it
+//! won at. Core's election driver runs over [`election_ports`]. The election
 //! value is the encoded `LeaderElectionValue` (node ID, TTL, curator
 //! address), as `metropolis_core::leadership::LeadershipConfig::election_value`
 //! makes it.
@@ -156,7 +157,7 @@ use metropolis_core::store::{
     KeyRange, KeyValue, LeaseId, LeaseInfo, Revision, StoreError, Txn, TxnResponse,
 };
 
-pub use driver::ElectionDriver;
+pub use driver::{ElectionDriver, election_ports};
 pub use election::{Election, FencedResponse, Leader, Observation, fence, fence_check};
 pub use lease::{GrantedLease, LeaseKeepAlive, LeaseRenewal};
 pub use metropolis_node::etcd_access::{EtcdAccess, EtcdClientCert, EtcdTls, EtcdUser};
@@ -546,7 +547,7 @@ impl EtcdStore {
 
     /// The election under `prefix` (see [`Election::new`]).
     pub fn election(&self, prefix: impl Into<bytes::Bytes>) -> Election {
-        Election::new(self, prefix)
+        Election::new(Arc::new(self.clone()), prefix)
     }
 }
 

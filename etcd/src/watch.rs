@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use etcd_client as ec;
 use etcd_client::proto::PbEvent;
 use futures::stream::BoxStream;
@@ -378,25 +377,10 @@ pub(super) fn spawn(
     exec.stream(rx)
 }
 
-pub(super) fn apply(
-    state: &mut std::collections::BTreeMap<Bytes, metropolis_core::store::KeyValue>,
-    events: Vec<Event>,
-) {
-    for e in events {
-        match e.kind {
-            EventKind::Put => {
-                state.insert(e.kv.key.clone(), e.kv);
-            }
-            EventKind::Delete => {
-                state.remove(&e.kv.key);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use bytes::Bytes;
     use etcd_client::proto::PbKeyValue;
 
     use super::*;

@@ -39,6 +39,7 @@ pub mod archives;
 pub mod clock;
 pub mod exec;
 pub mod fuzz;
+pub mod leases;
 pub mod store;
 pub mod tls;
 pub mod tracefs;

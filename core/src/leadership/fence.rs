@@ -26,6 +26,18 @@ pub struct ElectionKey {
     pub create_revision: Revision,
 }
 
+impl ElectionKey {
+    /// The compare "this key exists with this create revision", which
+    /// fails once the key is deleted or created again.
+    pub fn unchanged(&self) -> Compare {
+        Compare {
+            key: self.key.clone(),
+            op: CmpOp::Equal,
+            target: CompareTarget::CreateRevision(self.create_revision),
+        }
+    }
+}
+
 /// The condition a leader's write must carry, from
 /// [`Leadership::write_fence`](super::Leadership::write_fence).
 ///
@@ -74,11 +86,7 @@ impl Fence {
     /// The compare to add to a write transaction; `None` for the embedded
     /// store.
     pub fn compare(&self) -> Option<Compare> {
-        self.key.as_ref().map(|k| Compare {
-            key: k.key.clone(),
-            op: CmpOp::Equal,
-            target: CompareTarget::CreateRevision(k.create_revision),
-        })
+        self.key.as_ref().map(ElectionKey::unchanged)
     }
 
     /// `txn` fenced: the fence's compare is added to its compares, and a
@@ -88,11 +96,7 @@ impl Fence {
     /// keep their positions. The embedded store's fence returns `txn` as is.
     pub fn guard(&self, mut txn: Txn) -> Txn {
         if let Some(k) = &self.key {
-            txn.compares.push(Compare {
-                key: k.key.clone(),
-                op: CmpOp::Equal,
-                target: CompareTarget::CreateRevision(k.create_revision),
-            });
+            txn.compares.push(k.unchanged());
             txn.failure.push(Op::Range(KeyRange::Key(k.key.clone())));
         }
         txn

@@ -10,6 +10,8 @@
 //! - [`FencedStore`] is the [`KvStore`] the services of an elected
 //!   instance write through: every transaction carries the leader's fence.
 
+pub mod driver;
+pub mod election;
 mod fenced;
 
 use std::collections::BTreeMap;
