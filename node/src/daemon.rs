@@ -20,16 +20,10 @@ use metropolis_core::images::ImageStore;
 use metropolis_core::logtree::LogTreeConfig;
 use metropolis_core::ports::KubeconfigIssuer;
 use metropolis_core::ports::{CertIssuer, KvStore, Spawner, WallClock};
-use metropolis_core::service::GroupCommit;
 use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub};
-use metropolis_core::service::elected::FencedStore;
-use metropolis_core::service::forward::Routing;
-use metropolis_core::service::{
-    CuratorService, HealthMonitor, ProvisioningService, Readiness, Router, WatchCache,
-    WatchCacheOptions,
-};
+use metropolis_core::service::node::{NodeOptions, NodePorts, NodeServiceSet};
+use metropolis_core::service::{HealthMonitor, Readiness, Router, WatchCache, WatchCacheOptions};
 use metropolis_core::trace::Tracefs;
-use metropolis_proto::prelude::common;
 
 use crate::cluster::{ClusterFlags, Elected, StartElection};
 use crate::images::{ContainerdConfig, ContainerdStore, OciLayoutOptions, OciLayoutStore};
@@ -612,79 +606,50 @@ impl NodeServices {
         // What serving needs, for health checks: the embedded store not
         // failed; an elected instance a known leader (the etcd store has
         // no failed state of its own: a lost etcd loses the lease).
-        let ready: Arc<dyn Readiness> = match &backend {
-            Backend::Embedded(store) => Arc::new(store.health()),
-            Backend::Elected(elected) => Arc::new(elected.leadership.clone()),
-        };
-        // Reads (the watch cache, this node's registration) go to the
-        // store as is; the services' writes carry the leader's fence.
-        let (raw, kv, embedded, routing): (Arc<dyn KvStore>, Arc<dyn KvStore>, _, _) = match backend
-        {
-            Backend::Embedded(store) => (store.clone(), store.clone(), Some(store), None),
-            Backend::Elected(Elected { store, leadership }) => {
-                // Concurrent updates of different records leave as one
-                // fenced transaction (service::GroupCommit).
-                let grouped: Arc<dyn KvStore> = Arc::new(GroupCommit::new(
-                    store.clone(),
-                    spawner.as_ref(),
-                    config.cluster.group_commit(),
-                ));
-                let fenced = Arc::new(FencedStore::new(grouped, leadership.clone()));
-                let routing: Arc<dyn Routing> = Arc::new(leadership);
-                (store, fenced, None, Some(routing))
-            }
-        };
-        let cache = WatchCache::new(raw.clone(), spawner, WatchCacheOptions::default());
-        let kv_for_provisioning = kv.clone();
-        // Watches opened after a write see it (read your writes), even
-        // though the cache follows the store asynchronously.
-        let curator = CuratorService::new(
-            cache.track_writes(kv),
-            cache.clone(),
-            Some(Arc::new(Issuer(pki.ca.clone()))),
-        );
-        let roles = common::NodeRoles {
-            consensus_member: Some(Default::default()),
-            kubernetes_controller: Some(Default::default()),
-            ..Default::default()
-        };
-        // Create-only (it never overwrites a record), so it needs no
-        // leadership: every instance registers itself once.
-        let registrar = CuratorService::new(raw, cache.clone(), None);
-        if registrar
-            .register_node(&pki.node_id, &pki.node_key, roles, common::NodeState::Up)
-            .await?
-        {
+        let (store, leadership, embedded, readiness): (Arc<dyn KvStore>, _, _, Arc<dyn Readiness>) =
+            match backend {
+                Backend::Embedded(store) => {
+                    let ready = Arc::new(store.health());
+                    (store.clone(), None, Some(store), ready)
+                }
+                Backend::Elected(Elected { store, leadership }) => {
+                    let ready = Arc::new(leadership.clone());
+                    (store, Some(leadership), None, ready)
+                }
+            };
+        let assembled = metropolis_core::service::node::assemble(
+            NodePorts {
+                store,
+                leadership,
+                spawner,
+                issuer: Some(Arc::new(Issuer(pki.ca.clone()))),
+                wall_clock: Arc::new(SystemClock),
+                readiness,
+            },
+            NodeOptions {
+                group_commit: config.cluster.group_commit(),
+                watch_cache: WatchCacheOptions::default(),
+                agent_lost_after: std::time::Duration::from_secs(config.agent_lost_after),
+                curator_limits: config.edge.request_limits(),
+                agent_limits: config.edge.request_limits(),
+            },
+            &pki.node_id,
+            &pki.node_key,
+        )
+        .await?;
+        if assembled.registered {
             tracing::info!(node = %pki.node_id, "registered this node in the cluster");
         }
-        let provisioning = ProvisioningService::new(
-            kv_for_provisioning,
-            Arc::new(SystemClock),
-            std::time::Duration::from_secs(config.agent_lost_after),
-        );
-        let mut router = Router::new()
-            .with_limits(config.edge.request_limits())
-            .with_service(curator.curator_server())
-            .with_service(curator.management_server())
-            .with_service(provisioning.machine_management_server());
-        let mut agent_router = Router::new()
-            .with_limits(config.edge.request_limits())
-            .with_service(provisioning.agent_callback_server());
-        if let Some(routing) = routing {
-            // A follower forwards agents' heartbeats to the leader's curator
-            // port, where only a forwarded call can carry an agent identity.
-            router = router
-                .with_service(provisioning.agent_callback_server())
-                .with_routing(routing.clone());
-            agent_router = agent_router.with_routing(routing);
-        }
+        let NodeServiceSet {
+            router,
+            agent_router,
+            cache,
+            health,
+            ..
+        } = assembled;
         // Health and reflection on every listener, answered by this
         // instance for anyone; the debug listener needs neither store nor
         // leader.
-        let health = HealthMonitor::new();
-        let curator_health = health.clone().with_condition(ready);
-        let router = router.with_health_and_reflection(&curator_health);
-        let agent_router = agent_router.with_health_and_reflection(&curator_health);
         let logs = config
             .logs
             .clone()

@@ -16,6 +16,7 @@ pub mod forward;
 mod group_commit;
 mod health;
 mod introspection;
+pub mod node;
 mod reflection;
 mod remote_addr;
 mod routed_body;
