@@ -18,8 +18,10 @@
 #![forbid(unsafe_code)]
 
 pub mod agents;
+pub mod call;
 pub mod canary;
 pub mod clients;
+pub mod commit_check;
 pub mod ctx;
 pub mod curator;
 pub mod faults;
@@ -32,6 +34,7 @@ pub mod rng;
 pub mod runtime;
 pub mod store_node;
 pub mod trace;
+pub mod upstream;
 pub mod world;
 
 pub use canary::Canary;

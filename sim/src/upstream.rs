@@ -1,0 +1,140 @@
+//! The simulated network at the HTTP/2-body boundary, as far as
+//! forwarding goes: a follower's [`Upstream`] to the leader hands the
+//! encoded call to the leader's real [`Router`], as a task of the leader's
+//! node, after a seeded delay. The leader's crash drops the call (the
+//! follower sees the connection reset); a node that is down refuses
+//! connections. The call arrives marked as coming from a curator instance
+//! ([`CuratorPeer`]), as mutual TLS would mark it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::channel::oneshot;
+use futures::future::BoxFuture;
+use http::{Request, Response};
+use metropolis_core::identity::NodeId as CuratorId;
+use metropolis_core::ports::{MonotonicClock, Timer};
+use metropolis_core::service::Router;
+use metropolis_core::service::forward::{Connector, CuratorPeer, Upstream};
+use tonic::body::Body;
+
+use crate::rng::splitmix64;
+use crate::runtime::{NodeId, Runtime};
+
+/// The router each simulated node serves, while it is up.
+#[derive(Clone, Default)]
+pub struct Routers(Arc<Mutex<Vec<Option<Router>>>>);
+
+impl Routers {
+    /// `router` serves node `node` (`None`: the node is down).
+    pub fn set(&self, node: NodeId, router: Option<Router>) {
+        let mut routers = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if routers.len() <= node {
+            routers.resize(node + 1, None);
+        }
+        routers[node] = router;
+    }
+
+    /// The router of `node`, if it is up.
+    pub fn get(&self, node: NodeId) -> Option<Router> {
+        let routers = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        routers.get(node).cloned().flatten()
+    }
+}
+
+/// The `host:port` a simulated curator advertises.
+pub fn curator_address(node: NodeId) -> String {
+    format!("curator-{node}:7835")
+}
+
+fn node_of(address: &str) -> Option<NodeId> {
+    address
+        .strip_prefix("curator-")?
+        .strip_suffix(":7835")?
+        .parse()
+        .ok()
+}
+
+/// One node's way to its leaders.
+pub struct SimConnector {
+    runtime: Runtime,
+    routers: Routers,
+    /// The forwarding instance's identity.
+    from: CuratorId,
+    seed: u64,
+    max_delay: Duration,
+    sent: Arc<AtomicU64>,
+}
+
+impl SimConnector {
+    /// Forwards on behalf of curator `from` to the routers in `routers`,
+    /// each call delayed by up to `max_delay` (chosen by `seed` and the
+    /// call's number).
+    pub fn new(
+        runtime: Runtime,
+        routers: Routers,
+        from: CuratorId,
+        seed: u64,
+        max_delay: Duration,
+    ) -> SimConnector {
+        SimConnector {
+            runtime,
+            routers,
+            from,
+            seed,
+            max_delay,
+            sent: Arc::new(AtomicU64::new(0)),
+        }
+    }
+}
+
+impl Connector for SimConnector {
+    fn connect(&self, _node_id: &str, address: &str) -> Arc<dyn Upstream> {
+        Arc::new(SimUpstream {
+            runtime: self.runtime.clone(),
+            routers: self.routers.clone(),
+            target: node_of(address),
+            from: self.from.clone(),
+            seed: self.seed,
+            max_delay: self.max_delay,
+            sent: self.sent.clone(),
+        })
+    }
+}
+
+struct SimUpstream {
+    runtime: Runtime,
+    routers: Routers,
+    target: Option<NodeId>,
+    from: CuratorId,
+    seed: u64,
+    max_delay: Duration,
+    sent: Arc<AtomicU64>,
+}
+
+impl Upstream for SimUpstream {
+    fn send(
+        &self,
+        mut request: Request<Body>,
+    ) -> BoxFuture<'static, Result<Response<Body>, String>> {
+        let Some((target, router)) = self.target.and_then(|t| Some((t, self.routers.get(t)?)))
+        else {
+            return Box::pin(futures::future::ready(Err("connection refused".to_owned())));
+        };
+        request
+            .extensions_mut()
+            .insert(CuratorPeer(self.from.clone()));
+        let mut n = self.seed ^ self.sent.fetch_add(1, Ordering::Relaxed);
+        let max = u64::try_from(self.max_delay.as_micros()).unwrap_or(u64::MAX);
+        let delay = Duration::from_micros(splitmix64(&mut n) % max.max(1));
+        let node = self.runtime.node(target);
+        let (tx, rx) = oneshot::channel();
+        let serving = node.clone();
+        node.spawn(async move {
+            serving.sleep_until(serving.now() + delay).await;
+            let _ = tx.send(router.call(request).await);
+        });
+        Box::pin(async move { rx.await.map_err(|_| "connection reset".to_owned()) })
+    }
+}
