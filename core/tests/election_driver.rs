@@ -7,36 +7,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use http::{Request, Response};
 use metropolis_core::leadership::{Leadership, LeadershipConfig, Role};
 use metropolis_core::ports::MonotonicClock;
 use metropolis_core::service::elected::SharedLeadership;
 use metropolis_core::service::elected::driver::{ElectionDriver, ElectionPorts};
 use metropolis_core::service::elected::election::Election;
-use metropolis_core::service::forward::{Connector, Upstream};
 use metropolis_testkit::clock::ManualClock;
 use metropolis_testkit::exec::{Tasks, block_on};
+use metropolis_testkit::forward::Unreachable;
 use metropolis_testkit::leases::{ManualTimer, MemLeases};
 use metropolis_testkit::store::MemKv;
-use tonic::body::Body;
 
 const TTL: Duration = Duration::from_secs(6);
 const PREFIX: &str = "/election/curator/";
-
-struct Nowhere;
-
-impl Upstream for Nowhere {
-    fn send(&self, _: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, String>> {
-        Box::pin(futures::future::ready(Err("no leader here".to_owned())))
-    }
-}
-
-impl Connector for Nowhere {
-    fn connect(&self, _: &str, _: &str) -> Arc<dyn Upstream> {
-        Arc::new(Nowhere)
-    }
-}
 
 /// One store, one clock, one executor, and the instances on them.
 struct World {
@@ -70,7 +53,7 @@ impl World {
         };
         let machine = Leadership::new(config, self.clock.now()).unwrap();
         let shared =
-            SharedLeadership::new(machine, Arc::new(self.clock.clone()), Arc::new(Nowhere));
+            SharedLeadership::new(machine, Arc::new(self.clock.clone()), Arc::new(Unreachable));
         let ports = ElectionPorts {
             store: Arc::new(self.kv.clone()),
             leases: Arc::new(self.leases.clone()),

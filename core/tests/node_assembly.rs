@@ -13,11 +13,11 @@ use metropolis_core::identity::{Identity, NodeId};
 use metropolis_core::leadership::{Leadership, LeadershipConfig};
 use metropolis_core::ports::MonotonicClock;
 use metropolis_core::service::elected::SharedLeadership;
-use metropolis_core::service::forward::{Connector, Upstream};
 use metropolis_core::service::node::{NodeOptions, NodePorts, NodeServiceSet, assemble};
 use metropolis_core::service::{Readiness, Router};
 use metropolis_testkit::clock::ManualClock;
 use metropolis_testkit::exec::Tasks;
+use metropolis_testkit::forward::Unreachable;
 use metropolis_testkit::store::MemKv;
 use tonic::body::Body;
 
@@ -32,23 +32,6 @@ impl Readiness for Ready {
     }
 
     fn subscribe(&self, _: std::task::Waker) {}
-}
-
-struct Nowhere;
-
-impl Upstream for Nowhere {
-    fn send(
-        &self,
-        _: Request<Body>,
-    ) -> futures::future::BoxFuture<'static, Result<http::Response<Body>, String>> {
-        Box::pin(futures::future::ready(Err("nowhere".to_owned())))
-    }
-}
-
-impl Connector for Nowhere {
-    fn connect(&self, _: &str, _: &str) -> Arc<dyn Upstream> {
-        Arc::new(Nowhere)
-    }
 }
 
 fn node_id() -> (NodeId, [u8; 32]) {
@@ -132,7 +115,7 @@ fn an_elected_instance_takes_forwarded_heartbeats_on_the_curator_listener_and_ro
         ..LeadershipConfig::new("node-a", "10.0.0.1:7835")
     };
     let machine = Leadership::new(config, clock.now()).unwrap();
-    let shared = SharedLeadership::new(machine, Arc::new(clock), Arc::new(Nowhere));
+    let shared = SharedLeadership::new(machine, Arc::new(clock), Arc::new(Unreachable));
     let node = build(&kv, Some(shared.clone()));
     // No leader is known yet: both routers hold the calls for one (a
     // router without the leadership would answer at once).

@@ -82,6 +82,16 @@ impl Leases for ModelLeases {
     }
 }
 
+/// A new store model served by node `store` of `runtime`: its lease
+/// expiry runs there ([`expire_leases`]).
+pub fn start(runtime: &crate::runtime::Runtime, store: crate::runtime::NodeId) -> MemKv {
+    let kv = MemKv::new();
+    runtime
+        .node(store)
+        .spawn(expire_leases(kv.clone(), runtime.node(store)));
+    kv
+}
+
 /// The store's task: every [`EXPIRY_CHECK`] of `store`'s clock, revokes
 /// the leases whose time ran out (deleting their keys).
 pub async fn expire_leases(kv: MemKv, store: Node) {

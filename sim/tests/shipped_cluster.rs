@@ -27,7 +27,7 @@ use metropolis_core::service::node::{NodeOptions, NodePorts, assemble};
 use metropolis_proto::prelude::{common, curator, storage};
 use metropolis_sim::call::unary;
 use metropolis_sim::commit_check::CommitCheck;
-use metropolis_sim::model_store::{ModelLeases, expire_leases};
+use metropolis_sim::model_store::{self, ModelLeases};
 use metropolis_sim::rng::Rng;
 use metropolis_sim::runtime::{NodeClock, Runtime};
 use metropolis_sim::upstream::{Routers, SimConnector, curator_address};
@@ -80,18 +80,12 @@ impl Cluster {
     fn new(seed: u64) -> Cluster {
         let mut rng = Rng::new(seed);
         let mut clocks: Vec<NodeClock> = (0..CURATORS)
-            .map(|_| NodeClock {
-                offset_us: rng.below(1_000_000_000),
-                drift_ppm: rng.range(0, 2001) as i64 - 1000,
-                wall_minus_monotonic_ms: 0,
-            })
+            .map(|_| NodeClock::seeded(&mut rng, 1000))
             .collect();
         clocks.push(NodeClock::default());
         clocks.push(NodeClock::default());
         let rt = Runtime::new(seed, clocks);
-        let kv = MemKv::new();
-        rt.node(STORE)
-            .spawn(expire_leases(kv.clone(), rt.node(STORE)));
+        let kv = model_store::start(&rt, STORE);
         let mut cluster = Cluster {
             check: CommitCheck::new(kv.clone(), PREFIX),
             rt,

@@ -12,37 +12,20 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use http::{Request, Response};
 use metropolis_core::leadership::{Leadership, LeadershipConfig, Role};
 use metropolis_core::ports::MonotonicClock;
 use metropolis_core::service::elected::SharedLeadership;
 use metropolis_core::service::elected::driver::{ElectionDriver, ElectionPorts};
-use metropolis_core::service::forward::{Connector, Upstream};
-use metropolis_sim::model_store::{ModelLeases, expire_leases};
+use metropolis_sim::model_store::{self, ModelLeases};
 use metropolis_sim::rng::Rng;
 use metropolis_sim::runtime::{NodeClock, Runtime};
+use metropolis_testkit::forward::Unreachable;
 use metropolis_testkit::store::MemKv;
-use tonic::body::Body;
 
 const CURATORS: usize = 3;
 const STORE: usize = CURATORS;
 const TTL: Duration = Duration::from_secs(3);
 const PREFIX: &str = "/election/curator/";
-
-struct Nowhere;
-
-impl Upstream for Nowhere {
-    fn send(&self, _: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, String>> {
-        Box::pin(futures::future::ready(Err("not simulated".to_owned())))
-    }
-}
-
-impl Connector for Nowhere {
-    fn connect(&self, _: &str, _: &str) -> Arc<dyn Upstream> {
-        Arc::new(Nowhere)
-    }
-}
 
 struct Cluster {
     rt: Runtime,
@@ -62,17 +45,11 @@ impl Cluster {
     fn new(seed: u64) -> Cluster {
         let mut rng = Rng::new(seed);
         let mut clocks: Vec<NodeClock> = (0..CURATORS)
-            .map(|_| NodeClock {
-                offset_us: rng.below(1_000_000_000),
-                drift_ppm: rng.range(0, 2001) as i64 - 1000,
-                wall_minus_monotonic_ms: 0,
-            })
+            .map(|_| NodeClock::seeded(&mut rng, 1000))
             .collect();
         clocks.push(NodeClock::default());
         let rt = Runtime::new(seed, clocks);
-        let kv = MemKv::new();
-        rt.node(STORE)
-            .spawn(expire_leases(kv.clone(), rt.node(STORE)));
+        let kv = model_store::start(&rt, STORE);
         let mut cluster = Cluster {
             rt,
             kv,
@@ -96,7 +73,7 @@ impl Cluster {
             ..LeadershipConfig::new(format!("metropolis-{i:02}"), address(i))
         };
         let machine = Leadership::new(config, node.now()).unwrap();
-        let shared = SharedLeadership::new(machine, Arc::new(node.clone()), Arc::new(Nowhere));
+        let shared = SharedLeadership::new(machine, Arc::new(node.clone()), Arc::new(Unreachable));
         let (history, rt) = (self.history.clone(), self.rt.clone());
         shared.on_role_change(move |_, role| {
             let role = match role {

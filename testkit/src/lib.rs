@@ -38,6 +38,7 @@
 pub mod archives;
 pub mod clock;
 pub mod exec;
+pub mod forward;
 pub mod fuzz;
 pub mod leases;
 pub mod store;

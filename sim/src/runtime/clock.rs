@@ -21,6 +21,17 @@ pub struct NodeClock {
 }
 
 impl NodeClock {
+    /// A clock drawn from `rng`: an offset of up to 1,000 s and a drift
+    /// of up to ±`max_drift_ppm`; the wall clock on the monotonic one.
+    pub fn seeded(rng: &mut crate::rng::Rng, max_drift_ppm: u64) -> NodeClock {
+        NodeClock {
+            offset_us: rng.below(1_000_000_000),
+            drift_ppm: i64::try_from(rng.range(0, 2 * max_drift_ppm)).unwrap_or(0)
+                - i64::try_from(max_drift_ppm).unwrap_or(0),
+            wall_minus_monotonic_ms: 0,
+        }
+    }
+
     /// The node's monotonic reading at global time `global_us`, µs.
     pub fn local_us(&self, global_us: u64) -> u64 {
         let drift = i128::from(global_us) * i128::from(self.drift_ppm) / 1_000_000;
