@@ -1,21 +1,31 @@
-//! A simulated client's unary gRPC call into a real [`Router`]: the
+//! A simulated client's unary gRPC call into a node's real router: the
 //! request encoded and framed as on the wire, the caller's identity as
-//! the listener would have established it, the answer's status read from
-//! the headers (trailers-only) or the trailers.
+//! the listener would have established it, delivered as a task of that
+//! node ([`deliver`]: its crash resets the call), the answer's status read
+//! from the headers (trailers-only) or the trailers. A call that could not
+//! reach the node, or whose connection broke, ends Unavailable, as a
+//! client's transport reports it.
+
+use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::Request;
 use http_body_util::BodyExt;
 use metropolis_core::identity::Identity;
-use metropolis_core::service::Router;
 use tonic::body::Body;
+
+use crate::runtime::{NodeId, Runtime};
+use crate::upstream::{Routers, deliver};
 
 /// How a call ended: its response message, or the status code.
 pub type CallResult = Result<Bytes, tonic::Code>;
 
-/// Calls `path` on `router` as `identity` with the encoded `message`.
+/// Calls `path` on node `target` (its router in `routers`) as `identity`
+/// with the encoded `message`.
 pub async fn unary(
-    router: &Router,
+    runtime: &Runtime,
+    routers: &Routers,
+    target: NodeId,
     path: &str,
     identity: Identity,
     message: Vec<u8>,
@@ -33,7 +43,9 @@ pub async fn unary(
         return Err(tonic::Code::Internal);
     };
     request.extensions_mut().insert(identity);
-    let response = router.call(request).await;
+    let Ok(response) = deliver(runtime, routers, target, request, Duration::ZERO).await else {
+        return Err(tonic::Code::Unavailable);
+    };
     let (parts, body) = response.into_parts();
     if let Some(code) = code(&parts.headers)
         && code != tonic::Code::Ok

@@ -32,6 +32,7 @@ pub mod msg;
 pub mod net;
 pub mod rng;
 pub mod runtime;
+pub mod store_faults;
 pub mod store_node;
 pub mod trace;
 pub mod upstream;

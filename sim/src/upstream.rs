@@ -118,9 +118,8 @@ impl Upstream for SimUpstream {
         &self,
         mut request: Request<Body>,
     ) -> BoxFuture<'static, Result<Response<Body>, String>> {
-        let Some((target, router)) = self.target.and_then(|t| Some((t, self.routers.get(t)?)))
-        else {
-            return Box::pin(futures::future::ready(Err("connection refused".to_owned())));
+        let Some(target) = self.target else {
+            return Box::pin(futures::future::ready(Err("no such curator".to_owned())));
         };
         request
             .extensions_mut()
@@ -128,13 +127,30 @@ impl Upstream for SimUpstream {
         let mut n = self.seed ^ self.sent.fetch_add(1, Ordering::Relaxed);
         let max = u64::try_from(self.max_delay.as_micros()).unwrap_or(u64::MAX);
         let delay = Duration::from_micros(splitmix64(&mut n) % max.max(1));
-        let node = self.runtime.node(target);
-        let (tx, rx) = oneshot::channel();
-        let serving = node.clone();
-        node.spawn(async move {
-            serving.sleep_until(serving.now() + delay).await;
-            let _ = tx.send(router.call(request).await);
-        });
-        Box::pin(async move { rx.await.map_err(|_| "connection reset".to_owned()) })
+        deliver(&self.runtime, &self.routers, target, request, delay)
     }
+}
+
+/// Delivers `request` to the router of node `target` after `delay`, as a
+/// task of that node: a call is served by the process it reached, so the
+/// node's crash drops it and the caller sees the connection reset. A node
+/// that is down refuses the connection.
+pub fn deliver(
+    runtime: &Runtime,
+    routers: &Routers,
+    target: NodeId,
+    request: Request<Body>,
+    delay: Duration,
+) -> BoxFuture<'static, Result<Response<Body>, String>> {
+    let Some(router) = routers.get(target) else {
+        return Box::pin(futures::future::ready(Err("connection refused".to_owned())));
+    };
+    let node = runtime.node(target);
+    let (tx, rx) = oneshot::channel();
+    let serving = node.clone();
+    node.spawn(async move {
+        serving.sleep_until(serving.now() + delay).await;
+        let _ = tx.send(router.call(request).await);
+    });
+    Box::pin(async move { rx.await.map_err(|_| "connection reset".to_owned()) })
 }

@@ -30,6 +30,7 @@ use metropolis_sim::commit_check::CommitCheck;
 use metropolis_sim::model_store::{self, ModelLeases};
 use metropolis_sim::rng::Rng;
 use metropolis_sim::runtime::{NodeClock, Runtime};
+use metropolis_sim::store_faults::{FaultyStore, StoreFaults};
 use metropolis_sim::upstream::{Routers, SimConnector, curator_address};
 use metropolis_testkit::store::MemKv;
 use prost::Message;
@@ -71,6 +72,8 @@ struct Cluster {
     rt: Runtime,
     kv: MemKv,
     check: CommitCheck,
+    /// What the curators reach the store through.
+    network: FaultyStore,
     routers: Routers,
     drivers: Vec<Option<ElectionDriver>>,
     seed: u64,
@@ -86,8 +89,16 @@ impl Cluster {
         clocks.push(NodeClock::default());
         let rt = Runtime::new(seed, clocks);
         let kv = model_store::start(&rt, STORE);
+        let check = CommitCheck::new(kv.clone(), PREFIX);
+        let network = FaultyStore::new(
+            Arc::new(check.clone()),
+            rt.node(STORE),
+            seed ^ 0x570e,
+            StoreFaults::default(),
+        );
         let mut cluster = Cluster {
-            check: CommitCheck::new(kv.clone(), PREFIX),
+            check,
+            network,
             rt,
             kv,
             routers: Routers::default(),
@@ -119,7 +130,7 @@ impl Cluster {
             Duration::from_millis(5),
         );
         let shared = SharedLeadership::new(machine, Arc::new(node.clone()), Arc::new(connector));
-        let store = Arc::new(self.check.clone());
+        let store = Arc::new(self.network.clone());
         let ports = ElectionPorts {
             store: store.clone(),
             leases: Arc::new(ModelLeases::new(
@@ -173,9 +184,7 @@ impl Cluster {
                     while rt.now() < stop {
                         let pause = Duration::from_millis(rng.range(20, 200));
                         client.sleep_until(client.now() + pause).await;
-                        let Some(router) = routers.get(rng.index(CURATORS)) else {
-                            continue;
-                        };
+                        let target = rng.index(CURATORS);
                         seq += 1;
                         out.lock().unwrap().sent = seq;
                         let request = curator::UpdateNodeStatusRequest {
@@ -185,13 +194,9 @@ impl Cluster {
                                 ..Default::default()
                             }),
                         };
-                        let result = unary(
-                            &router,
-                            UPDATE,
-                            Identity::Node(id.clone()),
-                            request.encode_to_vec(),
-                        )
-                        .await;
+                        let caller = Identity::Node(id.clone());
+                        let message = request.encode_to_vec();
+                        let result = unary(&rt, &routers, target, UPDATE, caller, message).await;
                         let mut w = out.lock().unwrap();
                         match result {
                             Ok(_) => {
