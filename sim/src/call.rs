@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures::StreamExt;
 use http::Request;
 use http_body_util::BodyExt;
 use metropolis_core::identity::Identity;
@@ -30,19 +31,9 @@ pub async fn unary(
     identity: Identity,
     message: Vec<u8>,
 ) -> CallResult {
-    let mut frame = BytesMut::with_capacity(5 + message.len());
-    frame.put_u8(0);
-    frame.put_u32(u32::try_from(message.len()).unwrap_or(u32::MAX));
-    frame.put_slice(&message);
-    let Ok(mut request) = Request::builder()
-        .uri(format!("http://curator{path}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(Body::new(http_body_util::Full::new(frame.freeze())))
-    else {
+    let Some(request) = framed(path, identity, message) else {
         return Err(tonic::Code::Internal);
     };
-    request.extensions_mut().insert(identity);
     let Ok(response) = deliver(runtime, routers, target, request, Duration::ZERO).await else {
         return Err(tonic::Code::Unavailable);
     };
@@ -71,4 +62,87 @@ pub async fn unary(
 fn code(headers: &http::HeaderMap) -> Option<tonic::Code> {
     let value = headers.get("grpc-status")?.to_str().ok()?.parse().ok()?;
     Some(tonic::Code::from_i32(value))
+}
+
+/// The messages of a server-streaming call, each `Ok`, then at most one
+/// `Err` with the status code it ended with (nothing after a clean end).
+pub type Messages = futures::stream::BoxStream<'static, Result<Bytes, tonic::Code>>;
+
+/// Opens the server-streaming call `path` on node `target` as `identity`
+/// with the encoded `message`: its messages, or the code it was refused
+/// with at once.
+pub async fn server_stream(
+    runtime: &Runtime,
+    routers: &Routers,
+    target: NodeId,
+    path: &str,
+    identity: Identity,
+    message: Vec<u8>,
+) -> Result<Messages, tonic::Code> {
+    let request = framed(path, identity, message).ok_or(tonic::Code::Internal)?;
+    let Ok(response) = deliver(runtime, routers, target, request, Duration::ZERO).await else {
+        return Err(tonic::Code::Unavailable);
+    };
+    let (parts, body) = response.into_parts();
+    if let Some(code) = code(&parts.headers) {
+        // Trailers-only: refused (or, for OK, ended without a message).
+        return if code == tonic::Code::Ok {
+            Ok(futures::stream::empty().boxed())
+        } else {
+            Err(code)
+        };
+    }
+    let state = (body, BytesMut::new(), false);
+    Ok(
+        futures::stream::unfold(state, |(mut body, mut buf, done)| async move {
+            if done {
+                return None;
+            }
+            loop {
+                if buf.len() >= 5 {
+                    let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+                    if buf.len() >= 5 + len {
+                        buf.advance(5);
+                        let message = buf.split_to(len).freeze();
+                        return Some((Ok(message), (body, buf, false)));
+                    }
+                }
+                match body.frame().await {
+                    Some(Ok(frame)) => match frame.into_data() {
+                        Ok(data) => buf.extend_from_slice(&data),
+                        Err(frame) => {
+                            let status = frame.trailers_ref().and_then(code);
+                            return match status {
+                                Some(tonic::Code::Ok) => None,
+                                Some(code) => Some((Err(code), (body, buf, true))),
+                                None => Some((Err(tonic::Code::Internal), (body, buf, true))),
+                            };
+                        }
+                    },
+                    Some(Err(_)) => {
+                        return Some((Err(tonic::Code::Unavailable), (body, buf, true)));
+                    }
+                    None => return Some((Err(tonic::Code::Internal), (body, buf, true))),
+                }
+            }
+        })
+        .boxed(),
+    )
+}
+
+/// A gRPC request for `path` carrying the framed `message`, as
+/// `identity`.
+fn framed(path: &str, identity: Identity, message: Vec<u8>) -> Option<Request<Body>> {
+    let mut frame = BytesMut::with_capacity(5 + message.len());
+    frame.put_u8(0);
+    frame.put_u32(u32::try_from(message.len()).unwrap_or(u32::MAX));
+    frame.put_slice(&message);
+    let mut request = Request::builder()
+        .uri(format!("http://curator{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(Body::new(http_body_util::Full::new(frame.freeze())))
+        .ok()?;
+    request.extensions_mut().insert(identity);
+    Some(request)
 }

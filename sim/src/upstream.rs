@@ -10,9 +10,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::channel::oneshot;
+use bytes::Bytes;
+use futures::channel::{mpsc, oneshot};
 use futures::future::BoxFuture;
+use futures::{SinkExt, StreamExt};
 use http::{Request, Response};
+use http_body::Frame;
+use http_body_util::{BodyExt, StreamBody};
 use metropolis_core::identity::NodeId as CuratorId;
 use metropolis_core::ports::{MonotonicClock, Timer};
 use metropolis_core::service::Router;
@@ -132,9 +136,11 @@ impl Upstream for SimUpstream {
 }
 
 /// Delivers `request` to the router of node `target` after `delay`, as a
-/// task of that node: a call is served by the process it reached, so the
-/// node's crash drops it and the caller sees the connection reset. A node
-/// that is down refuses the connection.
+/// task of that node, which also carries the response's body back frame
+/// by frame: a call is served by the process it reached, so the node's
+/// crash ends the call (before the response: the connection reset; in the
+/// body: the body fails, as a broken HTTP/2 stream does). A node that is
+/// down refuses the connection.
 pub fn deliver(
     runtime: &Runtime,
     routers: &Routers,
@@ -146,11 +152,53 @@ pub fn deliver(
         return Box::pin(futures::future::ready(Err("connection refused".to_owned())));
     };
     let node = runtime.node(target);
-    let (tx, rx) = oneshot::channel();
+    let (head_tx, head_rx) = oneshot::channel();
+    let (mut frames_tx, frames_rx) = mpsc::channel::<Carried>(4);
     let serving = node.clone();
     node.spawn(async move {
         serving.sleep_until(serving.now() + delay).await;
-        let _ = tx.send(router.call(request).await);
+        let (parts, mut body) = router.call(request).await.into_parts();
+        if head_tx.send(parts).is_err() {
+            return;
+        }
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else {
+                // The server's body failed: the stream is reset.
+                return;
+            };
+            if frames_tx.send(Carried::Frame(frame)).await.is_err() {
+                return;
+            }
+        }
+        let _ = frames_tx.send(Carried::End).await;
     });
-    Box::pin(async move { rx.await.map_err(|_| "connection reset".to_owned()) })
+    Box::pin(async move {
+        let parts = head_rx.await.map_err(|_| "connection reset".to_owned())?;
+        let frames = futures::stream::unfold((frames_rx, false), |(mut rx, ended)| async move {
+            if ended {
+                return None;
+            }
+            match rx.next().await {
+                Some(Carried::Frame(frame)) => Some((Ok(frame), (rx, false))),
+                Some(Carried::End) => None,
+                None => Some((
+                    Err(tonic::Status::unavailable(
+                        "simulated: the connection broke",
+                    )),
+                    (rx, true),
+                )),
+            }
+        });
+        Ok(Response::from_parts(
+            parts,
+            Body::new(StreamBody::new(frames)),
+        ))
+    })
+}
+
+/// What the serving node's task carries back of a response body.
+enum Carried {
+    Frame(Frame<Bytes>),
+    /// The body ended (after its trailers).
+    End,
 }

@@ -6,26 +6,35 @@
 //! the leader's real router); one writer per node updates its status
 //! through random instances while leaders crash and restart.
 //!
+//! A guest node joins and leaves behind their backs; two watchers follow
+//! all nodes through random instances.
+//!
 //! Checked: every write that commits carries the fence of the leader at
 //! the moment of the commit (checked by the store, `CommitCheck`); per
 //! node, the stored status is at least the last acknowledged one and at
 //! most the last sent one; after the faults stop, every writer's calls
-//! succeed again.
+//! succeed again and every watcher has a live stream (backlog marked
+//! once) whose view is the store's.
 
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
 use std::time::Duration;
 
-use metropolis_core::curator::node_key;
+use bytes::Bytes;
+use metropolis_core::curator::{NODE_RECORD_SCHEMA, NODES_PREFIX, node_key};
 use metropolis_core::identity::{Identity, NodeId};
 use metropolis_core::leadership::{Leadership, LeadershipConfig};
 use metropolis_core::ports::{MonotonicClock, Timer};
 use metropolis_core::service::elected::SharedLeadership;
 use metropolis_core::service::elected::driver::{ElectionDriver, ElectionPorts};
 use metropolis_core::service::node::{NodeOptions, NodePorts, assemble};
+use metropolis_core::store::KeyRange;
 use metropolis_proto::prelude::{common, curator, storage};
-use metropolis_sim::call::unary;
+use metropolis_sim::call::{server_stream, unary};
 use metropolis_sim::commit_check::CommitCheck;
 use metropolis_sim::model_store::{self, ModelLeases};
 use metropolis_sim::rng::Rng;
@@ -41,6 +50,8 @@ const CLIENTS: usize = CURATORS + 1;
 const TTL: Duration = Duration::from_secs(3);
 const PREFIX: &str = "/metropolis/curator/leader/";
 const UPDATE: &str = "/metropolis.node.core.curator.proto.api.Curator/UpdateNodeStatus";
+const WATCH: &str = "/metropolis.node.core.curator.proto.api.Curator/Watch";
+const WATCHERS: usize = 2;
 
 fn identity(i: usize) -> (NodeId, [u8; 32]) {
     let key = [i as u8 + 1; 32];
@@ -66,6 +77,21 @@ struct Writes {
     /// Global time of the last success, µs.
     last_ok_us: u128,
     codes: Vec<tonic::Code>,
+}
+
+/// What one watcher of all nodes sees.
+#[derive(Clone, Debug, Default)]
+struct Watched {
+    /// Node ID to external address ("" without a status), as the current
+    /// stream built it.
+    view: BTreeMap<String, String>,
+    /// Whether the current stream is open and sent its backlog.
+    live: bool,
+    streams: u64,
+    /// Events received after a stream's backlog.
+    updates: u64,
+    /// Broken promises of the Watch contract.
+    violations: Vec<String>,
 }
 
 struct Cluster {
@@ -212,6 +238,131 @@ impl Cluster {
             .collect()
     }
 
+    /// Watchers of all nodes on the clients' node: each opens a stream on
+    /// a random instance and rebuilds its view from it; when the stream
+    /// ends it opens another after a pause.
+    fn watchers(&self) -> Vec<Arc<Mutex<Watched>>> {
+        (0..WATCHERS)
+            .map(|w| {
+                let watched = Arc::new(Mutex::new(Watched::default()));
+                let (routers, rt, out) = (self.routers.clone(), self.rt.clone(), watched.clone());
+                let client = self.rt.node(CLIENTS);
+                let mut rng = Rng::new(self.seed ^ (0x3a7c4 + w as u64));
+                self.rt.node(CLIENTS).spawn(async move {
+                    let request = curator::WatchRequest {
+                        kind: Some(curator::watch_request::Kind::NodesInCluster(
+                            curator::watch_request::NodesInCluster {},
+                        )),
+                    };
+                    loop {
+                        let pause = Duration::from_millis(rng.range(50, 500));
+                        client.sleep_until(client.now() + pause).await;
+                        let target = rng.index(CURATORS);
+                        let message = request.encode_to_vec();
+                        let opened =
+                            server_stream(&rt, &routers, target, WATCH, Identity::Owner, message)
+                                .await;
+                        let Ok(mut events) = opened else {
+                            continue;
+                        };
+                        {
+                            let mut o = out.lock().unwrap();
+                            o.view.clear();
+                            o.live = false;
+                            o.streams += 1;
+                        }
+                        let mut backlogged = 0;
+                        while let Some(Ok(bytes)) = events.next().await {
+                            let Ok(event) = curator::WatchEvent::decode(bytes) else {
+                                out.lock()
+                                    .unwrap()
+                                    .violations
+                                    .push("undecodable event".into());
+                                break;
+                            };
+                            let mut o = out.lock().unwrap();
+                            if backlogged > 0 {
+                                o.updates += 1;
+                            }
+                            for node in &event.nodes {
+                                let address = node
+                                    .status
+                                    .as_ref()
+                                    .map(|s| s.external_address.clone())
+                                    .unwrap_or_default();
+                                o.view.insert(node.id.clone(), address);
+                            }
+                            for tombstone in &event.node_tombstones {
+                                o.view.remove(&tombstone.node_id);
+                            }
+                            if event.progress
+                                == curator::watch_event::Progress::LastBacklogged as i32
+                            {
+                                backlogged += 1;
+                                if backlogged > 1 {
+                                    o.violations.push("PROGRESS_LAST_BACKLOGGED twice".into());
+                                }
+                                o.live = true;
+                            }
+                        }
+                        out.lock().unwrap().live = false;
+                    }
+                });
+                watched
+            })
+            .collect()
+    }
+
+    /// Every node's external address ("" without a status), as stored.
+    fn stored_view(&self) -> BTreeMap<String, String> {
+        let nodes = KeyRange::Prefix(Bytes::from_static(NODES_PREFIX));
+        self.kv
+            .with(|m| m.range(&nodes))
+            .into_iter()
+            .filter_map(|kv| {
+                let record = storage::NodeRecord::decode(kv.value).ok()?;
+                let address = record
+                    .status
+                    .map(|s| s.external_address)
+                    .unwrap_or_default();
+                Some((record.id, address))
+            })
+            .collect()
+    }
+
+    /// A node that joins and leaves behind the curators' backs (as an
+    /// operator's tool over the store would), every 100-900 ms until
+    /// `stop`: what makes tombstones.
+    fn guest(&self, stop: Duration) {
+        let key = [99u8; 32];
+        let id = NodeId::from_public_key(&key);
+        let record = storage::NodeRecord {
+            schema_version: NODE_RECORD_SCHEMA,
+            id: id.to_string(),
+            public_key: Bytes::copy_from_slice(&key),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let (kv, rt, store) = (self.kv.clone(), self.rt.clone(), self.rt.node(STORE));
+        let mut rng = Rng::new(self.seed ^ 0x6e57);
+        self.rt.node(STORE).spawn(async move {
+            let mut present = false;
+            while rt.now() < stop {
+                let pause = Duration::from_millis(rng.range(100, 900));
+                store.sleep_until(store.now() + pause).await;
+                if present {
+                    kv.delete(node_key(&id));
+                } else {
+                    kv.put(node_key(&id), &record);
+                }
+                present = !present;
+            }
+            if present {
+                kv.delete(node_key(&id));
+            }
+        });
+    }
+
     fn stored_seq(&self, j: usize) -> Option<u64> {
         let (id, _) = identity(j);
         let value = self.kv.get(node_key(&id))?;
@@ -228,6 +379,8 @@ fn run(seed: u64) {
     let mut rng = Rng::new(seed ^ 0xfa17);
     cluster.rt.run_for(Duration::from_secs(2));
     let writers = cluster.writers(Duration::from_secs(32));
+    let watchers = cluster.watchers();
+    cluster.guest(Duration::from_secs(25));
     while cluster.rt.now() < Duration::from_secs(20) {
         cluster
             .rt
@@ -239,9 +392,31 @@ fn run(seed: u64) {
             .run_for(Duration::from_millis(rng.range(0, 4000)));
         cluster.drivers[victim] = Some(cluster.start(victim));
     }
-    cluster.rt.run_until(Duration::from_secs(33));
+    cluster.rt.run_until(Duration::from_secs(36));
     let violations = cluster.check.violations();
     assert!(violations.is_empty(), "seed {seed}: {violations:?}");
+    // Every watcher has a live stream whose view is the store's.
+    let stored = cluster.stored_view();
+    for (w, watched) in watchers.iter().enumerate() {
+        let watched = watched.lock().unwrap().clone();
+        assert!(
+            watched.violations.is_empty(),
+            "seed {seed}: watcher {w}: {watched:?}"
+        );
+        assert!(
+            watched.live,
+            "seed {seed}: watcher {w} has no live stream: {watched:?}"
+        );
+        assert!(
+            watched.updates > 10,
+            "seed {seed}: watcher {w} saw no updates: {watched:?}"
+        );
+        assert_eq!(
+            watched.view, stored,
+            "seed {seed}: watcher {w} after {} streams",
+            watched.streams
+        );
+    }
     for (j, writes) in writers.iter().enumerate() {
         let w = writes.lock().unwrap().clone();
         let stored = cluster.stored_seq(j).unwrap_or(0);
