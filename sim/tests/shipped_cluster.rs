@@ -6,8 +6,10 @@
 //! the leader's real router); one writer per node updates its status
 //! through random instances while leaders crash and restart.
 //!
-//! A guest node joins and leaves behind their backs; two watchers follow
-//! all nodes through random instances.
+//! The store's network fails transactions, loses replies of committed
+//! ones and delays replies; its watches break and it compacts at seeded
+//! moments. A guest node joins and leaves behind the curators' backs; two
+//! watchers follow all nodes through random instances.
 //!
 //! Checked: every write that commits carries the fence of the leader at
 //! the moment of the commit (checked by the store, `CommitCheck`); per
@@ -177,10 +179,20 @@ impl Cluster {
             readiness: Arc::new(shared),
         };
         let routers = self.routers.clone();
+        let serving = node.clone();
         node.spawn(async move {
-            let services = assemble(node_ports, NodeOptions::default(), &id, &key)
-                .await
-                .unwrap();
+            // The registration can fail with the store's network: the
+            // daemon then exits and its supervisor starts it again.
+            let services = loop {
+                match assemble(node_ports.clone(), NodeOptions::default(), &id, &key).await {
+                    Ok(services) => break services,
+                    Err(_) => {
+                        serving
+                            .sleep_until(serving.now() + Duration::from_secs(1))
+                            .await
+                    }
+                }
+            };
             routers.set(i, Some(services.router.clone()));
             // Alive as long as the node: the watch cache and health.
             futures::future::pending::<()>().await;
@@ -378,20 +390,45 @@ fn run(seed: u64) {
     let mut cluster = Cluster::new(seed);
     let mut rng = Rng::new(seed ^ 0xfa17);
     cluster.rt.run_for(Duration::from_secs(2));
+    cluster.network.set_faults(StoreFaults {
+        fail: 0.02,
+        lose_reply: 0.02,
+        max_delay: Duration::from_millis(20),
+    });
     let writers = cluster.writers(Duration::from_secs(32));
     let watchers = cluster.watchers();
     cluster.guest(Duration::from_secs(25));
+    let mut broken_watches = 0;
     while cluster.rt.now() < Duration::from_secs(20) {
         cluster
             .rt
             .run_for(Duration::from_millis(rng.range(500, 5000)));
-        let victim = rng.index(CURATORS);
-        cluster.crash(victim);
-        cluster
-            .rt
-            .run_for(Duration::from_millis(rng.range(0, 4000)));
-        cluster.drivers[victim] = Some(cluster.start(victim));
+        match rng.below(4) {
+            0 => {
+                cluster.kv.break_watches();
+                broken_watches += 1;
+            }
+            1 => cluster.kv.compact(),
+            _ => {
+                let victim = rng.index(CURATORS);
+                cluster.crash(victim);
+                cluster
+                    .rt
+                    .run_for(Duration::from_millis(rng.range(0, 4000)));
+                cluster.drivers[victim] = Some(cluster.start(victim));
+            }
+        }
     }
+    // Every seed breaks the store's watches at least once.
+    if broken_watches == 0 {
+        cluster.kv.break_watches();
+    }
+    cluster.network.set_faults(StoreFaults::default());
+    let counts = cluster.network.counts();
+    assert!(
+        counts.failed > 0 && counts.lost_replies > 0,
+        "seed {seed}: {counts:?}"
+    );
     cluster.rt.run_until(Duration::from_secs(36));
     let violations = cluster.check.violations();
     assert!(violations.is_empty(), "seed {seed}: {violations:?}");
