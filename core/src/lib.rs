@@ -12,6 +12,8 @@
 
 pub mod agent_cert;
 pub mod archive;
+#[cfg(feature = "canary")]
+pub mod canary;
 pub mod curator;
 pub mod identity;
 pub mod images;

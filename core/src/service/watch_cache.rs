@@ -263,6 +263,10 @@ fn to_change(event: &crate::store::Event) -> Option<NodeChange> {
             }
         },
         EventKind::Delete => {
+            #[cfg(feature = "canary")]
+            if crate::canary::planted(crate::canary::Canary::DropTombstones) {
+                return None;
+            }
             let id = id_from_key(&event.kv.key)?;
             Some(NodeChange::Delete {
                 id: Arc::from(id),
@@ -347,6 +351,10 @@ impl KvStore for TrackedStore {
             } else {
                 &failure
             };
+            #[cfg(feature = "canary")]
+            if crate::canary::planted(crate::canary::Canary::SkipReadYourWrites) {
+                return Ok(response);
+            }
             if branch.changed(&response.results) {
                 let mut s = lock(&shared);
                 s.written = s.written.max(response.revision);
@@ -463,6 +471,10 @@ fn fail(shared: &Mutex<Shared>, generation: u64, why: String) {
     s.generation += 1;
     s.state = State::Idle;
     s.cache = NodeCache::new();
+    #[cfg(feature = "canary")]
+    if crate::canary::planted(crate::canary::Canary::SkipCacheFailure) {
+        return;
+    }
     s.end_all(&Status::unavailable(format!(
         "store failed: {why}; request can be retried"
     )));

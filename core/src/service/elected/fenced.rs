@@ -60,7 +60,15 @@ impl KvStore for FencedStore {
                 return Box::pin(futures::future::ready(Err(refused(e))));
             }
         };
-        let sent = self.inner.txn(fence.guard(txn));
+        #[cfg(feature = "canary")]
+        let guarded = if crate::canary::planted(crate::canary::Canary::DropFence) {
+            txn
+        } else {
+            fence.guard(txn)
+        };
+        #[cfg(not(feature = "canary"))]
+        let guarded = fence.guard(txn);
+        let sent = self.inner.txn(guarded);
         Box::pin(async move {
             let mut response = sent.await?;
             match fence.check(&response) {
