@@ -15,7 +15,7 @@ use metropolis_core::service::elected::election::Election;
 use metropolis_testkit::clock::ManualClock;
 use metropolis_testkit::exec::{Tasks, block_on};
 use metropolis_testkit::forward::Unreachable;
-use metropolis_testkit::leases::{ManualTimer, MemLeases};
+use metropolis_testkit::leases::{ManualTimer, ModelLeases};
 use metropolis_testkit::store::MemKv;
 
 const TTL: Duration = Duration::from_secs(6);
@@ -26,7 +26,7 @@ struct World {
     kv: MemKv,
     clock: ManualClock,
     tasks: Tasks,
-    leases: MemLeases,
+    leases: ModelLeases,
 }
 
 struct Instance {
@@ -39,7 +39,7 @@ impl World {
         let kv = MemKv::new();
         let clock = ManualClock::new();
         World {
-            leases: MemLeases::new(kv.clone(), clock.clone()),
+            leases: ModelLeases::manual(kv.clone(), clock.clone()),
             kv,
             clock,
             tasks: Tasks::new(),

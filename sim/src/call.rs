@@ -31,31 +31,12 @@ pub async fn unary(
     identity: Identity,
     message: Vec<u8>,
 ) -> CallResult {
-    let Some(request) = framed(path, identity, message) else {
-        return Err(tonic::Code::Internal);
-    };
-    let Ok(response) = deliver(runtime, routers, target, request, Duration::ZERO).await else {
-        return Err(tonic::Code::Unavailable);
-    };
-    let (parts, body) = response.into_parts();
-    if let Some(code) = code(&parts.headers)
-        && code != tonic::Code::Ok
-    {
-        return Err(code);
-    }
-    let Ok(collected) = body.collect().await else {
-        return Err(tonic::Code::Unavailable);
-    };
-    let trailers = collected.trailers().cloned();
-    let data = collected.to_bytes();
-    match trailers
-        .as_ref()
-        .and_then(code)
-        .or_else(|| code(&parts.headers))
-    {
-        Some(tonic::Code::Ok) if data.len() >= 5 => Ok(data.slice(5..)),
-        Some(tonic::Code::Ok) | None => Err(tonic::Code::Internal),
-        Some(code) => Err(code),
+    // A unary call is a stream of exactly one message.
+    let mut messages = server_stream(runtime, routers, target, path, identity, message).await?;
+    match (messages.next().await, messages.next().await) {
+        (Some(Ok(message)), None) => Ok(message),
+        (Some(Err(code)), _) | (Some(Ok(_)), Some(Err(code))) => Err(code),
+        _ => Err(tonic::Code::Internal),
     }
 }
 

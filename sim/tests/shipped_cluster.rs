@@ -38,7 +38,7 @@ use metropolis_core::store::KeyRange;
 use metropolis_proto::prelude::{common, curator, storage};
 use metropolis_sim::call::{server_stream, unary};
 use metropolis_sim::commit_check::CommitCheck;
-use metropolis_sim::model_store::{self, ModelLeases};
+use metropolis_sim::model_store;
 use metropolis_sim::rng::Rng;
 use metropolis_sim::runtime::{NodeClock, Runtime};
 use metropolis_sim::store_faults::{FaultyStore, StoreFaults};
@@ -60,6 +60,16 @@ fn identity(i: usize) -> (NodeId, [u8; 32]) {
     (NodeId::from_public_key(&key), key)
 }
 
+/// An encoded `WatchRequest` for all nodes.
+fn all_nodes() -> Vec<u8> {
+    curator::WatchRequest {
+        kind: Some(curator::watch_request::Kind::NodesInCluster(
+            curator::watch_request::NodesInCluster {},
+        )),
+    }
+    .encode_to_vec()
+}
+
 /// The backlog of a `Watch` of all nodes opened on `target`: node ID to
 /// address; `None` if the stream ended before its backlog.
 async fn backlog(
@@ -67,21 +77,9 @@ async fn backlog(
     routers: &Routers,
     target: usize,
 ) -> Option<BTreeMap<String, String>> {
-    let request = curator::WatchRequest {
-        kind: Some(curator::watch_request::Kind::NodesInCluster(
-            curator::watch_request::NodesInCluster {},
-        )),
-    };
-    let mut events = server_stream(
-        rt,
-        routers,
-        target,
-        WATCH,
-        Identity::Owner,
-        request.encode_to_vec(),
-    )
-    .await
-    .ok()?;
+    let mut events = server_stream(rt, routers, target, WATCH, Identity::Owner, all_nodes())
+        .await
+        .ok()?;
     let mut view = BTreeMap::new();
     while let Some(Ok(bytes)) = events.next().await {
         let event = curator::WatchEvent::decode(bytes).ok()?;
@@ -202,7 +200,7 @@ impl Cluster {
         let store = Arc::new(self.network.clone());
         let ports = ElectionPorts {
             store: store.clone(),
-            leases: Arc::new(ModelLeases::new(
+            leases: Arc::new(model_store::leases(
                 self.kv.clone(),
                 self.rt.node(STORE),
                 node.clone(),
@@ -321,16 +319,11 @@ impl Cluster {
                 let client = self.rt.node(CLIENTS);
                 let mut rng = Rng::new(self.seed ^ (0x3a7c4 + w as u64));
                 self.rt.node(CLIENTS).spawn(async move {
-                    let request = curator::WatchRequest {
-                        kind: Some(curator::watch_request::Kind::NodesInCluster(
-                            curator::watch_request::NodesInCluster {},
-                        )),
-                    };
                     loop {
                         let pause = Duration::from_millis(rng.range(50, 500));
                         client.sleep_until(client.now() + pause).await;
                         let target = rng.index(CURATORS);
-                        let message = request.encode_to_vec();
+                        let message = all_nodes();
                         let opened =
                             server_stream(&rt, &routers, target, WATCH, Identity::Owner, message)
                                 .await;

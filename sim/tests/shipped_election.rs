@@ -16,7 +16,7 @@ use metropolis_core::leadership::{Leadership, LeadershipConfig, Role};
 use metropolis_core::ports::MonotonicClock;
 use metropolis_core::service::elected::SharedLeadership;
 use metropolis_core::service::elected::driver::{ElectionDriver, ElectionPorts};
-use metropolis_sim::model_store::{self, ModelLeases};
+use metropolis_sim::model_store;
 use metropolis_sim::rng::Rng;
 use metropolis_sim::runtime::{NodeClock, Runtime};
 use metropolis_testkit::forward::Unreachable;
@@ -88,7 +88,7 @@ impl Cluster {
         });
         let ports = ElectionPorts {
             store: Arc::new(self.kv.clone()),
-            leases: Arc::new(ModelLeases::new(
+            leases: Arc::new(model_store::leases(
                 self.kv.clone(),
                 self.rt.node(STORE),
                 node.clone(),

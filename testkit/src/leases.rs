@@ -1,16 +1,18 @@
-//! The store model's leases as the [`Leases`] port ([`MemLeases`]) and
+//! The store model's leases as the [`Leases`] port ([`ModelLeases`]), and
 //! timers on a [`ManualClock`] ([`ManualTimer`]), for driving an election
-//! in memory.
+//! over the model: in the test kit's executor with a hand-moved clock, or
+//! in the simulator's runtime with its nodes' clocks.
 //!
-//! Both are polled, not woken: they suit the test kit's executor
-//! ([`Tasks`](crate::exec::Tasks)), which polls every task every round.
-//! Time passes only when the test advances the clock; leases expire when
-//! the test calls [`MemLeases::expire`].
+//! The store keeps leases on its own clock, the node reports them on its
+//! own: the two need not agree. Leases expire when the caller says so
+//! ([`ModelLeases::expire`]), as the store's own timer would.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
 use metropolis_core::ports::{GrantedLease, LeaseRenewal, Leases, MonotonicClock, Timer};
 use metropolis_core::store::{LeaseId, StoreError};
 use metropolis_core::time::Instant;
@@ -18,78 +20,101 @@ use metropolis_core::time::Instant;
 use crate::clock::ManualClock;
 use crate::store::MemKv;
 
-/// The leases of a [`MemKv`]'s model, on `clock`'s time.
+/// The leases of a [`MemKv`]'s model as one node uses them.
 #[derive(Clone)]
-pub struct MemLeases {
+pub struct ModelLeases {
     kv: MemKv,
-    clock: ManualClock,
+    /// The store's clock: leases are granted, renewed and expired on it.
+    store: Arc<dyn MonotonicClock>,
+    /// The node's clock: grants and renewals are reported on it.
+    clock: Arc<dyn MonotonicClock>,
+    /// The node's timers: renewals wait on them.
+    timer: Arc<dyn Timer>,
 }
 
-impl MemLeases {
-    /// The leases of `kv`, granted and renewed at `clock`'s time.
-    pub fn new(kv: MemKv, clock: ManualClock) -> MemLeases {
-        MemLeases { kv, clock }
+impl ModelLeases {
+    /// `kv`'s leases, kept on `store`'s clock, for a node with `clock`
+    /// and `timer`.
+    pub fn new(
+        kv: MemKv,
+        store: Arc<dyn MonotonicClock>,
+        clock: Arc<dyn MonotonicClock>,
+        timer: Arc<dyn Timer>,
+    ) -> ModelLeases {
+        ModelLeases {
+            kv,
+            store,
+            clock,
+            timer,
+        }
     }
 
-    /// Revokes every lease whose deadline passed (deleting its keys, as
-    /// etcd does when a lease expires); the revoked IDs.
+    /// The leases of `kv` with one hand-moved clock for store and node.
+    pub fn manual(kv: MemKv, clock: ManualClock) -> ModelLeases {
+        ModelLeases::new(
+            kv,
+            Arc::new(clock.clone()),
+            Arc::new(clock.clone()),
+            Arc::new(ManualTimer(clock)),
+        )
+    }
+
+    /// Revokes every lease whose deadline passed on the store's clock
+    /// (deleting its keys, as etcd does when a lease expires); the
+    /// revoked IDs.
     pub fn expire(&self) -> Vec<LeaseId> {
-        let now = self.clock.now();
+        let now = self.store.now();
         self.kv.with(|m| m.handle_timeout(now))
     }
 }
 
-impl Leases for MemLeases {
+impl Leases for ModelLeases {
     /// Granted when first polled.
     fn grant(&self, ttl: Duration) -> BoxFuture<'static, Result<GrantedLease, StoreError>> {
-        let (kv, clock) = (self.kv.clone(), self.clock.clone());
-        Box::pin(futures::future::lazy(move |_| {
-            let now = clock.now();
-            kv.with(|m| m.lease_grant(0, ttl, now))
-                .map(|id| GrantedLease {
-                    id,
-                    ttl,
-                    sent_at: now,
-                })
-        }))
+        let this = self.clone();
+        async move {
+            let sent_at = this.clock.now();
+            let id = this.kv.with(|m| m.lease_grant(0, ttl, this.store.now()))?;
+            Ok(GrantedLease { id, ttl, sent_at })
+        }
+        .boxed()
     }
 
-    /// Renews every third of the TTL (as etcd's client does) once the
-    /// clock has moved that far; ends after the first failure.
+    /// Renews every third of the TTL (as etcd's client does) on the
+    /// node's timers; ends after the first failure.
     fn keep_alive(
         &self,
         lease: &GrantedLease,
     ) -> BoxStream<'static, Result<LeaseRenewal, StoreError>> {
-        let (kv, clock, id) = (self.kv.clone(), self.clock.clone(), lease.id);
-        let every = lease.ttl / 3;
-        let mut next = lease.sent_at + every;
-        let mut ended = false;
-        Box::pin(futures::stream::poll_fn(move |_| {
-            if ended {
-                return std::task::Poll::Ready(None);
+        let (this, id, every) = (self.clone(), lease.id, lease.ttl / 3);
+        futures::stream::unfold((lease.sent_at, false), move |(last, ended)| {
+            let this = this.clone();
+            async move {
+                if ended {
+                    return None;
+                }
+                this.timer.sleep_until(last + every).await;
+                let sent_at = this.clock.now();
+                let renewed = this.kv.with(|m| m.lease_keep_alive(id, this.store.now()));
+                let ended = renewed.is_err();
+                let renewal = renewed.map(|ttl| LeaseRenewal { ttl, sent_at });
+                Some((renewal, (sent_at, ended)))
             }
-            let now = clock.now();
-            if now < next {
-                return std::task::Poll::Pending;
-            }
-            next = now + every;
-            let renewed = kv.with(|m| m.lease_keep_alive(id, now));
-            ended = renewed.is_err();
-            std::task::Poll::Ready(Some(renewed.map(|ttl| LeaseRenewal { ttl, sent_at: now })))
-        }))
+        })
+        .boxed()
     }
 
     /// Revoked when first polled: a revocation dropped unpolled does
     /// nothing, as with a store over the network.
     fn revoke(&self, lease: LeaseId) -> BoxFuture<'static, Result<(), StoreError>> {
         let kv = self.kv.clone();
-        Box::pin(futures::future::lazy(move |_| {
-            kv.with(|m| m.lease_revoke(lease)).map(|_| ())
-        }))
+        async move { kv.with(|m| m.lease_revoke(lease)).map(|_| ()) }.boxed()
     }
 }
 
-/// Sleeps until a [`ManualClock`] reaches the deadline.
+/// Sleeps until a [`ManualClock`] reaches the deadline. It is polled, not
+/// woken: it suits the test kit's executor
+/// ([`Tasks`](crate::exec::Tasks)), which polls every task every round.
 #[derive(Clone)]
 pub struct ManualTimer(pub ManualClock);
 
