@@ -27,6 +27,7 @@ pub mod curator;
 pub mod faults;
 pub mod hash;
 pub mod invariants;
+pub mod linearizable;
 pub mod model_store;
 pub mod msg;
 pub mod net;

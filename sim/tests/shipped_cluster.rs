@@ -21,6 +21,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -38,6 +39,7 @@ use metropolis_core::store::KeyRange;
 use metropolis_proto::prelude::{common, curator, storage};
 use metropolis_sim::call::{server_stream, unary};
 use metropolis_sim::commit_check::CommitCheck;
+use metropolis_sim::linearizable::{self, Op, OpKind};
 use metropolis_sim::model_store;
 use metropolis_sim::rng::Rng;
 use metropolis_sim::runtime::{NodeClock, Runtime};
@@ -94,6 +96,18 @@ async fn backlog(
     None
 }
 
+/// The order of the calls and answers the checkers see: many happen at
+/// the same simulated instant, in an order the runtime fixed, so each
+/// takes the next number.
+#[derive(Clone, Default)]
+struct Ticks(Arc<AtomicU64>);
+
+impl Ticks {
+    fn next(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
 fn address_of(seq: u64) -> String {
     format!("10.0.{}.{}", seq / 256, seq % 256)
 }
@@ -118,6 +132,9 @@ struct Writes {
     unread_writes: Vec<String>,
     /// Such watches that sent their backlog.
     read_back: u64,
+    /// This node's record as this writer wrote and read it (its writes'
+    /// sequence numbers), for the linearizability check.
+    history: Vec<Op<u64>>,
 }
 
 /// What one watcher of all nodes sees.
@@ -133,6 +150,9 @@ struct Watched {
     updates: u64,
     /// Broken promises of the Watch contract.
     violations: Vec<String>,
+    /// Each backlog as a read of every node: when the stream was asked
+    /// for, when its backlog was complete, and the view then.
+    backlogs: Vec<(u64, u64, BTreeMap<String, String>)>,
 }
 
 struct Cluster {
@@ -143,6 +163,7 @@ struct Cluster {
     network: FaultyStore,
     routers: Routers,
     drivers: Vec<Option<ElectionDriver>>,
+    ticks: Ticks,
     seed: u64,
 }
 
@@ -170,6 +191,7 @@ impl Cluster {
             kv,
             routers: Routers::default(),
             drivers: Vec::new(),
+            ticks: Ticks::default(),
             seed,
         };
         for i in 0..CURATORS {
@@ -253,6 +275,7 @@ impl Cluster {
             .map(|j| {
                 let writes = Arc::new(Mutex::new(Writes::default()));
                 let (routers, rt, out) = (self.routers.clone(), self.rt.clone(), writes.clone());
+                let ticks = self.ticks.clone();
                 let client = self.rt.node(CLIENTS);
                 let mut rng = Rng::new(self.seed ^ (0xc11e47 + j as u64));
                 self.rt.node(CLIENTS).spawn(async move {
@@ -273,10 +296,16 @@ impl Cluster {
                         };
                         let caller = Identity::Node(id.clone());
                         let message = request.encode_to_vec();
+                        let called = ticks.next();
                         let result = unary(&rt, &routers, target, UPDATE, caller, message).await;
                         let acked = result.is_ok();
                         {
                             let mut w = out.lock().unwrap();
+                            w.history.push(Op {
+                                called,
+                                returned: acked.then(|| ticks.next()),
+                                kind: OpKind::Write(seq),
+                            });
                             match result {
                                 Ok(_) => {
                                     w.acked = seq;
@@ -287,12 +316,18 @@ impl Cluster {
                         }
                         // Read your writes: a watch opened now through the
                         // same instance has the write in its backlog.
+                        let called = ticks.next();
                         if acked
                             && rng.chance(0.25)
                             && let Some(view) = backlog(&rt, &routers, target).await
                         {
                             let seen = view.get(id.as_str()).and_then(|a| seq_of(a));
                             let mut w = out.lock().unwrap();
+                            w.history.push(Op {
+                                called,
+                                returned: Some(ticks.next()),
+                                kind: OpKind::Read(seen),
+                            });
                             w.read_back += 1;
                             if seen.is_none_or(|s| s < seq) {
                                 w.unread_writes.push(format!(
@@ -316,6 +351,7 @@ impl Cluster {
             .map(|w| {
                 let watched = Arc::new(Mutex::new(Watched::default()));
                 let (routers, rt, out) = (self.routers.clone(), self.rt.clone(), watched.clone());
+                let ticks = self.ticks.clone();
                 let client = self.rt.node(CLIENTS);
                 let mut rng = Rng::new(self.seed ^ (0x3a7c4 + w as u64));
                 self.rt.node(CLIENTS).spawn(async move {
@@ -324,6 +360,7 @@ impl Cluster {
                         client.sleep_until(client.now() + pause).await;
                         let target = rng.index(CURATORS);
                         let message = all_nodes();
+                        let called = ticks.next();
                         let opened =
                             server_stream(&rt, &routers, target, WATCH, Identity::Owner, message)
                                 .await;
@@ -377,6 +414,8 @@ impl Cluster {
                                     o.violations.push("PROGRESS_LAST_BACKLOGGED twice".into());
                                 }
                                 o.live = true;
+                                let view = o.view.clone();
+                                o.backlogs.push((called, ticks.next(), view));
                             }
                         }
                         out.lock().unwrap().live = false;
@@ -544,6 +583,26 @@ fn run(seed: u64) {
             assert!(
                 matches!(code, tonic::Code::Unavailable),
                 "seed {seed}: writer {j} got {code:?}"
+            );
+        }
+        // The node's record is linearizable: its writer's writes (an
+        // Unavailable one of unknown outcome) and every backlog that
+        // showed it, the writer's own read-backs included.
+        let (id, _) = identity(j);
+        let mut history = w.history.clone();
+        for watched in &watchers {
+            for (called, returned, view) in &watched.lock().unwrap().backlogs {
+                history.push(Op {
+                    called: *called,
+                    returned: Some(*returned),
+                    kind: OpKind::Read(view.get(id.as_str()).and_then(|a| seq_of(a))),
+                });
+            }
+        }
+        if let Err(failure) = linearizable::check(None, &history) {
+            panic!(
+                "seed {seed}: node {j}'s record is not linearizable: {}",
+                linearizable::explain(&history, &failure)
             );
         }
     }
