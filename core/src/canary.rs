@@ -23,15 +23,19 @@ pub enum Canary {
     /// Writes are not noted for the read-your-writes gate: a `Watch`
     /// opened after a write may miss it.
     SkipReadYourWrites,
+    /// An instance that is not the leader forwards a call that was
+    /// forwarded to it, instead of ending it Unavailable.
+    ForwardForwarded,
 }
 
 impl Canary {
     /// Every canary, planted ones only.
-    pub const ALL: [Canary; 4] = [
+    pub const ALL: [Canary; 5] = [
         Canary::DropFence,
         Canary::SkipCacheFailure,
         Canary::DropTombstones,
         Canary::SkipReadYourWrites,
+        Canary::ForwardForwarded,
     ];
 }
 

@@ -21,18 +21,20 @@ use crate::upstream::{Routers, deliver};
 /// How a call ended: its response message, or the status code.
 pub type CallResult = Result<Bytes, tonic::Code>;
 
-/// Calls `path` on node `target` (its router in `routers`) as `identity`
-/// with the encoded `message`.
+/// Calls `path` from node `from` on node `target` (its router in
+/// `routers`) as `identity` with the encoded `message`.
 pub async fn unary(
     runtime: &Runtime,
     routers: &Routers,
+    from: NodeId,
     target: NodeId,
     path: &str,
     identity: Identity,
     message: Vec<u8>,
 ) -> CallResult {
     // A unary call is a stream of exactly one message.
-    let mut messages = server_stream(runtime, routers, target, path, identity, message).await?;
+    let mut messages =
+        server_stream(runtime, routers, from, target, path, identity, message).await?;
     match (messages.next().await, messages.next().await) {
         (Some(Ok(message)), None) => Ok(message),
         (Some(Err(code)), _) | (Some(Ok(_)), Some(Err(code))) => Err(code),
@@ -49,19 +51,21 @@ fn code(headers: &http::HeaderMap) -> Option<tonic::Code> {
 /// `Err` with the status code it ended with (nothing after a clean end).
 pub type Messages = futures::stream::BoxStream<'static, Result<Bytes, tonic::Code>>;
 
-/// Opens the server-streaming call `path` on node `target` as `identity`
-/// with the encoded `message`: its messages, or the code it was refused
-/// with at once.
+/// Opens the server-streaming call `path` from node `from` on node
+/// `target` as `identity` with the encoded `message`: its messages, or
+/// the code it was refused with at once.
 pub async fn server_stream(
     runtime: &Runtime,
     routers: &Routers,
+    from: NodeId,
     target: NodeId,
     path: &str,
     identity: Identity,
     message: Vec<u8>,
 ) -> Result<Messages, tonic::Code> {
     let request = framed(path, identity, message).ok_or(tonic::Code::Internal)?;
-    let Ok(response) = deliver(runtime, routers, target, request, Duration::ZERO).await else {
+    let delivered = deliver(runtime, routers, from, target, request, Duration::ZERO);
+    let Ok(response) = delivered.await else {
         return Err(tonic::Code::Unavailable);
     };
     let (parts, body) = response.into_parts();

@@ -28,6 +28,7 @@ pub mod faults;
 pub mod hash;
 pub mod invariants;
 pub mod linearizable;
+pub mod links;
 pub mod model_store;
 pub mod msg;
 pub mod net;

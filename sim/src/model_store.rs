@@ -15,7 +15,8 @@ use metropolis_core::ports::{MonotonicClock, Timer};
 use metropolis_testkit::leases::ModelLeases;
 use metropolis_testkit::store::MemKv;
 
-use crate::runtime::Node;
+use crate::links::{LINK_TIMEOUT, Links};
+use crate::runtime::{Node, NodeId};
 
 /// How often the store looks for expired leases.
 pub const EXPIRY_CHECK: Duration = Duration::from_millis(50);
@@ -23,6 +24,20 @@ pub const EXPIRY_CHECK: Duration = Duration::from_millis(50);
 /// `kv`'s leases, kept on `store`'s clock, for `node`.
 pub fn leases(kv: MemKv, store: Node, node: Node) -> ModelLeases {
     ModelLeases::new(kv, Arc::new(store), Arc::new(node.clone()), Arc::new(node))
+}
+
+/// [`leases`] for `node` (number `from`) across the [`Links`] to the
+/// store's node (number `to`): while either way is cut, grants and
+/// revocations fail after [`LINK_TIMEOUT`] and renewals go unanswered.
+pub fn leases_across(
+    kv: MemKv,
+    store: Node,
+    node: Node,
+    links: Links,
+    (from, to): (NodeId, NodeId),
+) -> ModelLeases {
+    let reachable = Arc::new(move || links.both_up(from, to));
+    leases(kv, store, node).with_route(reachable, LINK_TIMEOUT)
 }
 
 /// A new store model served by node `store` of `runtime`: its lease

@@ -4,18 +4,32 @@
 //! replies delayed, and, driven by the test, broken watches and
 //! compaction. Each transaction's fate is drawn from the seed in the
 //! order transactions are made, which the runtime makes deterministic.
+//!
+//! One caller's view ([`FaultyStore::reached_from`]) also crosses the
+//! [links](crate::links) between its node and the store's: a request
+//! that cannot arrive fails after [`LINK_TIMEOUT`] without reaching the
+//! store; one whose answer cannot come back is carried out and fails
+//! after the timeout (a commit the caller cannot know of); a watch's
+//! batch that cannot come back is held until the link heals (then it
+//! arrives late, as TCP retransmits it), or for [`LINK_TIMEOUT`], after
+//! which the watch ends Unavailable, as the etcd client's keepalive would
+//! end it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
 use metropolis_core::ports::{KvStore, MonotonicClock, Timer, WatchBatch};
 use metropolis_core::store::{KeyRange, KeyValue, Revision, StoreError, Txn, TxnResponse};
 
+use crate::links::{LINK_TIMEOUT, Links};
 use crate::rng::Rng;
-use crate::runtime::Node;
+use crate::runtime::{Node, NodeId};
+
+/// How often a watch batch held by a cut link looks whether it healed.
+const HELD_BATCH_CHECK: Duration = Duration::from_millis(50);
 
 /// How often each fault strikes.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -51,6 +65,19 @@ pub struct FaultyStore {
     /// The store's node: its timers delay the replies.
     store: Node,
     shared: Arc<Mutex<Shared>>,
+    /// The caller's node and the store's, and the links between them.
+    route: Option<(NodeId, NodeId, Links)>,
+}
+
+/// Where a request crossing the links goes.
+#[derive(Clone, Copy, PartialEq)]
+enum Crossing {
+    /// Both ways up (or no links).
+    Open,
+    /// The request cannot reach the store.
+    RequestLost,
+    /// The store's answer cannot come back.
+    AnswerLost,
 }
 
 /// The fate of one transaction.
@@ -72,6 +99,24 @@ impl FaultyStore {
                 faults,
                 counts: FaultCounts::default(),
             })),
+            route: None,
+        }
+    }
+
+    /// The store as node `caller` reaches it: across the links between
+    /// `caller` and node `store` (the faults and their seed shared).
+    pub fn reached_from(&self, caller: NodeId, store: NodeId, links: Links) -> FaultyStore {
+        FaultyStore {
+            route: Some((caller, store, links)),
+            ..self.clone()
+        }
+    }
+
+    fn crossing(&self) -> Crossing {
+        match &self.route {
+            Some((caller, store, links)) if !links.up(*caller, *store) => Crossing::RequestLost,
+            Some((caller, store, links)) if !links.up(*store, *caller) => Crossing::AnswerLost,
+            _ => Crossing::Open,
         }
     }
 
@@ -118,7 +163,13 @@ impl FaultyStore {
 
 impl KvStore for FaultyStore {
     fn txn(&self, txn: Txn) -> BoxFuture<'static, Result<TxnResponse, StoreError>> {
-        let (fate, delay) = self.draw();
+        let crossing = self.crossing();
+        let (mut fate, mut delay) = self.draw();
+        match crossing {
+            Crossing::Open => {}
+            Crossing::RequestLost => (fate, delay) = (Fate::Fail, LINK_TIMEOUT),
+            Crossing::AnswerLost => (fate, delay) = (Fate::LoseReply, LINK_TIMEOUT),
+        }
         let wait = self.delayed(delay);
         let sent = match fate {
             Fate::Fail => None,
@@ -146,7 +197,10 @@ impl KvStore for FaultyStore {
         &self,
         range: KeyRange,
     ) -> BoxFuture<'static, Result<Vec<KeyValue>, StoreError>> {
-        let (fate, delay) = self.draw();
+        let (mut fate, mut delay) = self.draw();
+        if self.crossing() != Crossing::Open {
+            (fate, delay) = (Fate::Fail, LINK_TIMEOUT);
+        }
         let wait = self.delayed(delay);
         let read = self.inner.read_for_update(range);
         async move {
@@ -171,6 +225,29 @@ impl KvStore for FaultyStore {
         range: KeyRange,
         start_revision: Revision,
     ) -> BoxStream<'static, Result<WatchBatch, StoreError>> {
-        self.inner.watch(range, start_revision)
+        let inner = self.inner.watch(range, start_revision);
+        let Some((caller, store, links)) = self.route.clone() else {
+            return inner;
+        };
+        let clock = self.store.clone();
+        futures::stream::unfold(Some(inner), move |inner| {
+            let (links, clock) = (links.clone(), clock.clone());
+            async move {
+                let mut inner = inner?;
+                let next = inner.next().await?;
+                let deadline = clock.now() + LINK_TIMEOUT;
+                while !links.up(store, caller) {
+                    if clock.now() >= deadline {
+                        let broke = StoreError::Unavailable(
+                            "simulated: the store's watch stopped answering".into(),
+                        );
+                        return Some((Err(broke), None));
+                    }
+                    clock.sleep_until(clock.now() + HELD_BATCH_CHECK).await;
+                }
+                Some((next, Some(inner)))
+            }
+        })
+        .boxed()
     }
 }

@@ -5,7 +5,9 @@
 //!
 //! The store keeps leases on its own clock, the node reports them on its
 //! own: the two need not agree. Leases expire when the caller says so
-//! ([`ModelLeases::expire`]), as the store's own timer would.
+//! ([`ModelLeases::expire`]), as the store's own timer would. A route to
+//! the store that can break ([`ModelLeases::with_route`]) makes grants
+//! and revocations fail and renewals go unanswered while it is down.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +32,13 @@ pub struct ModelLeases {
     clock: Arc<dyn MonotonicClock>,
     /// The node's timers: renewals wait on them.
     timer: Arc<dyn Timer>,
+    /// Whether the node and the store reach each other now, and how long
+    /// a call waits before it fails when they do not.
+    route: Option<(Reachable, Duration)>,
 }
+
+/// Whether a node and its store reach each other (both ways) now.
+pub type Reachable = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl ModelLeases {
     /// `kv`'s leases, kept on `store`'s clock, for a node with `clock`
@@ -46,6 +54,36 @@ impl ModelLeases {
             store,
             clock,
             timer,
+            route: None,
+        }
+    }
+
+    /// These leases over a route to the store that is up while
+    /// `reachable` says so: while it is down, a grant or a revocation
+    /// fails after `timeout` without reaching the store, and a renewal
+    /// gets no answer (the next is sent a third of the TTL later, as
+    /// etcd's client does), so the lease runs out on the store's clock.
+    pub fn with_route(mut self, reachable: Reachable, timeout: Duration) -> ModelLeases {
+        self.route = Some((reachable, timeout));
+        self
+    }
+
+    /// Whether the store can be reached now.
+    fn reachable(&self) -> bool {
+        self.route.as_ref().is_none_or(|(up, _)| up())
+    }
+
+    /// Fails after the route's timeout if the store cannot be reached.
+    async fn cross(&self) -> Result<(), StoreError> {
+        match &self.route {
+            Some((up, timeout)) if !up() => {
+                let deadline = self.clock.now() + *timeout;
+                self.timer.sleep_until(deadline).await;
+                Err(StoreError::Unavailable(
+                    "simulated: the store is unreachable".into(),
+                ))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -74,6 +112,7 @@ impl Leases for ModelLeases {
         let this = self.clone();
         async move {
             let sent_at = this.clock.now();
+            this.cross().await?;
             let id = this.kv.with(|m| m.lease_grant(0, ttl, this.store.now()))?;
             Ok(GrantedLease { id, ttl, sent_at })
         }
@@ -93,7 +132,15 @@ impl Leases for ModelLeases {
                 if ended {
                     return None;
                 }
-                this.timer.sleep_until(last + every).await;
+                let mut due = last + every;
+                loop {
+                    this.timer.sleep_until(due).await;
+                    if this.reachable() {
+                        break;
+                    }
+                    // Unanswered: the next renewal goes out on schedule.
+                    due = due + every;
+                }
                 let sent_at = this.clock.now();
                 let renewed = this.kv.with(|m| m.lease_keep_alive(id, this.store.now()));
                 let ended = renewed.is_err();
@@ -107,8 +154,12 @@ impl Leases for ModelLeases {
     /// Revoked when first polled: a revocation dropped unpolled does
     /// nothing, as with a store over the network.
     fn revoke(&self, lease: LeaseId) -> BoxFuture<'static, Result<(), StoreError>> {
-        let kv = self.kv.clone();
-        async move { kv.with(|m| m.lease_revoke(lease)).map(|_| ()) }.boxed()
+        let this = self.clone();
+        async move {
+            this.cross().await?;
+            this.kv.with(|m| m.lease_revoke(lease)).map(|_| ())
+        }
+        .boxed()
     }
 }
 

@@ -8,10 +8,13 @@
 //!    on a number of etcd clients, as if every watcher went to etcd itself.
 //!
 //! In both phases the same writer nodes send `UpdateNodeStatus` through the
-//! daemon (closed loop by default) for the same time. Measured per phase:
-//! node states delivered to all watchers per second, etcd's and the
-//! daemon's CPU, updates acknowledged per second, and etcd's own count of
-//! watchers (its `/metrics` endpoint).
+//! daemon (closed loop by default, or at `--rate`) for the same time.
+//! Measured per phase: node states delivered to all watchers per second,
+//! latency from a writer's acknowledgement to a watcher's arrival (on up
+//! to [`LATENCY_SAMPLE`] watchers), the serving process's (daemon's or
+//! etcd's) RSS per idle watcher, etcd's and the daemon's CPU, updates
+//! acknowledged per second, and etcd's own count of watchers (its
+//! `/metrics` endpoint).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -40,7 +43,7 @@ use super::fanout::{
 };
 use super::util::{
     Context, CpuMeter, HostCpuMeter, RPC_TIMEOUT, Result, add_nodes, bounded, cpus, micros_since,
-    ms, percentile, print_table, row, status, tls_channel, unix_channel,
+    ms, percentile, print_table, row, rss_kib, status, tls_channel, unix_channel,
 };
 
 /// Arguments of `fanout-etcd`.
@@ -243,7 +246,14 @@ struct Shared {
     seen: Vec<AtomicU32>,
     /// Per watcher, whether it still runs.
     alive: Vec<AtomicBool>,
+    /// Every `sample_stride`-th watcher records its arrivals for the
+    /// latency figures (at most [`LATENCY_SAMPLE`] watchers do).
+    sample_stride: usize,
 }
+
+/// Most watchers per phase that record every arrival for the latency
+/// figures; the others only count.
+const LATENCY_SAMPLE: usize = 1000;
 
 impl Shared {
     /// Every watcher starts having seen sequence number `base[w]` of
@@ -261,7 +271,13 @@ impl Shared {
                 .flat_map(|_| base.iter().map(|&b| AtomicU32::new(b)))
                 .collect(),
             alive: (0..streams).map(|_| AtomicBool::new(true)).collect(),
+            sample_stride: streams.div_ceil(LATENCY_SAMPLE).max(1),
         }))
+    }
+
+    /// Whether watcher `index` records its arrivals.
+    fn sampled(&self, index: usize) -> bool {
+        index.is_multiple_of(self.sample_stride)
     }
 
     /// Whether every live watcher has seen `last[w]` of every writer `w`.
@@ -296,6 +312,11 @@ struct Tally {
     last_at_us: u64,
     /// Nodes in the backlog (curator streams).
     backlog_nodes: u64,
+    /// Writer states received by a sampled watcher: writer, sequence
+    /// number, arrival (µs since the origin).
+    arrivals: Vec<(u32, u32, u64)>,
+    /// Whether this watcher records `arrivals`.
+    sampled: bool,
     error: Option<String>,
 }
 
@@ -330,6 +351,10 @@ impl Tally {
         self.gaps += u64::from(seq - last - 1);
         slot.store(seq, Ordering::Release);
         self.delivered += 1;
+        if self.sampled {
+            // `writer` indexes `seen`, whose length came from a u32 count.
+            self.arrivals.push((writer as u32, seq, at_us));
+        }
         if at_us <= window_us {
             self.in_window += 1;
         }
@@ -348,7 +373,10 @@ async fn run_curator_stream(
     ready: mpsc::UnboundedSender<Result<()>>,
     mut stop: watch::Receiver<bool>,
 ) -> Tally {
-    let mut out = Tally::default();
+    let mut out = Tally {
+        sampled: shared.sampled(index),
+        ..Tally::default()
+    };
     let alive = &shared.alive[index];
     let label = "curator stream";
     let mut stream = match open_reporting(label, index, &connections, &open, &ready, alive).await {
@@ -390,7 +418,10 @@ async fn run_direct_watch(
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) -> Tally {
-    let mut out = Tally::default();
+    let mut out = Tally {
+        sampled: shared.sampled(index),
+        ..Tally::default()
+    };
     let seen = &shared.seen[index * shared.writers..(index + 1) * shared.writers];
     loop {
         let next = tokio::select! {
@@ -449,12 +480,16 @@ struct WriterRun {
     errors: u64,
     first_error: Option<String>,
     rpc_us: Vec<u64>,
+    /// Acknowledged sequence numbers with their acknowledgement, µs since
+    /// the phase's origin.
+    acked_at: Vec<(u32, u64)>,
 }
 
 /// Sends updates until `end` (closed loop, or paced at `rate` in total
 /// over `count` writers).
 async fn run_writer(
     mut w: Writer,
+    origin: Instant,
     start: Instant,
     end: Instant,
     rate: u64,
@@ -488,9 +523,11 @@ async fn run_writer(
         };
         match failure {
             None => {
+                let now = Instant::now();
                 out.acked += 1;
                 w.acked = seq;
-                out.rpc_us.push(micros_since(sent, Instant::now()));
+                out.rpc_us.push(micros_since(sent, now));
+                out.acked_at.push((seq, micros_since(origin, now)));
             }
             Some(why) => {
                 out.errors += 1;
@@ -526,6 +563,9 @@ struct Phase {
     write_secs: f64,
     rpc_p50_us: u64,
     rpc_p99_us: u64,
+    latency: Latency,
+    /// The serving process's RSS per idle watcher (set by the phase).
+    rss: Option<IdleRss>,
     delivered: u64,
     in_window: u64,
     gaps: u64,
@@ -574,6 +614,68 @@ impl Phase {
     }
 }
 
+/// Time from a writer's acknowledgement to a sampled watcher's arrival of
+/// that state.
+#[derive(Default)]
+struct Latency {
+    p50_us: u64,
+    p99_us: u64,
+    max_us: u64,
+    /// Arrivals measured.
+    samples: u64,
+    /// Of those, arrived before the acknowledgement (counted as 0).
+    early: u64,
+}
+
+impl Latency {
+    /// Matches each arrival with its writer's acknowledgement in `runs`
+    /// (indexed by writer); states never acknowledged are left out.
+    fn of(arrivals: &[(u32, u32, u64)], runs: &[WriterRun]) -> Latency {
+        let mut early = 0;
+        let mut all: Vec<u64> = arrivals
+            .iter()
+            .filter_map(|&(writer, seq, at_us)| {
+                let acked = &runs.get(writer as usize)?.acked_at;
+                let k = acked.binary_search_by_key(&seq, |&(s, _)| s).ok()?;
+                let ack_us = acked[k].1;
+                if at_us < ack_us {
+                    early += 1;
+                }
+                Some(at_us.saturating_sub(ack_us))
+            })
+            .collect();
+        all.sort_unstable();
+        Latency {
+            p50_us: percentile(&all, 50.0),
+            p99_us: percentile(&all, 99.0),
+            max_us: all.last().copied().unwrap_or(0),
+            samples: all.len() as u64,
+            early,
+        }
+    }
+}
+
+/// A serving process's resident memory before its watchers opened and
+/// once they were all open and idle.
+struct IdleRss {
+    process: &'static str,
+    before_kib: u64,
+    idle_kib: u64,
+    watchers: usize,
+}
+
+impl IdleRss {
+    /// KiB per idle watcher.
+    fn per_watcher_kib(&self) -> f64 {
+        (self.idle_kib as f64 - self.before_kib as f64) / self.watchers.max(1) as f64
+    }
+
+    /// `"24.6 KiB (daemon)"`.
+    fn show(&self) -> String {
+        format!("{:.1} KiB ({})", self.per_watcher_kib(), self.process)
+    }
+}
+
 /// Runs the updates of a phase against watchers already open (`tasks`,
 /// sharing `shared`), drains, stops the watchers and gathers the figures.
 async fn load_phase(
@@ -601,7 +703,7 @@ async fn load_phase(
     let base: Vec<u32> = writers.iter().map(|w| w.sent).collect();
     let running: Vec<_> = writers
         .into_iter()
-        .map(|w| tokio::spawn(run_writer(w, start, end, args.rate, count)))
+        .map(|w| tokio::spawn(run_writer(w, shared.origin, start, end, args.rate, count)))
         .collect();
     tokio::time::sleep_until((start + Duration::from_secs(args.seconds) / 2).into()).await;
     let watchers_load = etcd_metrics(&env.metrics_addr).await?;
@@ -641,6 +743,7 @@ async fn load_phase(
     let _ = stop.send(true);
     let mut total = Tally::default();
     let mut stream_errors = Vec::new();
+    let mut arrivals = Vec::new();
     for task in tasks {
         let t = bounded(RPC_TIMEOUT, || "stopping a watcher".into(), task)
             .await?
@@ -654,7 +757,9 @@ async fn load_phase(
         total.last_at_us = total.last_at_us.max(t.last_at_us);
         total.backlog_nodes = total.backlog_nodes.max(t.backlog_nodes);
         stream_errors.extend(t.error);
+        arrivals.extend(t.arrivals);
     }
+    let latency = Latency::of(&arrivals, &runs);
     // The newest state of each writer: its last acknowledged, or a later
     // one some watcher saw (an update that timed out may still apply).
     let seen = |s: usize, w: usize| shared.seen[s * shared.writers + w].load(Ordering::Acquire);
@@ -691,6 +796,8 @@ async fn load_phase(
         write_secs: t_written.duration_since(start).as_secs_f64(),
         rpc_p50_us: percentile(&rpc, 50.0),
         rpc_p99_us: percentile(&rpc, 99.0),
+        latency,
+        rss: None,
         delivered: total.delivered,
         in_window: total.in_window,
         gaps: total.gaps,
@@ -727,6 +834,7 @@ async fn curator_phase(env: &mut Env<'_>, writers: Vec<Writer>) -> Result<(Vec<W
     let open = Arc::new(Semaphore::new(args.open_concurrency.max(1)));
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
     let (stop_tx, stop_rx) = watch::channel(false);
+    let rss_before = rss_kib(env.daemon_pid)?;
     let t_open = Instant::now();
     let tasks: Vec<_> = (0..args.streams)
         .map(|i| {
@@ -751,15 +859,22 @@ async fn curator_phase(env: &mut Env<'_>, writers: Vec<Writer>) -> Result<(Vec<W
     let open_secs = t_open.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(1)).await;
     env.daemon.check_alive()?;
+    let rss = IdleRss {
+        process: "daemon",
+        before_kib: rss_before,
+        idle_kib: rss_kib(env.daemon_pid)?,
+        watchers: args.streams,
+    };
     let watchers_open = etcd_metrics(&env.metrics_addr).await?;
     println!(
-        "  curator: {} streams open in {open_secs:.1} s; etcd counts {} watchers; \
-         driving updates for {} s ...",
+        "  curator: {} streams open in {open_secs:.1} s ({} per idle stream); etcd counts {} \
+         watchers; driving updates for {} s ...",
         args.streams,
+        rss.show(),
         watchers_open.show(WATCHERS),
         args.seconds
     );
-    load_phase(
+    let (writers, mut phase) = load_phase(
         env,
         writers,
         shared,
@@ -768,7 +883,9 @@ async fn curator_phase(env: &mut Env<'_>, writers: Vec<Writer>) -> Result<(Vec<W
         open_secs,
         watchers_open,
     )
-    .await
+    .await?;
+    phase.rss = Some(rss);
+    Ok((writers, phase))
 }
 
 /// Phase 2: `--streams` etcd watches of the node prefix from the current
@@ -778,6 +895,7 @@ async fn direct_phase(env: &mut Env<'_>, writers: Vec<Writer>) -> Result<(Vec<Wr
     let base: Vec<u32> = writers.iter().map(|w| w.sent).collect();
     let shared = Shared::new(args.streams, &base)?;
     let url = format!("http://{}", env.metrics_addr);
+    let rss_before = rss_kib(env.etcd_pid)?;
     let clients: Vec<EtcdStore> = futures::stream::iter(0..args.etcd_clients)
         .map(|_| EtcdStore::connect(EtcdConfig::new([url.clone()])))
         .buffered(16)
@@ -813,13 +931,20 @@ async fn direct_phase(env: &mut Env<'_>, writers: Vec<Writer>) -> Result<(Vec<Wr
     let open_secs = t_open.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(1)).await;
     env.daemon.check_alive()?;
+    let rss = IdleRss {
+        process: "etcd",
+        before_kib: rss_before,
+        idle_kib: rss_kib(env.etcd_pid)?,
+        watchers: args.streams,
+    };
     let watchers_open = etcd_metrics(&env.metrics_addr).await?;
     println!(
-        "  direct: {} etcd watches from revision {} on {} clients open in {open_secs:.1} s; \
-         etcd counts {} watchers; driving updates for {} s ...",
+        "  direct: {} etcd watches from revision {} on {} clients open in {open_secs:.1} s \
+         ({} per idle watch); etcd counts {} watchers; driving updates for {} s ...",
         args.streams,
         revision + 1,
         clients.len(),
+        rss.show(),
         watchers_open.show(WATCHERS),
         args.seconds
     );
@@ -834,7 +959,9 @@ async fn direct_phase(env: &mut Env<'_>, writers: Vec<Writer>) -> Result<(Vec<Wr
     )
     .await;
     drop(clients);
-    result
+    let (writers, mut phase) = result?;
+    phase.rss = Some(rss);
+    Ok((writers, phase))
 }
 
 /// A one-member etcd and the daemon elected over it (leading and serving),
@@ -1040,6 +1167,20 @@ pub async fn run(args: FanoutEtcdArgs, target: &Target, work: &Path) -> Result<(
         each("UpdateNodeStatus p50 / p99", &|p| {
             format!("{} / {} ms", ms(p.rpc_p50_us), ms(p.rpc_p99_us))
         }),
+        each("RSS per idle watcher (its connection included)", &|p| {
+            p.rss.as_ref().map_or("n/a".into(), IdleRss::show)
+        }),
+        each("latency ack -> arrival p50 / p99", &|p| {
+            format!("{} / {} ms", ms(p.latency.p50_us), ms(p.latency.p99_us))
+        }),
+        each("latency max (arrivals sampled, early)", &|p| {
+            format!(
+                "{} ms ({}, {})",
+                ms(p.latency.max_us),
+                p.latency.samples,
+                p.latency.early
+            )
+        }),
         each(
             "writer states delivered (all watchers)",
             &|p| n(p.delivered),
@@ -1134,7 +1275,9 @@ pub async fn run(args: FanoutEtcdArgs, target: &Target, work: &Path) -> Result<(
          direct_etcd_us_per_event={:.3} etcd_cpu_per_event_ratio={cpu_ratio:.4} \
          curator_etcd_watchers={} direct_etcd_watchers={} curator_daemon_cores={:.2} \
          direct_daemon_cores={:.2} curator_completeness={:.3} direct_completeness={:.3} \
-         curator_drained={} direct_drained={} update_errors={} watcher_errors={}",
+         curator_drained={} direct_drained={} update_errors={} watcher_errors={} \
+         curator_ack_p99_ms={} direct_ack_p99_ms={} curator_rss_per_watcher_kib={:.1} \
+         direct_rss_per_watcher_kib={:.1}",
         target.runtime,
         args.nodes,
         args.streams,
@@ -1160,6 +1303,10 @@ pub async fn run(args: FanoutEtcdArgs, target: &Target, work: &Path) -> Result<(
         dir.drained,
         cur.update_errors + dir.update_errors,
         cur.stream_errors.len() + dir.stream_errors.len(),
+        ms(cur.latency.p99_us),
+        ms(dir.latency.p99_us),
+        cur.rss.as_ref().map_or(0.0, IdleRss::per_watcher_kib),
+        dir.rss.as_ref().map_or(0.0, IdleRss::per_watcher_kib),
     );
     drop(daemon);
     drop(etcd);
