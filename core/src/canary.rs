@@ -26,16 +26,20 @@ pub enum Canary {
     /// An instance that is not the leader forwards a call that was
     /// forwarded to it, instead of ending it Unavailable.
     ForwardForwarded,
+    /// AgentCallback answers a heartbeat whose key is not the one
+    /// registered for its machine.
+    AcceptUnregisteredAgentKey,
 }
 
 impl Canary {
     /// Every canary, planted ones only.
-    pub const ALL: [Canary; 5] = [
+    pub const ALL: [Canary; 6] = [
         Canary::DropFence,
         Canary::SkipCacheFailure,
         Canary::DropTombstones,
         Canary::SkipReadYourWrites,
         Canary::ForwardForwarded,
+        Canary::AcceptUnregisteredAgentKey,
     ];
 }
 

@@ -8,6 +8,10 @@
 //! write (compare create revision 0 on the key it writes: a node's
 //! self-registration, a campaign's own key). Anything else is a write a
 //! deposed leader, or an unfenced path, could have made: a violation.
+//!
+//! It also keeps, per key, every value committed through it in commit
+//! order ([`CommitCheck::committed`]), against which watchers check that
+//! what they were sent of a key is in that order.
 
 use std::sync::{Arc, Mutex};
 
@@ -27,6 +31,8 @@ pub struct CommitCheck {
     inner: MemKv,
     election_prefix: Bytes,
     violations: Arc<Mutex<Vec<String>>>,
+    /// Per key, the values committed, in commit order.
+    committed: Arc<Mutex<std::collections::BTreeMap<Bytes, Vec<Bytes>>>>,
 }
 
 impl CommitCheck {
@@ -37,6 +43,25 @@ impl CommitCheck {
             inner,
             election_prefix: election_prefix.into(),
             violations: Arc::new(Mutex::new(Vec::new())),
+            committed: Arc::default(),
+        }
+    }
+
+    /// The values committed to `key` through this store, in commit order.
+    pub fn committed(&self, key: &[u8]) -> Vec<Bytes> {
+        let committed = self.committed.lock().unwrap_or_else(|e| e.into_inner());
+        committed.get(key).cloned().unwrap_or_default()
+    }
+
+    fn record(&self, ops: &[Op]) {
+        let mut committed = self.committed.lock().unwrap_or_else(|e| e.into_inner());
+        for op in ops {
+            if let Op::Put { key, value, .. } = op {
+                committed
+                    .entry(key.clone())
+                    .or_default()
+                    .push(value.clone());
+            }
         }
     }
 
@@ -118,6 +143,9 @@ impl KvStore for CommitCheck {
             let response = sent.await?;
             if response.succeeded {
                 this.check(&txn, leader.as_ref());
+                this.record(&txn.success);
+            } else {
+                this.record(&txn.failure);
             }
             Ok(response)
         }

@@ -26,17 +26,23 @@ pub fn leases(kv: MemKv, store: Node, node: Node) -> ModelLeases {
     ModelLeases::new(kv, Arc::new(store), Arc::new(node.clone()), Arc::new(node))
 }
 
+/// Whether the store's member runs (answers and keeps time for its
+/// leases) now.
+pub type Running = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// [`leases`] for `node` (number `from`) across the [`Links`] to the
-/// store's node (number `to`): while either way is cut, grants and
-/// revocations fail after [`LINK_TIMEOUT`] and renewals go unanswered.
+/// store's node (number `to`), from a member that runs while `running`
+/// says so: while either way is cut or the member does not run, grants
+/// and revocations fail after [`LINK_TIMEOUT`] and renewals go
+/// unanswered.
 pub fn leases_across(
     kv: MemKv,
     store: Node,
     node: Node,
-    links: Links,
+    (links, running): (Links, Running),
     (from, to): (NodeId, NodeId),
 ) -> ModelLeases {
-    let reachable = Arc::new(move || links.both_up(from, to));
+    let reachable = Arc::new(move || links.both_up(from, to) && running());
     leases(kv, store, node).with_route(reachable, LINK_TIMEOUT)
 }
 
@@ -53,9 +59,28 @@ pub fn start(runtime: &crate::runtime::Runtime, store: crate::runtime::NodeId) -
 /// The store's task: every [`EXPIRY_CHECK`] of `store`'s clock, revokes
 /// the leases whose time ran out (deleting their keys).
 pub async fn expire_leases(kv: MemKv, store: Node) {
+    expire_while_running(kv, store, Arc::new(|| true)).await;
+}
+
+/// [`expire_leases`], while the member runs (a paused or down member
+/// expires nothing; what ran out meanwhile expires when it runs again).
+pub async fn expire_while_running(kv: MemKv, store: Node, running: Running) {
     loop {
         store.sleep_until(store.now() + EXPIRY_CHECK).await;
-        let now = store.now();
-        kv.with(|m| m.handle_timeout(now));
+        if running() {
+            let now = store.now();
+            kv.with(|m| m.handle_timeout(now));
+        }
     }
+}
+
+/// Gives every lease of `kv` a fresh TTL from now on `store`'s clock, as
+/// a restarted etcd member does.
+pub fn extend_leases(kv: &MemKv, store: &Node) {
+    let now = store.now();
+    kv.with(|m| {
+        for lease in m.leases() {
+            let _ = m.lease_keep_alive(lease, now);
+        }
+    });
 }

@@ -1,29 +1,35 @@
 //! Three curators assembled as the daemon assembles them
 //! (`core::service::node::assemble`: routers, fenced and grouped writes,
 //! the watch cache, registration) with the daemon's election driver, run
-//! by the deterministic runtime over the store model. Followers forward
-//! to the leader through the simulated upstream (real encoded calls into
-//! the leader's real router); one writer per node updates its status
-//! through random instances while leaders crash and restart.
+//! by the deterministic runtime over the store model. Clients' calls and
+//! followers' forwarded calls are real encoded gRPC into the real
+//! routers, across links that are cut one way or both and healed.
 //!
 //! The store's network fails transactions, loses replies of committed
-//! ones and delays replies; its watches break and it compacts at seeded
-//! moments. Links between the nodes (curators, store, clients) are cut,
-//! one way or all of a curator's both ways, and healed again. A writer
-//! whose call ended Unavailable sends the same update again at times, as
-//! a node would, so a committed write can be made twice. A guest node
-//! joins and leaves behind the curators' backs; two watchers follow all
-//! nodes through random instances.
+//! ones, carries some out after the caller gave up, and delays replies;
+//! its member pauses and restarts, its watches break and it compacts at
+//! seeded moments; curators crash and restart. A guest node joins and
+//! leaves behind the curators' backs.
 //!
-//! Checked: every write that commits carries the fence of the leader at
-//! the moment of the commit (checked by the store, `CommitCheck`); per
-//! node, the stored status is at least the last acknowledged one and at
-//! most the last sent one, and the record is linearizable (its writes and
-//! every backlog that showed it); after the faults stop, every writer's
-//! calls succeed again and every watcher has a live stream (backlog
-//! marked once) whose view is the store's.
+//! The clients, each in its own module: node writers
+//! ([`shipped_writers`]: one per node, an Unavailable update sent again at
+//! times, read back through the instance that acknowledged it), watchers
+//! of all nodes and of each node ([`shipped_watchers`]), and provisioning
+//! ([`shipped_agents`]: an operator, agents running core's `AgentLoop`
+//! against the real AgentCallback service, an impostor agent).
+//!
+//! Checked at the end of every seed: no commit without the leader's
+//! fence (at the store, `CommitCheck`); no call forwarded twice; per
+//! node, the record is linearizable over every write and read of it; the
+//! Watch contract on every stream; read your writes; provisioning's
+//! generations; and, after the faults stop, that every client is served
+//! again.
 
 #![allow(clippy::unwrap_used)]
+
+mod shipped_agents;
+mod shipped_watchers;
+mod shipped_writers;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,6 +68,8 @@ const PREFIX: &str = "/metropolis/curator/leader/";
 const UPDATE: &str = "/metropolis.node.core.curator.proto.api.Curator/UpdateNodeStatus";
 const WATCH: &str = "/metropolis.node.core.curator.proto.api.Curator/Watch";
 const WATCHERS: usize = 2;
+/// The key of the node that joins and leaves behind the curators' backs.
+const GUEST_KEY: [u8; 32] = [99; 32];
 /// The simulated time of one run.
 const RUN: Duration = Duration::from_secs(40);
 
@@ -128,42 +136,6 @@ fn seq_of(address: &str) -> Option<u64> {
     Some(high * 256 + low)
 }
 
-/// What one writer saw.
-#[derive(Clone, Debug, Default)]
-struct Writes {
-    sent: u64,
-    acked: u64,
-    /// Global time of the last success, µs.
-    last_ok_us: u128,
-    codes: Vec<tonic::Code>,
-    /// Watches opened right after an acknowledged write, through the
-    /// instance that acknowledged it, whose backlog lacked it.
-    unread_writes: Vec<String>,
-    /// Such watches that sent their backlog.
-    read_back: u64,
-    /// This node's record as this writer wrote and read it (its writes'
-    /// sequence numbers), for the linearizability check.
-    history: Vec<Op<u64>>,
-}
-
-/// What one watcher of all nodes sees.
-#[derive(Clone, Debug, Default)]
-struct Watched {
-    /// Node ID to external address ("" without a status), as the current
-    /// stream built it.
-    view: BTreeMap<String, String>,
-    /// Whether the current stream is open and sent its backlog.
-    live: bool,
-    streams: u64,
-    /// Events received after a stream's backlog.
-    updates: u64,
-    /// Broken promises of the Watch contract.
-    violations: Vec<String>,
-    /// Each backlog as a read of every node: when the stream was asked
-    /// for, when its backlog was complete, and the view then.
-    backlogs: Vec<(u64, u64, BTreeMap<String, String>)>,
-}
-
 struct Cluster {
     rt: Runtime,
     kv: MemKv,
@@ -187,7 +159,7 @@ impl Cluster {
         clocks.push(NodeClock::default());
         clocks.push(NodeClock::default());
         let rt = Runtime::new(seed, clocks);
-        let kv = model_store::start(&rt, STORE);
+        let kv = MemKv::new();
         let check = CommitCheck::new(kv.clone(), PREFIX);
         let network = FaultyStore::new(
             Arc::new(check.clone()),
@@ -195,6 +167,9 @@ impl Cluster {
             seed ^ 0x570e,
             StoreFaults::default(),
         );
+        let expiry =
+            model_store::expire_while_running(kv.clone(), rt.node(STORE), network.running_fn());
+        rt.node(STORE).spawn(expiry);
         let mut cluster = Cluster {
             check,
             network,
@@ -240,7 +215,7 @@ impl Cluster {
                 self.kv.clone(),
                 self.rt.node(STORE),
                 node.clone(),
-                links,
+                (links, self.network.running_fn()),
                 (i, STORE),
             )),
             timer: Arc::new(node.clone()),
@@ -284,188 +259,6 @@ impl Cluster {
         self.drivers[i] = None;
     }
 
-    /// One writer per curator identity on the clients' node, until `stop`
-    /// (global time): each update through a random instance, with pauses.
-    fn writers(&self, stop: Duration) -> Vec<Arc<Mutex<Writes>>> {
-        (0..CURATORS)
-            .map(|j| {
-                let writes = Arc::new(Mutex::new(Writes::default()));
-                let (routers, rt, out) = (self.routers.clone(), self.rt.clone(), writes.clone());
-                let ticks = self.ticks.clone();
-                let retried = self.retried.clone();
-                let client = self.rt.node(CLIENTS);
-                let mut rng = Rng::new(self.seed ^ (0xc11e47 + j as u64));
-                self.rt.node(CLIENTS).spawn(async move {
-                    let (id, _) = identity(j);
-                    let mut seq = 0;
-                    while rt.now() < stop {
-                        let pause = Duration::from_millis(rng.range(20, 200));
-                        client.sleep_until(client.now() + pause).await;
-                        seq += 1;
-                        out.lock().unwrap().sent = seq;
-                        let request = curator::UpdateNodeStatusRequest {
-                            node_id: id.to_string(),
-                            status: Some(common::NodeStatus {
-                                external_address: address_of(seq),
-                                ..Default::default()
-                            }),
-                        }
-                        .encode_to_vec();
-                        // An update that ended Unavailable may have
-                        // committed: sending it again (up to twice more)
-                        // may make the same write twice.
-                        let mut attempts = 0;
-                        let (target, acked) = loop {
-                            attempts += 1;
-                            let target = rng.index(CURATORS);
-                            let caller = Identity::Node(id.clone());
-                            let called = ticks.next();
-                            let result = unary(
-                                &rt,
-                                &routers,
-                                CLIENTS,
-                                target,
-                                UPDATE,
-                                caller,
-                                request.clone(),
-                            )
-                            .await;
-                            let acked = result.is_ok();
-                            let mut w = out.lock().unwrap();
-                            w.history.push(Op {
-                                called,
-                                returned: acked.then(|| ticks.next()),
-                                kind: OpKind::Write(seq),
-                            });
-                            match result {
-                                Ok(_) => {
-                                    w.acked = seq;
-                                    w.last_ok_us = rt.now().as_micros();
-                                }
-                                Err(code) => w.codes.push(code),
-                            }
-                            if acked || attempts == 3 || !rng.chance(0.5) {
-                                break (target, acked);
-                            }
-                            retried.lock().unwrap().insert(address_of(seq));
-                        };
-                        // Read your writes: a watch opened now through the
-                        // same instance has the write in its backlog.
-                        let called = ticks.next();
-                        if acked
-                            && rng.chance(0.25)
-                            && let Some(view) = backlog(&rt, &routers, target).await
-                        {
-                            let seen = view.get(id.as_str()).and_then(|a| seq_of(a));
-                            let mut w = out.lock().unwrap();
-                            w.history.push(Op {
-                                called,
-                                returned: Some(ticks.next()),
-                                kind: OpKind::Read(seen),
-                            });
-                            w.read_back += 1;
-                            if seen.is_none_or(|s| s < seq) {
-                                w.unread_writes.push(format!(
-                                    "write {seq} acknowledged by curator {target}, its watch's \
-                                     backlog has {seen:?}"
-                                ));
-                            }
-                        }
-                    }
-                });
-                writes
-            })
-            .collect()
-    }
-
-    /// Watchers of all nodes on the clients' node: each opens a stream on
-    /// a random instance and rebuilds its view from it; when the stream
-    /// ends it opens another after a pause.
-    fn watchers(&self) -> Vec<Arc<Mutex<Watched>>> {
-        (0..WATCHERS)
-            .map(|w| {
-                let watched = Arc::new(Mutex::new(Watched::default()));
-                let (routers, rt, out) = (self.routers.clone(), self.rt.clone(), watched.clone());
-                let ticks = self.ticks.clone();
-                let retried = self.retried.clone();
-                let client = self.rt.node(CLIENTS);
-                let mut rng = Rng::new(self.seed ^ (0x3a7c4 + w as u64));
-                self.rt.node(CLIENTS).spawn(async move {
-                    loop {
-                        let pause = Duration::from_millis(rng.range(50, 500));
-                        client.sleep_until(client.now() + pause).await;
-                        let target = rng.index(CURATORS);
-                        let message = all_nodes();
-                        let called = ticks.next();
-                        let owner = Identity::Owner;
-                        let opened =
-                            server_stream(&rt, &routers, CLIENTS, target, WATCH, owner, message)
-                                .await;
-                        let Ok(mut events) = opened else {
-                            continue;
-                        };
-                        {
-                            let mut o = out.lock().unwrap();
-                            o.view.clear();
-                            o.live = false;
-                            o.streams += 1;
-                        }
-                        let mut backlogged = 0;
-                        while let Some(Ok(bytes)) = events.next().await {
-                            let Ok(event) = curator::WatchEvent::decode(bytes) else {
-                                out.lock()
-                                    .unwrap()
-                                    .violations
-                                    .push("undecodable event".into());
-                                break;
-                            };
-                            let mut o = out.lock().unwrap();
-                            if backlogged > 0 {
-                                o.updates += 1;
-                            }
-                            for node in &event.nodes {
-                                let address = node
-                                    .status
-                                    .as_ref()
-                                    .map(|s| s.external_address.clone())
-                                    .unwrap_or_default();
-                                // Every write makes a new address (unless
-                                // it was sent again), and a stream sends
-                                // each state once: the same state again
-                                // is a repeated event.
-                                let previous = o.view.insert(node.id.clone(), address.clone());
-                                if previous.as_ref() == Some(&address)
-                                    && !retried.lock().unwrap().contains(&address)
-                                {
-                                    o.violations.push(format!(
-                                        "node {} sent again unchanged ({address})",
-                                        node.id
-                                    ));
-                                }
-                            }
-                            for tombstone in &event.node_tombstones {
-                                o.view.remove(&tombstone.node_id);
-                            }
-                            if event.progress
-                                == curator::watch_event::Progress::LastBacklogged as i32
-                            {
-                                backlogged += 1;
-                                if backlogged > 1 {
-                                    o.violations.push("PROGRESS_LAST_BACKLOGGED twice".into());
-                                }
-                                o.live = true;
-                                let view = o.view.clone();
-                                o.backlogs.push((called, ticks.next(), view));
-                            }
-                        }
-                        out.lock().unwrap().live = false;
-                    }
-                });
-                watched
-            })
-            .collect()
-    }
-
     /// Every node's external address ("" without a status), as stored.
     fn stored_view(&self) -> BTreeMap<String, String> {
         let nodes = KeyRange::Prefix(Bytes::from_static(NODES_PREFIX));
@@ -489,7 +282,7 @@ impl Cluster {
     /// Each incarnation has an address of its own: a stream may send a
     /// deletion and re-creation coalesced, as the node alone.
     fn guest(&self, stop: Duration) {
-        let key = [99u8; 32];
+        let key = GUEST_KEY;
         let id = NodeId::from_public_key(&key);
         let name = id.to_string();
         let record = move |incarnation: u64| {
@@ -574,6 +367,9 @@ struct Fired {
     links_cut: u64,
     store_failures: u64,
     lost_replies: u64,
+    late_commits: u64,
+    store_pauses: u64,
+    store_restarts: u64,
     broken_watches: u64,
     compactions: u64,
     retried_updates: u64,
@@ -586,6 +382,9 @@ impl Fired {
         self.links_cut += other.links_cut;
         self.store_failures += other.store_failures;
         self.lost_replies += other.lost_replies;
+        self.late_commits += other.late_commits;
+        self.store_pauses += other.store_pauses;
+        self.store_restarts += other.store_restarts;
         self.broken_watches += other.broken_watches;
         self.compactions += other.compactions;
         self.retried_updates += other.retried_updates;
@@ -599,6 +398,9 @@ impl Fired {
             ("links_cut", self.links_cut),
             ("store_failures", self.store_failures),
             ("lost_replies", self.lost_replies),
+            ("late_commits", self.late_commits),
+            ("store_pauses", self.store_pauses),
+            ("store_restarts", self.store_restarts),
             ("broken_watches", self.broken_watches),
             ("compactions", self.compactions),
             ("retried_updates", self.retried_updates),
@@ -621,10 +423,22 @@ fn run(seed: u64) -> Outcome {
     cluster.network.set_faults(StoreFaults {
         fail: 0.02,
         lose_reply: 0.02,
+        late: 0.01,
         max_delay: Duration::from_millis(20),
     });
     let writers = cluster.writers(Duration::from_secs(36));
     let watchers = cluster.watchers();
+    let node_watchers = cluster.node_watchers();
+    let provisioning = shipped_agents::Provisioning::start(
+        shipped_agents::World {
+            rt: cluster.rt.clone(),
+            routers: cluster.routers.clone(),
+            node: CLIENTS,
+            curators: CURATORS,
+        },
+        seed,
+        Duration::from_secs(30),
+    );
     cluster.guest(Duration::from_secs(25));
     let mut fired = Fired::default();
     // Every seed cuts links at least once, early.
@@ -637,7 +451,7 @@ fn run(seed: u64) -> Outcome {
         cluster
             .rt
             .run_for(Duration::from_millis(rng.range(500, 5000)));
-        match rng.below(6) {
+        match rng.below(8) {
             0 => {
                 cluster.kv.break_watches();
                 fired.broken_watches += 1;
@@ -649,6 +463,22 @@ fn run(seed: u64) -> Outcome {
             2 | 3 => {
                 partition(&cluster, &mut rng);
                 fired.partitions += 1;
+            }
+            // The store's member pauses (longer than the TTL at times).
+            4 => cluster
+                .network
+                .pause(Duration::from_millis(rng.range(200, 4000))),
+            // The member crashes and restarts: its watches end, it
+            // refuses calls meanwhile, and it gives every lease a fresh
+            // TTL when it is back.
+            5 => {
+                cluster.kv.break_watches();
+                cluster.network.go_down(true);
+                cluster
+                    .rt
+                    .run_for(Duration::from_millis(rng.range(200, 3000)));
+                cluster.network.go_down(false);
+                model_store::extend_leases(&cluster.kv, &cluster.rt.node(STORE));
             }
             _ => {
                 let victim = rng.index(CURATORS);
@@ -670,88 +500,22 @@ fn run(seed: u64) -> Outcome {
     let counts = cluster.network.counts();
     fired.store_failures = counts.failed;
     fired.lost_replies = counts.lost_replies;
+    fired.late_commits = counts.late;
+    fired.store_pauses = counts.pauses;
+    fired.store_restarts = counts.downs;
     fired.links_cut = cluster.routers.links().cuts_made();
     fired.retried_updates = cluster.retried.lock().unwrap().len() as u64;
     cluster.rt.run_until(RUN);
+    provisioning.read_back();
+    cluster.rt.run_for(Duration::from_secs(5));
+    provisioning.check(seed, 33_000_000);
     let violations = cluster.check.violations();
     assert!(violations.is_empty(), "seed {seed}: {violations:?}");
     let second_hops = cluster.routers.second_hops();
     assert_eq!(second_hops, 0, "seed {seed}: calls forwarded twice");
-    // Every watcher has a live stream whose view is the store's.
     let stored = cluster.stored_view();
-    for (w, watched) in watchers.iter().enumerate() {
-        let watched = watched.lock().unwrap().clone();
-        assert!(
-            watched.violations.is_empty(),
-            "seed {seed}: watcher {w}: {watched:?}"
-        );
-        assert!(
-            watched.live,
-            "seed {seed}: watcher {w} has no live stream: {watched:?}"
-        );
-        assert!(
-            watched.updates > 10,
-            "seed {seed}: watcher {w} saw no updates: {watched:?}"
-        );
-        assert_eq!(
-            watched.view, stored,
-            "seed {seed}: watcher {w} after {} streams",
-            watched.streams
-        );
-    }
-    for (j, writes) in writers.iter().enumerate() {
-        let w = writes.lock().unwrap().clone();
-        let stored = cluster.stored_seq(j).unwrap_or(0);
-        assert!(
-            w.acked <= stored && stored <= w.sent,
-            "seed {seed}: node {j} holds write {stored}, acknowledged {}, sent {}",
-            w.acked,
-            w.sent
-        );
-        assert!(w.acked > 50, "seed {seed}: writer {j} hardly wrote: {w:?}");
-        // The last fault starts before 25 s and ends within 4 s; a cut-off
-        // leader's lease runs out within the TTL after: calls succeed
-        // again before 33 s.
-        assert!(
-            w.last_ok_us > 33_000_000,
-            "seed {seed}: writer {j} had no success after the faults: {w:?}"
-        );
-        assert!(
-            w.unread_writes.is_empty(),
-            "seed {seed}: writer {j} did not read its writes: {:?}",
-            w.unread_writes
-        );
-        assert!(
-            w.read_back > 0,
-            "seed {seed}: writer {j} never read back: {w:?}"
-        );
-        for code in &w.codes {
-            assert!(
-                matches!(code, tonic::Code::Unavailable),
-                "seed {seed}: writer {j} got {code:?}"
-            );
-        }
-        // The node's record is linearizable: its writer's writes (an
-        // Unavailable one of unknown outcome) and every backlog that
-        // showed it, the writer's own read-backs included.
-        let (id, _) = identity(j);
-        let mut history = w.history.clone();
-        for watched in &watchers {
-            for (called, returned, view) in &watched.lock().unwrap().backlogs {
-                history.push(Op {
-                    called: *called,
-                    returned: Some(*returned),
-                    kind: OpKind::Read(view.get(id.as_str()).and_then(|a| seq_of(a))),
-                });
-            }
-        }
-        if let Err(failure) = linearizable::check(None, &history) {
-            panic!(
-                "seed {seed}: node {j}'s record is not linearizable: {}",
-                linearizable::explain(&history, &failure)
-            );
-        }
-    }
+    shipped_watchers::check(seed, &cluster, &watchers, &node_watchers, &stored);
+    shipped_writers::check(seed, &cluster, &writers, &watchers, &node_watchers);
     let mut trace = TraceHash::default();
     for writes in &writers {
         for op in &writes.lock().unwrap().history {

@@ -379,19 +379,32 @@ impl WallClock for Node {
     }
 }
 
+/// `d` in microseconds, rounded up.
+fn micros_up(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1000)).unwrap_or(u64::MAX)
+}
+
 impl Timer for Node {
     fn sleep_until(&self, deadline: Instant) -> BoxFuture<'static, ()> {
         let runtime = self.runtime.clone();
         let node = self.node;
-        let mut registered = false;
+        // The global instant the timer is set for. Local time is whole
+        // microseconds of a drifting clock: a deadline between two of
+        // them, or rounding through the drift, can leave the node short
+        // of the deadline when the timer fires, so it is set again.
+        let mut armed: Option<u64> = None;
         Box::pin(futures::future::poll_fn(move |cx| {
             if runtime.local_now(node) >= deadline {
                 return Poll::Ready(());
             }
-            if !registered {
-                let due = runtime.state().clocks[node].global_us(micros(deadline.offset()));
+            let now_us = runtime.state().now_us;
+            if armed.is_none_or(|at| at <= now_us) {
+                let local_us = micros_up(deadline.offset());
+                let due = runtime.state().clocks[node]
+                    .global_us(local_us)
+                    .max(now_us.saturating_add(1));
                 runtime.register_timer(due, cx.waker().clone());
-                registered = true;
+                armed = Some(due);
             }
             Poll::Pending
         }))

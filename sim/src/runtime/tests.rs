@@ -156,3 +156,34 @@ fn tasks_that_only_wake_each_other_are_a_livelock() {
     });
     rt.run_for(Duration::from_secs(1));
 }
+
+/// A deadline between two microseconds, and one on a drifting clock,
+/// each wake their sleeper (a timer set once for the microsecond below
+/// left it asleep for ever).
+#[test]
+fn deadlines_off_the_microsecond_and_on_drifting_clocks_fire() {
+    let clocks = vec![
+        NodeClock::default(),
+        NodeClock {
+            drift_ppm: 1_000,
+            ..NodeClock::default()
+        },
+    ];
+    let rt = Runtime::new(1, clocks);
+    let woke = Arc::new(Mutex::new(Vec::new()));
+    for node in 0..2 {
+        let (handle, woke) = (rt.node(node), woke.clone());
+        rt.node(node).spawn(async move {
+            for k in 1..=50u64 {
+                let deadline = handle.now() + Duration::from_nanos(1_000 * k + 617);
+                handle.sleep_until(deadline).await;
+                assert!(handle.now() >= deadline);
+            }
+            lock(&woke).push(node);
+        });
+    }
+    rt.run_for(Duration::from_secs(1));
+    let mut woke = lock(&woke).clone();
+    woke.sort_unstable();
+    assert_eq!(woke, vec![0, 1]);
+}

@@ -1,0 +1,412 @@
+//! Provisioning in the shipped-code cluster: an operator registering
+//! machines and submitting installation requests (`MachineManagement`),
+//! agents running core's `AgentLoop` against the real `AgentCallback`
+//! service (heartbeats as framed gRPC through random instances,
+//! installs that take time, the acted generation kept), and an impostor
+//! heartbeating for a registered machine with a key that is not its.
+//!
+//! Checked by the caller at the end ([`Provisioning::check`]): the
+//! impostor was never answered OK; no agent installed a generation twice
+//! or one it was not handed; each machine's current generation was
+//! reported installed, and its agent heartbeats successfully again.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use metropolis_core::identity::Identity;
+use metropolis_core::ports::{MonotonicClock, Timer};
+use metropolis_core::provisioning::{Action, AgentConfig, AgentLoop, offered_request};
+use metropolis_proto::prelude::{agent, storage as machines};
+use metropolis_sim::call::unary;
+use metropolis_sim::rng::Rng;
+use metropolis_sim::runtime::{NodeId, Runtime};
+use metropolis_sim::upstream::Routers;
+use prost::Message;
+
+const HEARTBEAT: &str = "/cloud.bmaas.server.api.AgentCallback/Heartbeat";
+const ADD_MACHINE: &str =
+    "/metropolis.node.core.curator.proto.private.MachineManagement/AddMachine";
+const SUBMIT: &str =
+    "/metropolis.node.core.curator.proto.private.MachineManagement/SubmitInstallationRequest";
+const GET_MACHINE: &str =
+    "/metropolis.node.core.curator.proto.private.MachineManagement/GetMachine";
+
+/// Machines, each with its agent.
+pub const MACHINES: usize = 2;
+
+fn machine_id(m: usize) -> String {
+    format!("00000000-0000-4000-8000-{m:012x}")
+}
+
+fn agent_key(m: usize) -> [u8; 32] {
+    [0xa0 + m as u8; 32]
+}
+
+/// What one agent did.
+#[derive(Clone, Debug, Default)]
+pub struct AgentRecord {
+    /// Generations installed, in order.
+    pub installed: Vec<i64>,
+    /// Heartbeats answered OK.
+    pub ok: u64,
+    /// Global time of the last OK, µs.
+    pub last_ok_us: u128,
+    /// Codes of failed heartbeats.
+    pub failures: Vec<tonic::Code>,
+}
+
+/// The provisioning clients of one run.
+pub struct Provisioning {
+    world: Arc<World>,
+    agents: Vec<Arc<Mutex<AgentRecord>>>,
+    /// Each machine as read back at the end.
+    read: Arc<Mutex<Vec<Option<machines::Machine>>>>,
+    /// Heartbeats of the impostor answered OK (0 expected), and its codes.
+    impostor: Arc<Mutex<(u64, Vec<tonic::Code>)>>,
+    /// Generations the operator was told it submitted, per machine.
+    submitted: Arc<Mutex<Vec<Vec<i64>>>>,
+}
+
+/// The runtime, the network and the node the clients run on.
+pub struct World {
+    /// The runtime.
+    pub rt: Runtime,
+    /// The curators' routers and links.
+    pub routers: Routers,
+    /// The clients' node.
+    pub node: NodeId,
+    /// How many curator instances to pick from.
+    pub curators: usize,
+}
+
+impl Provisioning {
+    /// Starts the operator (registering every machine, then submitting a
+    /// request to a random machine every 1-3 s until `stop`), the agents
+    /// and the impostor, on the clients' node.
+    pub fn start(world: World, seed: u64, stop: Duration) -> Provisioning {
+        let world = Arc::new(world);
+        let this = Provisioning {
+            world: world.clone(),
+            agents: (0..MACHINES).map(|_| Arc::default()).collect(),
+            read: Arc::new(Mutex::new(vec![None; MACHINES])),
+            impostor: Arc::default(),
+            submitted: Arc::new(Mutex::new(vec![Vec::new(); MACHINES])),
+        };
+        world.rt.node(world.node).spawn(operator(
+            world.clone(),
+            Rng::new(seed ^ 0x09e4),
+            stop,
+            this.submitted.clone(),
+        ));
+        for (m, record) in this.agents.iter().enumerate() {
+            let rng = Rng::new(seed ^ (0xa9e7 + m as u64));
+            world
+                .rt
+                .node(world.node)
+                .spawn(run_agent(world.clone(), m, rng, record.clone()));
+        }
+        world.rt.node(world.node).spawn(impostor(
+            world.clone(),
+            Rng::new(seed ^ 0x1370),
+            stop,
+            this.impostor.clone(),
+        ));
+        this
+    }
+
+    /// Reads every machine back through the cluster (a task; run the
+    /// runtime a few seconds for it).
+    pub fn read_back(&self) {
+        let (world, read) = (self.world.clone(), self.read.clone());
+        self.world.rt.node(self.world.node).spawn(async move {
+            for m in 0..MACHINES {
+                let machine = get_machine(&world, m).await;
+                read.lock().unwrap()[m] = machine;
+            }
+        });
+    }
+
+    /// Asserts what provisioning must have done by the end of the run
+    /// (`healed_us`: when the faults were over, plus the TTL), on what
+    /// [`Provisioning::read_back`] read.
+    pub fn check(&self, seed: u64, healed_us: u128) {
+        let (accepted, _) = self.impostor.lock().unwrap().clone();
+        assert_eq!(
+            accepted, 0,
+            "seed {seed}: the impostor's heartbeats were answered OK"
+        );
+        for (m, record) in self.agents.iter().enumerate() {
+            let record = record.lock().unwrap().clone();
+            let mut unique = record.installed.clone();
+            unique.sort_unstable();
+            unique.dedup();
+            assert_eq!(
+                unique.len(),
+                record.installed.len(),
+                "seed {seed}: agent {m} installed a generation twice: {record:?}"
+            );
+            assert!(
+                record.last_ok_us > healed_us,
+                "seed {seed}: agent {m} was not answered after the faults: {record:?}"
+            );
+            let machine = self.read.lock().unwrap()[m].clone();
+            let Some(machine) = machine else {
+                panic!("seed {seed}: machine {m} could not be read back");
+            };
+            let current = machine.current_generation;
+            let submitted = self.submitted.lock().unwrap()[m].clone();
+            assert!(
+                submitted.iter().all(|g| *g <= current),
+                "seed {seed}: machine {m} at generation {current}, submitted {submitted:?}"
+            );
+            if current > 0 {
+                assert!(
+                    machine
+                        .reports
+                        .iter()
+                        .any(|r| r.generation == current && r.success),
+                    "seed {seed}: machine {m}'s generation {current} has no success report: \
+                     {:?}, agent {record:?}",
+                    machine.reports
+                );
+                assert!(
+                    record.installed.iter().all(|g| *g <= current),
+                    "seed {seed}: agent {m} installed {:?} beyond {current}",
+                    record.installed
+                );
+            }
+        }
+    }
+}
+
+/// Calls `path` on a random instance until it answers OK or `tries` run
+/// out; the answer.
+async fn call_until_ok(
+    world: &World,
+    rng: &mut Rng,
+    path: &str,
+    identity: Identity,
+    message: Vec<u8>,
+    tries: u32,
+) -> Option<Bytes> {
+    let client = world.rt.node(world.node);
+    for _ in 0..tries {
+        let target = rng.index(world.curators);
+        let result = unary(
+            &world.rt,
+            &world.routers,
+            world.node,
+            target,
+            path,
+            identity.clone(),
+            message.clone(),
+        )
+        .await;
+        if let Ok(answer) = result {
+            return Some(answer);
+        }
+        client
+            .sleep_until(client.now() + Duration::from_millis(200))
+            .await;
+    }
+    None
+}
+
+/// Machine `m` as the cluster reads it back.
+async fn get_machine(world: &World, m: usize) -> Option<machines::Machine> {
+    let mut rng = Rng::new(m as u64);
+    let request = machines::GetMachineRequest {
+        machine_id: machine_id(m),
+    }
+    .encode_to_vec();
+    let answer = call_until_ok(world, &mut rng, GET_MACHINE, Identity::Owner, request, 50).await?;
+    machines::Machine::decode(answer).ok()
+}
+
+/// Registers every machine, then submits requests until `stop`.
+async fn operator(
+    world: Arc<World>,
+    mut rng: Rng,
+    stop: Duration,
+    submitted: Arc<Mutex<Vec<Vec<i64>>>>,
+) {
+    let client = world.rt.node(world.node);
+    for m in 0..MACHINES {
+        let request = machines::AddMachineRequest {
+            machine_id: machine_id(m),
+            agent_public_key: Bytes::copy_from_slice(&agent_key(m)),
+        }
+        .encode_to_vec();
+        // An AddMachine whose answer was lost may have registered it.
+        while call_until_ok(
+            &world,
+            &mut rng,
+            ADD_MACHINE,
+            Identity::Owner,
+            request.clone(),
+            1,
+        )
+        .await
+        .is_none()
+        {
+            let again = unary(
+                &world.rt,
+                &world.routers,
+                world.node,
+                rng.index(world.curators),
+                GET_MACHINE,
+                Identity::Owner,
+                machines::GetMachineRequest {
+                    machine_id: machine_id(m),
+                }
+                .encode_to_vec(),
+            )
+            .await;
+            if again.is_ok() {
+                break;
+            }
+        }
+    }
+    while world.rt.now() < stop {
+        client
+            .sleep_until(client.now() + Duration::from_millis(rng.range(1000, 3000)))
+            .await;
+        let m = rng.index(MACHINES);
+        let request = agent::OsInstallationRequest::default().encode_to_vec();
+        let message = machines::SubmitInstallationRequestRequest {
+            machine_id: machine_id(m),
+            request: request.into(),
+        }
+        .encode_to_vec();
+        if let Some(answer) =
+            call_until_ok(&world, &mut rng, SUBMIT, Identity::Owner, message, 1).await
+            && let Ok(response) = machines::SubmitInstallationRequestResponse::decode(answer)
+        {
+            submitted.lock().unwrap()[m].push(response.generation);
+        }
+    }
+}
+
+/// Agent `m`: core's `AgentLoop` on the clients' node, its heartbeats
+/// through random instances, installs of 100-600 ms.
+async fn run_agent(world: Arc<World>, m: usize, mut rng: Rng, out: Arc<Mutex<AgentRecord>>) {
+    let node = world.rt.node(world.node);
+    let config = AgentConfig {
+        interval: Duration::from_millis(500),
+        backoff_base: Duration::from_millis(100),
+        backoff_cap: Duration::from_secs(2),
+        ..AgentConfig::default()
+    };
+    let Ok(mut machine) = AgentLoop::new(config, None, rng.below(u64::MAX), node.now()) else {
+        panic!("the agent's configuration is valid");
+    };
+    let (done_tx, done_rx) = futures::channel::mpsc::unbounded::<(i64, Result<(), String>)>();
+    let mut done_rx = done_rx;
+    loop {
+        while let Some(action) = machine.poll_action() {
+            match action {
+                Action::SendHeartbeat(plan) => {
+                    let request = plan
+                        .to_request(&machine_id(m), agent::AgentHardwareReport::default)
+                        .encode_to_vec();
+                    let target = rng.index(world.curators);
+                    let result = unary(
+                        &world.rt,
+                        &world.routers,
+                        world.node,
+                        target,
+                        HEARTBEAT,
+                        Identity::Agent(agent_key(m)),
+                        request,
+                    )
+                    .await;
+                    let answer = result.and_then(|bytes| {
+                        agent::HeartbeatResponse::decode(bytes).map_err(|_| tonic::Code::Internal)
+                    });
+                    let mut o = out.lock().unwrap();
+                    match answer {
+                        Ok(response) => {
+                            o.ok += 1;
+                            o.last_ok_us = world.rt.now().as_micros();
+                            let offered = response
+                                .installation_request
+                                .and_then(|r| offered_request(r.encode_to_vec().into()).ok());
+                            machine.handle_heartbeat_ok(node.now(), offered);
+                        }
+                        Err(code) => {
+                            o.failures.push(code);
+                            machine.handle_heartbeat_failed(node.now());
+                        }
+                    }
+                }
+                // Kept in memory: this agent does not restart.
+                Action::PersistLastActed(_) => {}
+                Action::Install {
+                    generation,
+                    request,
+                } => {
+                    let offered = offered_request(request).map(|(g, _)| g);
+                    assert_eq!(
+                        offered.ok(),
+                        Some(generation),
+                        "install of what was offered"
+                    );
+                    out.lock().unwrap().installed.push(generation);
+                    let (done, installer) = (done_tx.clone(), node.clone());
+                    let took = Duration::from_millis(rng.range(100, 600));
+                    node.spawn(async move {
+                        installer.sleep_until(installer.now() + took).await;
+                        let _ = done.unbounded_send((generation, Ok(())));
+                    });
+                }
+            }
+        }
+        let wake = machine
+            .poll_timeout()
+            .unwrap_or_else(|| node.now() + Duration::from_secs(3600));
+        let timer = node.sleep_until(wake);
+        match futures::future::select(futures::StreamExt::next(&mut done_rx), timer).await {
+            futures::future::Either::Left((Some((generation, result)), _)) => {
+                machine.handle_install_done(node.now(), generation, result);
+            }
+            futures::future::Either::Left((None, _)) => return,
+            futures::future::Either::Right(_) => machine.handle_timeout(node.now()),
+        }
+    }
+}
+
+/// Heartbeats for machine 0 with a key that was never registered.
+async fn impostor(
+    world: Arc<World>,
+    mut rng: Rng,
+    stop: Duration,
+    out: Arc<Mutex<(u64, Vec<tonic::Code>)>>,
+) {
+    let node = world.rt.node(world.node);
+    let request = agent::HeartbeatRequest {
+        machine_id: machine_id(0),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    while world.rt.now() < stop {
+        node.sleep_until(node.now() + Duration::from_millis(rng.range(100, 1000)))
+            .await;
+        let target = rng.index(world.curators);
+        let result = unary(
+            &world.rt,
+            &world.routers,
+            world.node,
+            target,
+            HEARTBEAT,
+            Identity::Agent([0xee; 32]),
+            request.clone(),
+        )
+        .await;
+        let mut o = out.lock().unwrap();
+        match result {
+            Ok(_) => o.0 += 1,
+            Err(code) => o.1.push(code),
+        }
+    }
+}
