@@ -18,7 +18,7 @@ use metropolis_core::identity::Identity;
 use metropolis_core::ports::{MonotonicClock, Timer};
 use metropolis_core::provisioning::{Action, AgentConfig, AgentLoop, offered_request};
 use metropolis_proto::prelude::{agent, storage as machines};
-use metropolis_sim::call::unary;
+use metropolis_sim::call::{CallResult, unary};
 use metropolis_sim::rng::Rng;
 use metropolis_sim::runtime::{NodeId, Runtime};
 use metropolis_sim::upstream::Routers;
@@ -78,6 +78,29 @@ pub struct World {
     pub node: NodeId,
     /// How many curator instances to pick from.
     pub curators: usize,
+}
+
+impl World {
+    /// Calls `path` as `identity` on a random instance.
+    async fn call(
+        &self,
+        rng: &mut Rng,
+        path: &str,
+        identity: Identity,
+        message: Vec<u8>,
+    ) -> CallResult {
+        let target = rng.index(self.curators);
+        unary(
+            &self.rt,
+            &self.routers,
+            self.node,
+            target,
+            path,
+            identity,
+            message,
+        )
+        .await
+    }
 }
 
 impl Provisioning {
@@ -192,17 +215,9 @@ async fn call_until_ok(
 ) -> Option<Bytes> {
     let client = world.rt.node(world.node);
     for _ in 0..tries {
-        let target = rng.index(world.curators);
-        let result = unary(
-            &world.rt,
-            &world.routers,
-            world.node,
-            target,
-            path,
-            identity.clone(),
-            message.clone(),
-        )
-        .await;
+        let result = world
+            .call(rng, path, identity.clone(), message.clone())
+            .await;
         if let Ok(answer) = result {
             return Some(answer);
         }
@@ -250,19 +265,12 @@ async fn operator(
         .await
         .is_none()
         {
-            let again = unary(
-                &world.rt,
-                &world.routers,
-                world.node,
-                rng.index(world.curators),
-                GET_MACHINE,
-                Identity::Owner,
-                machines::GetMachineRequest {
-                    machine_id: machine_id(m),
-                }
-                .encode_to_vec(),
-            )
-            .await;
+            let read = machines::GetMachineRequest {
+                machine_id: machine_id(m),
+            };
+            let again = world
+                .call(&mut rng, GET_MACHINE, Identity::Owner, read.encode_to_vec())
+                .await;
             if again.is_ok() {
                 break;
             }
@@ -310,17 +318,8 @@ async fn run_agent(world: Arc<World>, m: usize, mut rng: Rng, out: Arc<Mutex<Age
                     let request = plan
                         .to_request(&machine_id(m), agent::AgentHardwareReport::default)
                         .encode_to_vec();
-                    let target = rng.index(world.curators);
-                    let result = unary(
-                        &world.rt,
-                        &world.routers,
-                        world.node,
-                        target,
-                        HEARTBEAT,
-                        Identity::Agent(agent_key(m)),
-                        request,
-                    )
-                    .await;
+                    let identity = Identity::Agent(agent_key(m));
+                    let result = world.call(&mut rng, HEARTBEAT, identity, request).await;
                     let answer = result.and_then(|bytes| {
                         agent::HeartbeatResponse::decode(bytes).map_err(|_| tonic::Code::Internal)
                     });
@@ -392,17 +391,10 @@ async fn impostor(
     while world.rt.now() < stop {
         node.sleep_until(node.now() + Duration::from_millis(rng.range(100, 1000)))
             .await;
-        let target = rng.index(world.curators);
-        let result = unary(
-            &world.rt,
-            &world.routers,
-            world.node,
-            target,
-            HEARTBEAT,
-            Identity::Agent([0xee; 32]),
-            request.clone(),
-        )
-        .await;
+        let identity = Identity::Agent([0xee; 32]);
+        let result = world
+            .call(&mut rng, HEARTBEAT, identity, request.clone())
+            .await;
         let mut o = out.lock().unwrap();
         match result {
             Ok(_) => o.0 += 1,
