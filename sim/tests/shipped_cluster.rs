@@ -150,6 +150,18 @@ struct Cluster {
     seed: u64,
 }
 
+/// A run's tasks hold its runtime, and the routers hold services whose
+/// forwarding holds the routers: ending the cluster ends both, or a
+/// campaign of runs in one process never frees one.
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.rt.shutdown();
+        for i in 0..CURATORS {
+            self.routers.set(i, None);
+        }
+    }
+}
+
 impl Cluster {
     fn new(seed: u64) -> Cluster {
         let mut rng = Rng::new(seed);

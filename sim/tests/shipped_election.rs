@@ -41,6 +41,14 @@ fn address(i: usize) -> String {
     format!("curator-{i}:7835")
 }
 
+/// A run's tasks hold its runtime: ending the cluster ends them, or a
+/// campaign of runs in one process never frees one.
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.rt.shutdown();
+    }
+}
+
 impl Cluster {
     fn new(seed: u64) -> Cluster {
         let mut rng = Rng::new(seed);

@@ -187,3 +187,24 @@ fn deadlines_off_the_microsecond_and_on_drifting_clocks_fire() {
     woke.sort_unstable();
     assert_eq!(woke, vec![0, 1]);
 }
+
+/// After `shutdown` no task is left holding the runtime, so it is freed.
+#[test]
+fn shutdown_drops_every_task_and_frees_the_runtime() {
+    let rt = runtime(3, 2);
+    for node in 0..2 {
+        let handle = rt.node(node);
+        rt.node(node).spawn(async move {
+            loop {
+                handle
+                    .sleep_until(handle.now() + Duration::from_secs(1))
+                    .await;
+            }
+        });
+    }
+    rt.run_for(Duration::from_secs(3));
+    let weak = Arc::downgrade(&rt.state);
+    rt.shutdown();
+    drop(rt);
+    assert!(weak.upgrade().is_none(), "the runtime outlived its run");
+}
