@@ -14,6 +14,20 @@ pub mod agent_cert;
 pub mod archive;
 #[cfg(feature = "canary")]
 pub mod canary;
+
+/// Whether the simulator planted the canary `$name` on this thread:
+/// always `false` without the `canary` feature, so production code asks
+/// the same way whether or not it is compiled.
+macro_rules! canary_planted {
+    ($name:ident) => {{
+        #[cfg(feature = "canary")]
+        let planted = crate::canary::planted(crate::canary::Canary::$name);
+        #[cfg(not(feature = "canary"))]
+        let planted = false;
+        planted
+    }};
+}
+pub(crate) use canary_planted;
 pub mod curator;
 pub mod identity;
 pub mod images;

@@ -193,13 +193,13 @@ fn search<V: Clone + Eq + Hash + Debug>(
     while list[HEAD].next != NONE {
         steps += 1;
         if steps > MAX_STEPS {
-            let mut e = stuck(&stack, &longest, history, &list);
+            let mut e = stuck(&longest, history, &list);
             e.gave_up = true;
             return Err(e);
         }
         if cursor == NONE {
             // Only reachable after every call was tried: nothing fits.
-            return Err(stuck(&stack, &longest, history, &list));
+            return Err(stuck(&longest, history, &list));
         }
         let entry = list[cursor];
         if entry.is_call {
@@ -231,7 +231,7 @@ fn search<V: Clone + Eq + Hash + Debug>(
             // A return of an operation not yet linearized: the ones on the
             // stack must be ordered differently.
             let Some((op, before)) = stack.pop() else {
-                return Err(stuck(&stack, &longest, history, &list));
+                return Err(stuck(&longest, history, &list));
             };
             state = before;
             linearized[op / 64] &= !(1 << (op % 64));
@@ -261,12 +261,7 @@ fn relink(list: &mut [Entry], at: usize) {
     }
 }
 
-fn stuck<V>(
-    _stack: &[(usize, Option<V>)],
-    longest: &[usize],
-    history: &[Op<V>],
-    list: &[Entry],
-) -> NotLinearizable {
+fn stuck<V>(longest: &[usize], history: &[Op<V>], list: &[Entry]) -> NotLinearizable {
     let done: HashSet<usize> = longest.iter().copied().collect();
     // The earliest-returning operation the longest order left out.
     let stuck_at = (0..history.len())

@@ -130,7 +130,12 @@ fn address_of(seq: u64) -> String {
 }
 
 fn seq_of(address: &str) -> Option<u64> {
-    let mut parts = address.strip_prefix("10.0.")?.split('.');
+    number_after(address, "10.0.")
+}
+
+/// The number `high * 256 + low` of an address `<prefix>high.low`.
+fn number_after(address: &str, prefix: &str) -> Option<u64> {
+    let mut parts = address.strip_prefix(prefix)?.split('.');
     let high: u64 = parts.next()?.parse().ok()?;
     let low: u64 = parts.next()?.parse().ok()?;
     Some(high * 256 + low)

@@ -54,15 +54,6 @@ pub fn is_uuid(s: &str) -> bool {
             .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// Whether the simulator planted the canary `AcceptUnregisteredAgentKey`
-/// (never without the `canary` feature).
-fn unregistered_key_planted() -> bool {
-    #[cfg(feature = "canary")]
-    return crate::canary::planted(crate::canary::Canary::AcceptUnregisteredAgentKey);
-    #[cfg(not(feature = "canary"))]
-    false
-}
-
 fn check_machine_id(id: &str) -> Result<(), Status> {
     if is_uuid(id) {
         Ok(())
@@ -165,7 +156,9 @@ impl ProvisioningService {
             let key = checked?;
             let unknown = || Status::unauthenticated("machine id or public key unknown");
             let outcome = update_machine(store.as_ref(), &queues, &request.machine_id, |record| {
-                if record.agent_public_key != key && !unregistered_key_planted() {
+                if record.agent_public_key != key
+                    && !crate::canary_planted!(AcceptUnregisteredAgentKey)
+                {
                     return Err(unknown());
                 }
                 Ok(record.handle_heartbeat(&request, now))

@@ -56,15 +56,6 @@ where
     }
 }
 
-/// Whether the simulator planted the canary `ForwardForwarded` (never
-/// without the `canary` feature).
-fn forward_forwarded_planted() -> bool {
-    #[cfg(feature = "canary")]
-    return crate::canary::planted(crate::canary::Canary::ForwardForwarded);
-    #[cfg(not(feature = "canary"))]
-    false
-}
-
 /// A call answered at once with `status` (trailers-only).
 pub(crate) fn refuse(status: tonic::Status) -> BoxFuture<'static, Response<Body>> {
     Box::pin(futures::future::ready(status.into_http()))
@@ -245,7 +236,9 @@ impl Router {
             let response = match routed.destination {
                 Destination::Serve => service.call(request),
                 // The sender took us for the leader; we are not (any more).
-                Destination::Forward(_) if forwarded && !forward_forwarded_planted() => {
+                Destination::Forward(_)
+                    if forwarded && !crate::canary_planted!(ForwardForwarded) =>
+                {
                     return LeadershipError::BackendSwitched.to_status().into_http();
                 }
                 Destination::Forward(upstream) => forward(upstream.as_ref(), request),

@@ -44,10 +44,7 @@ pub(super) struct NodeWatched {
 
 /// The incarnation of the guest an address (`10.9.x.y`) names.
 fn guest_order(address: &str) -> Option<u64> {
-    let mut parts = address.strip_prefix("10.9.")?.split('.');
-    let high: u64 = parts.next()?.parse().ok()?;
-    let low: u64 = parts.next()?.parse().ok()?;
-    Some(high * 256 + low)
+    number_after(address, "10.9.")
 }
 
 /// Whether `sent` is in the order of `committed` (each a later commit
