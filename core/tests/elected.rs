@@ -158,7 +158,13 @@ fn a_leader_serves_and_its_writes_commit() {
     let s = setup();
     s.win();
     let routed = block_on(s.shared.route(None)).unwrap();
-    assert!(matches!(routed.destination, Destination::Serve));
+    // Served in the term of the leader role: the epoch it began.
+    let term = s.shared.epoch().get();
+    assert!(
+        matches!(routed.destination, Destination::Serve(t) if t.0 == term && term > 0),
+        "{:?} in epoch {term}",
+        routed.destination
+    );
     let r = block_on(s.store().txn(put("nodes/x", "1"))).unwrap();
     assert!(r.succeeded);
     assert_eq!(s.model.get("nodes/x").unwrap(), "1");

@@ -11,6 +11,7 @@ use futures::{FutureExt, StreamExt};
 use metropolis_core::curator::node_key;
 use metropolis_core::identity::{Identity, NodeId};
 use metropolis_core::ports::KvStore;
+use metropolis_core::service::forward::LeaderTerm;
 use metropolis_core::service::{CuratorService, WatchCache, WatchCacheOptions, WatchStream};
 use metropolis_core::store::{KeyRange, Op, Txn};
 use metropolis_proto::prelude::common;
@@ -89,6 +90,53 @@ fn a_stream_waits_for_the_writes_acknowledged_before_it_opened() {
     assert_eq!(change.nodes.len(), 1, "{change:?}");
 }
 
+/// A leader's cache may have followed the store since an earlier term,
+/// behind what the leaders in between acknowledged: the first stream of a
+/// new term makes it read a fresh snapshot, and no stream of that term
+/// says anything before it has. Streams of the earlier term get the
+/// difference; a stream of the old term opened now does not wait.
+#[test]
+fn a_stream_of_a_new_term_waits_for_a_fresh_snapshot() {
+    let (store, tasks, cache) = lagging_cache();
+    let owner = Identity::Owner;
+    let mut earlier = cache.watch_nodes_as(&owner, LeaderTerm(1));
+    let empty = next_event(&tasks, &mut earlier);
+    assert!(empty.is_last_backlogged() && empty.nodes.is_empty());
+    // Another leader registers a node; this cache's store watch lags.
+    let elsewhere = CuratorService::new(Arc::new(store.clone()), cache.clone(), None);
+    let id = NodeId::from_public_key(&[5; 32]);
+    let register = elsewhere.register_node(
+        &id,
+        &[5; 32],
+        common::NodeRoles::default(),
+        common::NodeState::Up,
+    );
+    assert!(block_on(register, &tasks, POLLS).unwrap());
+    // In the old term, the cache serves what it has.
+    let mut old_term = cache.watch_nodes_as(&owner, LeaderTerm(1));
+    let stale = next_event(&tasks, &mut old_term);
+    assert!(
+        stale.is_last_backlogged() && stale.nodes.is_empty(),
+        "{stale:?}"
+    );
+    // In a new term, the backlog holds it though the watch never sent it.
+    let mut new_term = cache.watch_nodes_as(&owner, LeaderTerm(3));
+    let backlog = next_event(&tasks, &mut new_term);
+    assert_eq!(backlog.nodes.len(), 1, "{backlog:?}");
+    assert!(backlog.is_last_backlogged());
+    let mut of_node = cache.watch_node_as(id.as_str(), &owner, LeaderTerm(3));
+    assert_eq!(next_event(&tasks, &mut of_node).nodes.len(), 1);
+    // The earlier stream got the difference.
+    let change = next_event(&tasks, &mut earlier);
+    assert_eq!(change.nodes.len(), 1, "{change:?}");
+    // The watch catching up sends nobody the node again.
+    store.catch_up(store.revision());
+    settle(&tasks);
+    for stream in [&mut earlier, &mut new_term, &mut of_node] {
+        assert!(stream.next().now_or_never().is_none());
+    }
+}
+
 /// A stream a node opened lasts while the node is a member: it ends with
 /// Unauthenticated when the node is deleted (also when the delete is not an
 /// event the stream would send), and at once when the node is unknown. The
@@ -116,9 +164,9 @@ fn a_node_s_streams_end_when_it_is_removed() {
     }
     store.catch_up(store.revision());
     let as_x = Identity::Node(x.clone());
-    let mut nodes = cache.watch_nodes_as(&as_x);
+    let mut nodes = cache.watch_nodes_as(&as_x, LeaderTerm::FIXED);
     assert_eq!(next_event(&tasks, &mut nodes).nodes.len(), 2);
-    let mut of_y = cache.watch_node_as(y.as_str(), &as_x);
+    let mut of_y = cache.watch_node_as(y.as_str(), &as_x, LeaderTerm::FIXED);
     assert_eq!(next_event(&tasks, &mut of_y).nodes.len(), 1);
     let mut owners = cache.watch_nodes();
     assert_eq!(next_event(&tasks, &mut owners).nodes.len(), 2);
@@ -139,7 +187,7 @@ fn a_node_s_streams_end_when_it_is_removed() {
     let tombstone = next_event(&tasks, &mut owners);
     assert_eq!(tombstone.tombstones, vec![x.to_string()], "{tombstone:?}");
     // Opened after the removal: ended at once, before any event.
-    let mut late = cache.watch_nodes_as(&as_x);
+    let mut late = cache.watch_nodes_as(&as_x, LeaderTerm::FIXED);
     settle(&tasks);
     let end = block_on(late.next(), &tasks, POLLS).unwrap().unwrap_err();
     assert_eq!(end.code(), tonic::Code::Unauthenticated, "{end:?}");

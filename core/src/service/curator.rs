@@ -12,6 +12,7 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 
 use super::cas::UpdateQueues;
+use super::forward::LeaderTerm;
 use super::watch_cache::{WatchCache, WatchStream};
 use crate::curator::{NODE_RECORD_SCHEMA, decode_record, node_key, validate_status};
 use crate::identity::{Identity, NodeId};
@@ -98,12 +99,15 @@ impl CuratorService {
 }
 
 impl CuratorService {
-    /// `Curator.Watch` for `caller`: validates the request and opens a
-    /// stream on the shared watch cache. A node's stream lasts only while
-    /// the node is a member of the cluster.
+    /// `Curator.Watch` for `caller`, routed in leadership term `term`:
+    /// validates the request and opens a stream on the shared watch cache
+    /// (whose backlog then holds every write acknowledged before the term
+    /// began). A node's stream lasts only while the node is a member of
+    /// the cluster.
     pub fn open_watch(
         &self,
         caller: &Identity,
+        term: LeaderTerm,
         request: curator::WatchRequest,
     ) -> Result<WatchStream, Status> {
         use curator::watch_request::Kind;
@@ -115,9 +119,9 @@ impl CuratorService {
                 let id = NodeId::parse(&n.node_id).map_err(|e| {
                     Status::invalid_argument(format!("node_in_cluster.node_id: {e}"))
                 })?;
-                Ok(self.cache.watch_node_as(id.as_str(), caller))
+                Ok(self.cache.watch_node_as(id.as_str(), caller, term))
             }
-            Some(Kind::NodesInCluster(_)) => Ok(self.cache.watch_nodes_as(caller)),
+            Some(Kind::NodesInCluster(_)) => Ok(self.cache.watch_nodes_as(caller, term)),
         }
     }
 

@@ -24,6 +24,7 @@ use tonic::body::Body;
 use tonic::codec::{Codec, Streaming};
 use tonic::server::NamedService;
 
+use super::forward::LeaderTerm;
 use super::router::GrpcService;
 use super::unary::{self, MAX_REQUEST_BYTES};
 use crate::identity::Identity;
@@ -80,6 +81,11 @@ async fn watch(service: CuratorService, request: Request<Body>) -> Response<Body
         .get::<Identity>()
         .cloned()
         .unwrap_or(Identity::Unauthenticated);
+    let term = request
+        .extensions()
+        .get::<LeaderTerm>()
+        .copied()
+        .unwrap_or(LeaderTerm::FIXED);
     let body = request.into_body();
     let mut codec = ProstCodec::<curator::WatchEvent, curator::WatchRequest>::default();
     let mut messages = Streaming::new_request(codec.decoder(), body, None, Some(MAX_REQUEST_BYTES));
@@ -88,7 +94,7 @@ async fn watch(service: CuratorService, request: Request<Body>) -> Response<Body
         Ok(None) => return Status::invalid_argument("no WatchRequest in the call").into_http(),
         Err(status) => return status.into_http(),
     };
-    match service.open_watch(&caller, request) {
+    match service.open_watch(&caller, term, request) {
         Ok(stream) => {
             let mut response = Response::new(Body::new(WatchBody {
                 stream: Some(stream),

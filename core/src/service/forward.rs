@@ -80,11 +80,26 @@ pub trait Connector: Send + Sync + 'static {
     fn connect(&self, node_id: &str, address: &str) -> Arc<dyn Upstream>;
 }
 
+/// The leadership term a call served here was routed in: the epoch of
+/// the instance's leader role. The router puts it in the request's
+/// extensions before the service sees the call, so that what the service
+/// reads can be made at least as fresh as the store was when the term
+/// began (a new leader's watch cache may still be behind writes the
+/// leaders before it acknowledged).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LeaderTerm(pub u64);
+
+impl LeaderTerm {
+    /// The term of a call no election routed (a sole instance, or a
+    /// routing that never changes): earlier than every elected term.
+    pub const FIXED: LeaderTerm = LeaderTerm(0);
+}
+
 /// Where a routed call goes.
 #[derive(Clone)]
 pub enum Destination {
-    /// Serve it here: this instance leads.
-    Serve,
+    /// Serve it here: this instance leads, in this term.
+    Serve(LeaderTerm),
     /// Forward it to the leader through this upstream.
     Forward(Arc<dyn Upstream>),
 }
@@ -92,7 +107,7 @@ pub enum Destination {
 impl std::fmt::Debug for Destination {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Destination::Serve => f.write_str("Serve"),
+            Destination::Serve(term) => write!(f, "Serve({})", term.0),
             Destination::Forward(_) => f.write_str("Forward"),
         }
     }
@@ -277,7 +292,7 @@ mod tests {
     }
 
     fn follow(upstream: Option<Arc<dyn Upstream>>) -> FixedRouting {
-        FixedRouting(upstream.map_or(Destination::Serve, Destination::Forward))
+        FixedRouting(upstream.map_or(Destination::Serve(LeaderTerm::FIXED), Destination::Forward))
     }
 
     fn call(
@@ -320,6 +335,36 @@ mod tests {
         // The owner too, on a method nodes may not call.
         let status = call(&follower(true), "UpdateNodeStatus", Identity::Owner, None);
         assert_eq!(status.message(), Identity::Owner.to_string());
+    }
+
+    /// Answers every call with AlreadyExists carrying the term it was
+    /// served in.
+    #[derive(Clone)]
+    struct WhichTerm;
+
+    impl tonic::server::NamedService for WhichTerm {
+        const NAME: &'static str = "metropolis.node.core.curator.proto.api.Curator";
+    }
+
+    impl GrpcService for WhichTerm {
+        fn call(&self, request: Request<Body>) -> BoxFuture<'static, Response<Body>> {
+            let term = request.extensions().get::<LeaderTerm>().copied();
+            let status = tonic::Status::already_exists(format!("{term:?}"));
+            Box::pin(futures::future::ready(status.into_http()))
+        }
+    }
+
+    #[test]
+    fn a_served_call_carries_its_term() {
+        let router = Router::new()
+            .with_service(WhichTerm)
+            .with_routing(Arc::new(FixedRouting(Destination::Serve(LeaderTerm(7)))));
+        let status = call(&router, "Watch", Identity::Owner, None);
+        assert_eq!(status.message(), format!("{:?}", Some(LeaderTerm(7))));
+        // Without routing, nothing is put there.
+        let sole = Router::new().with_service(WhichTerm);
+        let status = call(&sole, "Watch", Identity::Owner, None);
+        assert_eq!(status.message(), "None");
     }
 
     #[test]

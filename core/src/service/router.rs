@@ -234,7 +234,11 @@ impl Router {
             };
             let forwarding = matches!(routed.destination, Destination::Forward(_));
             let response = match routed.destination {
-                Destination::Serve => service.call(request),
+                Destination::Serve(term) => {
+                    let mut request = request;
+                    request.extensions_mut().insert(term);
+                    service.call(request)
+                }
                 // The sender took us for the leader; we are not (any more).
                 Destination::Forward(_)
                     if forwarded && !crate::canary_planted!(ForwardForwarded) =>

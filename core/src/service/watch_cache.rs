@@ -7,10 +7,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::future::{AbortHandle, Abortable};
+use futures::{FutureExt, Stream, StreamExt};
 use prost::Message;
 use tonic::Status;
 
+use super::forward::LeaderTerm;
 use crate::curator::{NODES_PREFIX, cached_node, id_from_key};
 use crate::identity::Identity;
 use crate::ports::{KvStore, Spawner};
@@ -71,6 +73,14 @@ struct Shared {
     /// The revision of the last write to nodes acknowledged through
     /// [`WatchCache::track_writes`].
     written: Revision,
+    /// The latest leadership term a stream was opened in: the running
+    /// driver read (or is reading) its snapshot in this term, so once
+    /// [`State::Ready`] the cache holds every write committed before the
+    /// term began.
+    term: u64,
+    /// Stops the running driver (it may be waiting on a store watch that
+    /// stays silent).
+    driver: Option<AbortHandle>,
 }
 
 impl Shared {
@@ -105,6 +115,15 @@ impl Shared {
         }
     }
 
+    /// Abandons the running driver, if any: it stops at once, and the next
+    /// one starts from a fresh snapshot.
+    fn abandon_driver(&mut self) {
+        self.generation += 1;
+        if let Some(driver) = self.driver.take() {
+            driver.abort();
+        }
+    }
+
     fn end_all(&mut self, status: &Status) {
         for slot in self.streams.values_mut() {
             slot.end = Some(status.clone());
@@ -122,6 +141,14 @@ impl Shared {
 /// snapshot and feeds streams the difference, so no stream misses a delete
 /// and none sees an error. If the store fails, every open stream ends with
 /// Unavailable, and the next subscription starts afresh.
+///
+/// Under an elected leader, a stream is opened in the leadership term its
+/// call was routed in ([`LeaderTerm`]). The first stream of a newer term
+/// than the cache's snapshot makes the cache read a fresh snapshot (and
+/// feed open streams the difference), and every stream says nothing until
+/// it has: the cache may have been following the store since an earlier
+/// term, behind the writes another leader acknowledged in between, while
+/// the read-your-writes gate covers only this process's own writes.
 #[derive(Clone)]
 pub struct WatchCache {
     shared: Arc<Mutex<Shared>>,
@@ -150,6 +177,8 @@ impl WatchCache {
             streams: BTreeMap::new(),
             next_stream: 0,
             written: 0,
+            term: 0,
+            driver: None,
         };
         WatchCache {
             shared: Arc::new(Mutex::new(shared)),
@@ -161,29 +190,30 @@ impl WatchCache {
 
     /// Opens a `NodesInCluster` stream.
     pub fn watch_nodes(&self) -> WatchStream {
-        self.watch_nodes_as(&Identity::Owner)
+        self.watch_nodes_as(&Identity::Owner, LeaderTerm::FIXED)
     }
 
     /// Opens a `NodeInCluster` stream for node `id`.
     pub fn watch_node(&self, id: &str) -> WatchStream {
-        self.watch_node_as(id, &Identity::Owner)
+        self.watch_node_as(id, &Identity::Owner, LeaderTerm::FIXED)
     }
 
-    /// Opens a `NodesInCluster` stream for `caller`. A node's stream ends
+    /// Opens a `NodesInCluster` stream for `caller`, in leadership term
+    /// `term` (see the type's documentation). A node's stream ends
     /// with Unauthenticated as soon as the cache no longer holds that node
     /// (it was removed, or never was a member): a removed node's
     /// certificate stops working for streams it opened before.
-    pub fn watch_nodes_as(&self, caller: &Identity) -> WatchStream {
+    pub fn watch_nodes_as(&self, caller: &Identity, term: LeaderTerm) -> WatchStream {
         let machine = Machine::Nodes(NodesWatch::new(self.options.max_event_bytes));
-        self.subscribe(member_of(caller), |_| machine)
+        self.subscribe(member_of(caller), term, |_| machine)
     }
 
-    /// Opens a `NodeInCluster` stream for node `id` on behalf of `caller`
-    /// (a node's stream ends as [`watch_nodes_as`](Self::watch_nodes_as)
-    /// says).
-    pub fn watch_node_as(&self, id: &str, caller: &Identity) -> WatchStream {
+    /// Opens a `NodeInCluster` stream for node `id` on behalf of `caller`,
+    /// in leadership term `term` (a node's stream ends as
+    /// [`watch_nodes_as`](Self::watch_nodes_as) says).
+    pub fn watch_node_as(&self, id: &str, caller: &Identity, term: LeaderTerm) -> WatchStream {
         let id: Arc<str> = Arc::from(id);
-        self.subscribe(member_of(caller), |cache| {
+        self.subscribe(member_of(caller), term, |cache| {
             Machine::Node(NodeWatch::new(id, cache))
         })
     }
@@ -198,7 +228,7 @@ impl WatchCache {
     /// subscription.
     pub fn close_all(&self, status: Status) {
         let mut shared = lock(&self.shared);
-        shared.generation += 1;
+        shared.abandon_driver();
         shared.state = State::Idle;
         shared.cache = NodeCache::new();
         shared.end_all(&status);
@@ -207,6 +237,7 @@ impl WatchCache {
     fn subscribe(
         &self,
         member: Option<Arc<str>>,
+        LeaderTerm(term): LeaderTerm,
         make: impl FnOnce(&NodeCache) -> Machine,
     ) -> WatchStream {
         let mut shared = lock(&self.shared);
@@ -224,11 +255,25 @@ impl WatchCache {
                 member,
             },
         );
+        // A newer term than the running driver's: it may be behind writes
+        // acknowledged by the leaders before this term, so a new driver
+        // reads a fresh snapshot (open streams wait, then get the
+        // difference).
+        if term > shared.term {
+            shared.term = term;
+            if shared.state != State::Idle {
+                shared.abandon_driver();
+                shared.state = State::Idle;
+            }
+        }
         if shared.state == State::Idle {
             shared.state = State::Loading;
             let generation = shared.generation;
+            let (abort, registration) = AbortHandle::new_pair();
+            shared.driver = Some(abort);
             let driver = drive(self.shared.clone(), self.store.clone(), generation);
-            self.spawner.spawn(Box::pin(driver));
+            self.spawner
+                .spawn(Box::pin(Abortable::new(driver, registration).map(|_| ())));
         }
         WatchStream {
             shared: self.shared.clone(),
@@ -468,7 +513,7 @@ fn fail(shared: &Mutex<Shared>, generation: u64, why: String) {
         return;
     }
     tracing::error!(error = %why, "watch cache lost the store; ending open Watch streams");
-    s.generation += 1;
+    s.abandon_driver();
     s.state = State::Idle;
     s.cache = NodeCache::new();
     #[cfg(feature = "canary")]

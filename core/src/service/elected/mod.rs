@@ -26,7 +26,7 @@ use futures::channel::oneshot;
 use futures::future::BoxFuture;
 
 pub use self::fenced::FencedStore;
-use super::forward::{Connector, Destination, Routed, Routing, Upstream};
+use super::forward::{Connector, Destination, LeaderTerm, Routed, Routing, Upstream};
 use crate::leadership::{
     Action, Epoch, Event, Leadership, LeadershipError, RequestId, Role, Route,
 };
@@ -215,7 +215,9 @@ impl Inner {
             match event {
                 Event::Routed { request, route } => {
                     let outcome = match route {
-                        Route::Serve => Ok(Destination::Serve),
+                        Route::Serve => {
+                            Ok(Destination::Serve(LeaderTerm(state.machine.epoch().get())))
+                        }
                         Route::Forward { node_id, address } => {
                             Ok(Destination::Forward(self.upstream(state, node_id, address)))
                         }
