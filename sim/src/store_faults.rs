@@ -6,7 +6,9 @@
 //!   before it reaches the store; one that commits but whose reply is
 //!   lost (the caller cannot know whether it committed); one answered
 //!   after the client's [`REQUEST_TIMEOUT`], so the caller has given up
-//!   (Unavailable) before the store commits it; replies delayed;
+//!   (Unavailable) before the store commits it; replies delayed; and,
+//!   drawn per watch batch, a watcher falling behind (the batch, and so
+//!   every one after it, arrives late, as from etcd's slow watchers);
 //! - driven by the test: the member **paused** ([`FaultyStore::pause`]:
 //!   requests, watch batches and lease renewals wait until it resumes,
 //!   callers give up after the timeout while what they sent is still
@@ -62,6 +64,11 @@ pub struct StoreFaults {
     pub late: f64,
     /// Replies (and failures) arrive after up to this long.
     pub max_delay: Duration,
+    /// Probability that a watch batch arrives late (the watcher falls
+    /// behind the store: the batches after it wait too).
+    pub lag: f64,
+    /// A late batch arrives after up to this long.
+    pub max_lag: Duration,
 }
 
 /// What the faults did.
@@ -77,6 +84,8 @@ pub struct FaultCounts {
     pub pauses: u64,
     /// Times the member went down.
     pub downs: u64,
+    /// Watch batches that arrived late.
+    pub lagged: u64,
 }
 
 struct Shared {
@@ -191,6 +200,18 @@ impl FaultyStore {
         self.route
             .as_ref()
             .is_none_or(|(caller, store, links)| links.up(*store, *caller))
+    }
+
+    /// How late the next watch batch arrives (zero: on time).
+    fn draw_lag(&self) -> Duration {
+        let mut s = self.lock();
+        let faults = s.faults;
+        if faults.lag <= 0.0 || !s.rng.chance(faults.lag) {
+            return Duration::ZERO;
+        }
+        s.counts.lagged += 1;
+        let max = u64::try_from(faults.max_lag.as_micros()).unwrap_or(u64::MAX);
+        Duration::from_micros(s.rng.below(max.max(1)))
     }
 
     /// This request's fate and the delay until it is carried out (or
@@ -315,6 +336,10 @@ impl KvStore for FaultyStore {
             async move {
                 let mut inner = inner?;
                 let next = inner.next().await?;
+                let lag = this.draw_lag();
+                if !lag.is_zero() {
+                    clock.sleep_until(clock.now() + lag).await;
+                }
                 let deadline = clock.now() + LINK_TIMEOUT;
                 while !(this.running() && this.answers_arrive()) {
                     if clock.now() >= deadline {

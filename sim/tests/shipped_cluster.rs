@@ -27,6 +27,23 @@
 
 #![allow(clippy::unwrap_used)]
 
+/// Whether `SHIPPED_LOG` is set: a replayed seed then prints, as they
+/// happen, the curators' role changes, the writers' calls and the
+/// watchers' backlogs, each with its simulated time and tick.
+fn logging() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("SHIPPED_LOG").is_some())
+}
+
+/// `eprintln!` when [`logging`].
+macro_rules! log {
+    ($($arg:tt)*) => {
+        if logging() {
+            eprintln!($($arg)*);
+        }
+    };
+}
+
 mod shipped_agents;
 mod shipped_watchers;
 mod shipped_writers;
@@ -238,6 +255,13 @@ impl Cluster {
             timer: Arc::new(node.clone()),
             spawner: Arc::new(node.clone()),
         };
+        if logging() {
+            let (rt, ticks) = (self.rt.clone(), self.ticks.clone());
+            shared.on_role_change(move |epoch, role| {
+                let tick = ticks.0.load(Ordering::Relaxed);
+                log!("{:?} tick {tick}: curator {i} {epoch:?} {role:?}", rt.now());
+            });
+        }
         let driver = ElectionDriver::spawn(ports, PREFIX, shared.clone());
         let node_ports = NodePorts {
             store,
@@ -387,6 +411,7 @@ struct Fired {
     late_commits: u64,
     store_pauses: u64,
     store_restarts: u64,
+    lagged_batches: u64,
     broken_watches: u64,
     compactions: u64,
     retried_updates: u64,
@@ -402,6 +427,7 @@ impl Fired {
         self.late_commits += other.late_commits;
         self.store_pauses += other.store_pauses;
         self.store_restarts += other.store_restarts;
+        self.lagged_batches += other.lagged_batches;
         self.broken_watches += other.broken_watches;
         self.compactions += other.compactions;
         self.retried_updates += other.retried_updates;
@@ -418,6 +444,7 @@ impl Fired {
             ("late_commits", self.late_commits),
             ("store_pauses", self.store_pauses),
             ("store_restarts", self.store_restarts),
+            ("lagged_batches", self.lagged_batches),
             ("broken_watches", self.broken_watches),
             ("compactions", self.compactions),
             ("retried_updates", self.retried_updates),
@@ -442,6 +469,8 @@ fn run(seed: u64) -> Outcome {
         lose_reply: 0.02,
         late: 0.01,
         max_delay: Duration::from_millis(20),
+        lag: 0.03,
+        max_lag: Duration::from_millis(1500),
     });
     let writers = cluster.writers(Duration::from_secs(36));
     let watchers = cluster.watchers();
@@ -520,6 +549,7 @@ fn run(seed: u64) -> Outcome {
     fired.late_commits = counts.late;
     fired.store_pauses = counts.pauses;
     fired.store_restarts = counts.downs;
+    fired.lagged_batches = counts.lagged;
     fired.links_cut = cluster.routers.links().cuts_made();
     fired.retried_updates = cluster.retried.lock().unwrap().len() as u64;
     cluster.rt.run_until(RUN);
@@ -560,8 +590,9 @@ fn campaign(range: std::ops::Range<u64>) {
     for seed in range.clone() {
         let outcome = std::panic::catch_unwind(|| run(seed)).unwrap_or_else(|panic| {
             eprintln!(
-                "seed {seed} failed; replay: SHIPPED_FIRST={seed} SHIPPED_SEEDS=1 cargo test \
-                 -p metropolis-sim --test shipped_cluster -- --ignored campaign"
+                "seed {seed} failed; replay (with SHIPPED_LOG=1 to see its calls): \
+                 SHIPPED_FIRST={seed} SHIPPED_SEEDS=1 cargo test -p metropolis-sim \
+                 --test shipped_cluster -- --ignored campaign"
             );
             std::panic::resume_unwind(panic)
         });

@@ -133,6 +133,11 @@ impl Cluster {
                                 }
                                 o.live = true;
                                 let view = o.view.clone();
+                                log!(
+                                    "{:?} tick {called}: watcher {w} backlog via {target}: {:?}",
+                                    rt.now(),
+                                    view.values().collect::<Vec<_>>()
+                                );
                                 o.backlogs.push((called, ticks.next(), view));
                             }
                         }

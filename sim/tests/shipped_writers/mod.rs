@@ -71,6 +71,11 @@ impl Cluster {
                             )
                             .await;
                             let acked = result.is_ok();
+                            log!(
+                                "{:?} tick {called}: node {j} write {seq} via {target}: {:?}",
+                                rt.now(),
+                                result.as_ref().map(|_| ())
+                            );
                             let mut w = out.lock().unwrap();
                             w.history.push(Op {
                                 called,
