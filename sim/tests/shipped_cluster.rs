@@ -361,6 +361,25 @@ impl Cluster {
         });
     }
 
+    /// Deletes the oldest key under the election prefix (the leader's);
+    /// false if there is none.
+    fn delete_leader_key(&self) -> bool {
+        let range = KeyRange::Prefix(Bytes::from_static(PREFIX.as_bytes()));
+        let oldest = self
+            .kv
+            .with(|m| m.range(&range))
+            .into_iter()
+            .min_by_key(|kv| kv.create_revision);
+        match oldest {
+            Some(kv) => {
+                log!("{:?}: the leader's key {:?} deleted", self.rt.now(), kv.key);
+                self.kv.delete(&kv.key);
+                true
+            }
+            None => false,
+        }
+    }
+
     fn stored_seq(&self, j: usize) -> Option<u64> {
         let (id, _) = identity(j);
         let value = self.kv.get(node_key(&id))?;
@@ -415,6 +434,8 @@ struct Fired {
     broken_watches: u64,
     compactions: u64,
     retried_updates: u64,
+    leader_keys_deleted: u64,
+    wall_clock_jumps: u64,
 }
 
 impl Fired {
@@ -431,6 +452,8 @@ impl Fired {
         self.broken_watches += other.broken_watches;
         self.compactions += other.compactions;
         self.retried_updates += other.retried_updates;
+        self.leader_keys_deleted += other.leader_keys_deleted;
+        self.wall_clock_jumps += other.wall_clock_jumps;
     }
 
     /// The kinds that never fired.
@@ -448,6 +471,8 @@ impl Fired {
             ("broken_watches", self.broken_watches),
             ("compactions", self.compactions),
             ("retried_updates", self.retried_updates),
+            ("leader_keys_deleted", self.leader_keys_deleted),
+            ("wall_clock_jumps", self.wall_clock_jumps),
         ]
         .into_iter()
         .filter(|(_, n)| *n == 0)
@@ -456,10 +481,11 @@ impl Fired {
     }
 }
 
-/// One seeded run: writers for 34 s; the first 20 s with crashes of the
-/// leader (or of any instance) at seeded moments, each restarted after a
-/// seeded pause, and partitions, each healed after a seeded pause. Panics
-/// on a broken invariant.
+/// One seeded run: writers for 34 s; the first 20 s with faults at seeded
+/// moments (crashes, each restarted after a seeded pause; partitions, each
+/// healed after one; the store's watches broken, compaction, its member
+/// paused or restarted; the leader's key deleted; wall-clock jumps).
+/// Panics on a broken invariant.
 fn run(seed: u64) -> Outcome {
     let mut cluster = Cluster::new(seed);
     let mut rng = Rng::new(seed ^ 0xfa17);
@@ -497,7 +523,7 @@ fn run(seed: u64) -> Outcome {
         cluster
             .rt
             .run_for(Duration::from_millis(rng.range(500, 5000)));
-        match rng.below(8) {
+        match rng.below(10) {
             0 => {
                 cluster.kv.break_watches();
                 fired.broken_watches += 1;
@@ -525,6 +551,22 @@ fn run(seed: u64) -> Outcome {
                     .run_for(Duration::from_millis(rng.range(200, 3000)));
                 cluster.network.go_down(false);
                 model_store::extend_leases(&cluster.kv, &cluster.rt.node(STORE));
+            }
+            // An operator deletes the leader's election key (as with
+            // `etcdctl del`): its fenced writes fail from then on, and it
+            // must step down; the next candidate leads.
+            6 => {
+                if cluster.delete_leader_key() {
+                    fired.leader_keys_deleted += 1;
+                }
+            }
+            // A curator's wall clock jumps by up to 10 minutes either way
+            // (NTP stepping it): heartbeats' ages and timestamps come from it.
+            7 => {
+                let victim = rng.index(CURATORS);
+                let ms = i64::try_from(rng.range(0, 1_200_000)).unwrap_or(0) - 600_000;
+                cluster.rt.jump_wall_clock(victim, ms);
+                fired.wall_clock_jumps += 1;
             }
             _ => {
                 let victim = rng.index(CURATORS);
