@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use metropolis_core::trace::{
     Action, FailureKind, Field, InstanceName, MAX_NAME_LEN, MAX_PATTERN_LEN, MAX_PATTERNS, Problem,
     State, StepFailure, Target, TraceBuffers, TraceError, TraceSession, TraceSpec, TraceStream,
-    TracefsFailure, ValidationError, run_session,
+    TracefsFailure, ValidationError, remove_stale_instances, run_session,
 };
 use metropolis_testkit::tracefs::{FakeBuffer, FakePort, FakeTracefs};
 
@@ -661,4 +661,29 @@ fn pipe_error_ends_stream_with_status_naming_teardown_failures() {
     assert!(matches!(poll_stream(&mut stream), Poll::Ready(None)));
     assert!(!buffers.is_claimed(&Target::Global));
     assert!(!port.fs().global.tracing_on);
+}
+
+/// A crash skips a session's teardown; the next run removes the
+/// instances it left (ours by their prefix), leaves others' alone, and
+/// one still read (its pipe open) too.
+#[test]
+fn stale_instances_of_a_previous_run_are_removed() {
+    let mut fs = FakeTracefs::new();
+    let mut busy = FakeBuffer::fresh();
+    busy.pipe_open = true;
+    for (name, buffer) in [
+        ("metropolis-trace-0", FakeBuffer::dirty()),
+        ("metropolis-trace-7", FakeBuffer::fresh()),
+        ("metropolis-trace-9", busy),
+        ("someone-else", FakeBuffer::fresh()),
+    ] {
+        fs.instances.insert(name.into(), buffer);
+    }
+    let port = FakePort::new(fs);
+    assert_eq!(remove_stale_instances(&port), 2);
+    let left: Vec<String> = port.fs().instances.keys().cloned().collect();
+    assert_eq!(left, ["metropolis-trace-9", "someone-else"]);
+    // Without tracefs there is nothing to look through.
+    port.fs().gone = true;
+    assert_eq!(remove_stale_instances(&port), 0);
 }

@@ -657,9 +657,6 @@ impl NodeServices {
         let (debug_router, debug) = match config.debug_listen {
             None => (None, None),
             Some(_) => {
-                if config.trace_instances {
-                    remove_stale_trace_instances(&config.tracefs);
-                }
                 let tracefs: Arc<dyn Tracefs> =
                     Arc::new(crate::tracefs::HostTracefs::new(&config.tracefs));
                 let debug = DebugService::with_ports(DebugPorts {
@@ -799,32 +796,6 @@ impl NodeServices {
             && let Err(e) = store.close()
         {
             tracing::error!(error = %e, "closing the store failed");
-        }
-    }
-}
-
-/// Removes the tracefs instances a previous run of the daemon left behind
-/// when it was killed mid-trace (`instances/metropolis-trace-*`): their
-/// names would collide with this run's sessions. An instance still in use
-/// (someone reads its pipe) refuses removal and is left alone.
-fn remove_stale_trace_instances(root: &Path) {
-    let Ok(dir) = std::fs::read_dir(root.join("instances")) else {
-        return;
-    };
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        if name.to_string_lossy().starts_with("metropolis-trace-") {
-            match std::fs::remove_dir(entry.path()) {
-                Ok(()) => tracing::warn!(
-                    instance = %entry.path().display(),
-                    "removed a tracefs instance left by a previous run"
-                ),
-                Err(e) => tracing::warn!(
-                    instance = %entry.path().display(),
-                    error = %e,
-                    "cannot remove a tracefs instance left by a previous run"
-                ),
-            }
         }
     }
 }

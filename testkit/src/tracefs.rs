@@ -311,6 +311,14 @@ impl FakePort {
 }
 
 impl Tracefs for FakePort {
+    fn instances(&self) -> Result<Vec<String>, TracefsFailure> {
+        let fs = self.fs();
+        if fs.gone {
+            return Err(fail(FailureKind::TracefsMissing, "unmounted"));
+        }
+        Ok(fs.instances.keys().cloned().collect())
+    }
+
     fn mkdir(&self, dir: &str) -> Result<(), TracefsFailure> {
         self.fs().apply(&Action::Mkdir { dir: dir.into() })
     }

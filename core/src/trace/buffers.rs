@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::TraceError;
+use super::port::Tracefs;
 use super::validate::InstanceName;
 
 /// The tracefs buffer a session traces into.
@@ -107,13 +108,47 @@ impl TraceBuffers {
         loop {
             let n = reg.next_instance;
             reg.next_instance = reg.next_instance.wrapping_add(1);
-            let name = InstanceName::new(&format!("metropolis-trace-{n}"))
+            let name = InstanceName::new(&format!("{INSTANCE_PREFIX}{n}"))
                 .expect("metropolis-trace-<digits> is a valid instance name");
             if !reg.claimed.contains(&Target::Instance(name.clone())) {
                 return name;
             }
         }
     }
+}
+
+/// How the instances of sessions begin: `metropolis-trace-<n>`.
+pub const INSTANCE_PREFIX: &str = "metropolis-trace-";
+
+/// Removes the instances a previous run of this program left in tracefs
+/// (named with [`INSTANCE_PREFIX`]: a crash skips a session's teardown,
+/// and the kernel keeps an instance's buffers until it is removed). Call
+/// once when the service starts, before any session: the numbering of
+/// [`TraceBuffers::fresh_instance_name`] starts again at 0 and would
+/// collide with them. Returns how many it removed; failures are logged.
+pub fn remove_stale_instances(tracefs: &dyn Tracefs) -> usize {
+    let names = match tracefs.instances() {
+        Ok(names) => names,
+        Err(e) => {
+            tracing::debug!(error = %e, "no tracefs instances to look through");
+            return 0;
+        }
+    };
+    let mut removed = 0;
+    for name in names.iter().filter(|n| n.starts_with(INSTANCE_PREFIX)) {
+        match tracefs.rmdir(&format!("instances/{name}")) {
+            Ok(()) => {
+                removed += 1;
+                tracing::warn!(instance = %name, "removed a tracefs instance left by a previous run");
+            }
+            Err(e) => tracing::warn!(
+                instance = %name,
+                error = %e,
+                "cannot remove a tracefs instance left by a previous run"
+            ),
+        }
+    }
+    removed
 }
 
 /// A claimed buffer; dropping it releases the claim.

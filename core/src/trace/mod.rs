@@ -42,7 +42,7 @@ mod session;
 mod validate;
 
 pub use action::{Action, StepFailure};
-pub use buffers::{BufferClaim, Target, TraceBuffers};
+pub use buffers::{BufferClaim, INSTANCE_PREFIX, Target, TraceBuffers, remove_stale_instances};
 pub use error::TraceError;
 pub use port::{FailureKind, TracePipe, Tracefs, TracefsFailure, WriteMode};
 pub use run::{TraceStream, run_session};

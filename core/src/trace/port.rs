@@ -112,4 +112,7 @@ pub trait Tracefs: Send + Sync + 'static {
     /// Opens `file` (a `trace_pipe`) for reading. Errors opening it come
     /// back here; read errors come through the returned stream.
     fn open_pipe(&self, file: &str) -> Result<Box<dyn TracePipe>, TracefsFailure>;
+
+    /// The names of the instances (the directories under `instances/`).
+    fn instances(&self) -> Result<Vec<String>, TracefsFailure>;
 }

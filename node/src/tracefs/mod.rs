@@ -169,6 +169,18 @@ impl Tracefs for HostTracefs {
         }
     }
 
+    /// Reads `instances/`: the names of its directories (an entry whose
+    /// name is not UTF-8 is no instance of ours and is skipped).
+    fn instances(&self) -> Result<Vec<String>, TracefsFailure> {
+        let path = self.path("instances")?;
+        let dir = std::fs::read_dir(&path).map_err(|e| self.open_failure(&path, &e))?;
+        Ok(dir
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect())
+    }
+
     fn open_pipe(&self, file: &str) -> Result<Box<dyn TracePipe>, TracefsFailure> {
         let path = self.path(file)?;
         let pipe = pipe::HostPipe::open(&path).map_err(|e| match e {

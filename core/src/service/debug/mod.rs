@@ -106,8 +106,15 @@ impl DebugService {
         })
     }
 
-    /// A service over `ports`.
+    /// A service over `ports`. With per-session instances, it first
+    /// removes those a previous run left in tracefs
+    /// ([`remove_stale_instances`](crate::trace::remove_stale_instances)).
     pub fn with_ports(ports: DebugPorts) -> DebugService {
+        if ports.trace_instances
+            && let Some(tracefs) = &ports.tracefs
+        {
+            crate::trace::remove_stale_instances(tracefs.as_ref());
+        }
         let tracing = ports.tracefs.map(|tracefs| Tracing {
             tracefs,
             buffers: TraceBuffers::new(),
