@@ -207,6 +207,30 @@ fn a_deposed_leaders_write_does_not_commit_and_it_steps_down() {
     );
 }
 
+/// A read is confirmed like a write: a leader whose key is gone (it has
+/// not noticed) refuses the read, Unavailable, and steps down; one that
+/// still leads passes.
+#[test]
+fn a_deposed_leader_confirms_no_read_and_steps_down() {
+    use metropolis_core::service::{CuratorService, WatchCache, WatchCacheOptions};
+    let s = setup();
+    s.win();
+    let tasks = Tasks::new();
+    let cache = WatchCache::new(
+        Arc::new(s.model.clone()),
+        Arc::new(tasks.clone()),
+        WatchCacheOptions::default(),
+    );
+    let curator = CuratorService::new(Arc::new(s.store()), cache, None);
+    block_on(curator.confirm_leadership()).unwrap();
+    assert!(matches!(s.shared.role(), Role::Leader(_)));
+    s.model.delete("election/a");
+    let refused = block_on(curator.confirm_leadership()).unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("lost leadership"), "{refused:?}");
+    assert_eq!(s.shared.role(), Role::Campaigning);
+}
+
 #[test]
 fn a_deposed_leaders_grouped_writes_commit_nothing_and_it_steps_down() {
     let s = setup();

@@ -99,6 +99,24 @@ impl CuratorService {
 }
 
 impl CuratorService {
+    /// Confirms that this instance still leads before it serves a read in
+    /// an elected term: an empty transaction through the services' store,
+    /// whose leader's fence is then the whole of it. A deposed leader that
+    /// has not noticed yet (an operator deleted its election key; its
+    /// observation of the election lags) learns it here and steps down,
+    /// and the read ends Unavailable instead of serving what its cache
+    /// holds. Passing it, the instance led when the store answered: every
+    /// write acknowledged before the read began was made by this term's
+    /// leader (the read-your-writes gate) or before the term (its fresh
+    /// snapshot).
+    pub async fn confirm_leadership(&self) -> Result<(), Status> {
+        self.store
+            .txn(Txn::default())
+            .await
+            .map(|_| ())
+            .map_err(store_status)
+    }
+
     /// `Curator.Watch` for `caller`, routed in leadership term `term`:
     /// validates the request and opens a stream on the shared watch cache
     /// (whose backlog then holds every write acknowledged before the term

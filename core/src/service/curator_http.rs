@@ -94,6 +94,13 @@ async fn watch(service: CuratorService, request: Request<Body>) -> Response<Body
         Ok(None) => return Status::invalid_argument("no WatchRequest in the call").into_http(),
         Err(status) => return status.into_http(),
     };
+    // Under an elected leader, the read is confirmed first (see
+    // `confirm_leadership`).
+    if term != LeaderTerm::FIXED
+        && let Err(status) = service.confirm_leadership().await
+    {
+        return status.into_http();
+    }
     match service.open_watch(&caller, term, request) {
         Ok(stream) => {
             let mut response = Response::new(Body::new(WatchBody {
