@@ -271,9 +271,10 @@ fn check(sc: &Scenario, r: &Record) -> Result<(), TestCaseError> {
     }
 
     // The start error is the first failed start action (unless tolerated).
+    // The clearing writes (no patterns) tolerate a missing or locked file.
     let tolerated = |a: &Action, f: &TracefsFailure| {
-        sc.filters.is_empty()
-            && is_write(a, "set_ftrace_filter", "")
+        (sc.filters.is_empty() && is_write(a, "set_ftrace_filter", "")
+            || sc.graphs.is_empty() && is_write(a, "set_graph_function", ""))
             && matches!(f.kind, FailureKind::NotFound | FailureKind::NotPermitted)
     };
     let first_failure = start.iter().find_map(|(_, a, res)| match res {

@@ -345,6 +345,7 @@ impl Tracefs for FakePort {
         Ok(Box::new(FakePipe {
             fs: self.fs.clone(),
             rx,
+            closed: false,
         }))
     }
 }
@@ -352,6 +353,22 @@ impl Tracefs for FakePort {
 struct FakePipe {
     fs: Arc<Mutex<FakeTracefs>>,
     rx: mpsc::UnboundedReceiver<Result<String, TracefsFailure>>,
+    /// Whether a `close` succeeded.
+    closed: bool,
+}
+
+/// Dropping the reader releases its file whatever a failed `close` said,
+/// as the kernel releases a descriptor on `close(2)` even when it reports
+/// an error: the fake's pipes are no longer open (not logged: it is no
+/// operation of the program's).
+impl Drop for FakePipe {
+    fn drop(&mut self) {
+        if !self.closed {
+            let mut fs = self.fs.lock().unwrap_or_else(|p| p.into_inner());
+            fs.global.pipe_open = false;
+            fs.instances.values_mut().for_each(|b| b.pipe_open = false);
+        }
+    }
 }
 
 impl Stream for FakePipe {
@@ -368,9 +385,12 @@ impl Stream for FakePipe {
 impl TracePipe for FakePipe {
     fn close(&mut self) -> Result<(), TracefsFailure> {
         self.rx.close();
-        self.fs
+        let result = self
+            .fs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .apply(&Action::ClosePipe)
+            .apply(&Action::ClosePipe);
+        self.closed |= result.is_ok();
+        result
     }
 }

@@ -68,8 +68,12 @@ enum Step {
 ///    clearing write finds the file missing (no dynamic ftrace) or not
 ///    permitted (kernel lockdown: function tracing is impossible anyway),
 ///    the session goes on and the file counts as untouched;
-/// 6. `set_graph_function`: the same, only if graph patterns were given
-///    (a missing file is [`TraceError::FileMissing`] naming it);
+/// 6. `set_graph_function`: the same (a graph filter someone left, e.g.
+///    a teardown whose reset failed, would otherwise silently narrow a
+///    later `function_graph` trace). With patterns, a missing file is
+///    [`TraceError::FileMissing`] naming it; the clearing write tolerates
+///    a missing file (a kernel without the graph tracer) or a refusal as
+///    step 5 does;
 /// 7. open `trace_pipe` (before tracing starts, so nothing is missed);
 /// 8. `tracing_on` ← `1`: [`State::Running`].
 ///
@@ -312,11 +316,14 @@ impl TraceSession {
                     .map_or("", |p| p.as_str());
                 write("set_ftrace_filter", value, pattern_mode(i))
             }
-            Step::SetGraph(i) => write(
-                "set_graph_function",
-                &self.spec.graph_function_filter()[i],
-                pattern_mode(i),
-            ),
+            Step::SetGraph(i) => {
+                let value = self
+                    .spec
+                    .graph_function_filter()
+                    .get(i)
+                    .map_or("", |p| p.as_str());
+                write("set_graph_function", value, pattern_mode(i))
+            }
             Step::OpenPipe => Action::OpenPipe {
                 file: t.file("trace_pipe"),
             },
@@ -333,21 +340,15 @@ impl TraceSession {
     fn step_after(&self, step: Step) -> Option<Step> {
         let filters = self.spec.function_filter().len();
         let graphs = self.spec.graph_function_filter().len();
-        let graph_or_pipe = |from: usize| {
-            if from < graphs {
-                Step::SetGraph(from)
-            } else {
-                Step::OpenPipe
-            }
-        };
         Some(match step {
             Step::Mkdir => Step::TracingOff,
             Step::TracingOff => Step::ClearBuffer,
             Step::ClearBuffer => Step::SetTracer,
             Step::SetTracer => Step::SetFilter(0),
             Step::SetFilter(i) if i + 1 < filters => Step::SetFilter(i + 1),
-            Step::SetFilter(_) => graph_or_pipe(0),
-            Step::SetGraph(i) => graph_or_pipe(i + 1),
+            Step::SetFilter(_) => Step::SetGraph(0),
+            Step::SetGraph(i) if i + 1 < graphs => Step::SetGraph(i + 1),
+            Step::SetGraph(_) => Step::OpenPipe,
             Step::OpenPipe => Step::TracingOn,
             _ => return None,
         })
@@ -372,8 +373,12 @@ impl TraceSession {
                     Step::SetGraph(0) if !opened => self.graph_touched = false,
                     _ => {}
                 }
-                let tolerated = step == Step::SetFilter(0)
-                    && self.spec.function_filter().is_empty()
+                let clearing = match step {
+                    Step::SetFilter(0) => self.spec.function_filter().is_empty(),
+                    Step::SetGraph(0) => self.spec.graph_function_filter().is_empty(),
+                    _ => false,
+                };
+                let tolerated = clearing
                     && matches!(
                         failure.kind,
                         FailureKind::NotFound | FailureKind::NotPermitted
@@ -476,11 +481,15 @@ impl TraceSession {
                     failure,
                 }
             }
-            (Step::SetGraph(i), FailureKind::Rejected) => TraceError::FilterRefused {
-                field: Field::GraphFunctionFilter(i),
-                pattern: self.spec.graph_function_filter()[i].clone(),
-                failure,
-            },
+            (Step::SetGraph(i), FailureKind::Rejected)
+                if i < self.spec.graph_function_filter().len() =>
+            {
+                TraceError::FilterRefused {
+                    field: Field::GraphFunctionFilter(i),
+                    pattern: self.spec.graph_function_filter()[i].clone(),
+                    failure,
+                }
+            }
             (_, FailureKind::NotFound) => TraceError::FileMissing { file, failure },
             (_, FailureKind::NotPermitted) => TraceError::NotPermitted { file, failure },
             (_, FailureKind::Busy) => TraceError::Busy { file, failure },

@@ -118,10 +118,10 @@ fn is_write(a: &Action, name: &str, v: &str) -> bool {
 }
 
 /// Whether a failed start operation is tolerated (the clearing write of an
-/// empty function filter finding the file missing or locked).
+/// empty function or graph filter finding the file missing or locked).
 fn tolerated(sc: &Scenario, a: &Action, f: &TracefsFailure) -> bool {
-    sc.request.function_filter.is_empty()
-        && is_write(a, "set_ftrace_filter", "")
+    (sc.request.function_filter.is_empty() && is_write(a, "set_ftrace_filter", "")
+        || sc.request.graph_function_filter.is_empty() && is_write(a, "set_graph_function", ""))
         && matches!(f.kind, FailureKind::NotFound | FailureKind::NotPermitted)
 }
 

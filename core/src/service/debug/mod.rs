@@ -20,11 +20,15 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::archive::ArchiveLimits;
 use crate::images::ImageStore;
 use crate::ports::KubeconfigIssuer;
-use crate::trace::{Target, TraceBuffers, Tracefs};
+use crate::trace::{Target, TraceBuffers, TraceError, Tracefs};
 
 pub use closer::{Closable, Closer};
 pub use kubeconfig::{MAX_GROUPS, MAX_NAME_LEN, SYSTEM_MASTERS};
 pub use logs::{LogHub, LogStream, MAX_ENTRIES_PER_RESPONSE, MAX_RESPONSE_BYTES};
+
+/// How many taken instance names one Trace call skips before it gives up
+/// (FailedPrecondition, naming the last).
+pub const INSTANCE_NAMES_TRIED: usize = 8;
 
 /// The `NodeDebugService` implementation. Cheap to clone.
 #[derive(Clone)]
@@ -191,15 +195,29 @@ impl NodeDebugService for DebugService {
                 "kernel tracing is not configured on this node",
             ));
         };
-        let target = if t.per_session_instances {
-            Target::Instance(t.buffers.fresh_instance_name())
-        } else {
-            Target::Global
-        };
         // The start is a handful of quick tracefs writes on this thread
-        // (see trace::run_session).
-        let stream =
-            crate::trace::run_session(t.tracefs.clone(), &t.buffers, target, request.get_ref())?;
+        // (see trace::run_session). A fresh instance's name may still
+        // exist in tracefs (one a killed run left that could not be
+        // removed, or another program's): the next names are tried.
+        let mut names_tried = 0;
+        let stream = loop {
+            let target = if t.per_session_instances {
+                Target::Instance(t.buffers.fresh_instance_name())
+            } else {
+                Target::Global
+            };
+            match crate::trace::run_session(
+                t.tracefs.clone(),
+                &t.buffers,
+                target,
+                request.get_ref(),
+            ) {
+                Err(TraceError::InstanceExists { .. }) if names_tried < INSTANCE_NAMES_TRIED => {
+                    names_tried += 1;
+                }
+                started => break started?,
+            }
+        };
         Ok(Response::new(self.inner.closer.wrap(stream.boxed())))
     }
 
