@@ -186,7 +186,10 @@ impl Upstream for SimUpstream {
 /// stream does). A node that is down refuses the connection. Over a cut
 /// link the request does not arrive, or its answer (or the rest of it)
 /// does not come back: either way the call fails after [`LINK_TIMEOUT`],
-/// and what the target did stands.
+/// and what the target did stands. A caller that drops the call (the
+/// returned future, or the response's body) resets it, as HTTP/2's
+/// `RST_STREAM` does: the target drops its handler or its response body
+/// (a `Trace` stream's teardown runs then).
 pub fn deliver(
     runtime: &Runtime,
     routers: &Routers,
@@ -209,8 +212,10 @@ pub fn deliver(
     let node = runtime.node(target);
     let (head_tx, head_rx) = oneshot::channel();
     let (mut frames_tx, frames_rx) = mpsc::channel::<Carried>(4);
+    // Held by the caller's side; its drop is the reset.
+    let (reset_tx, reset_rx) = oneshot::channel::<()>();
     let serving = node.clone();
-    node.spawn(async move {
+    let serve = async move {
         // What the caller cannot receive: it gives up after the timeout
         // (dropping the channels then ends its call).
         let lost = || serving.sleep_until(serving.now() + LINK_TIMEOUT);
@@ -235,21 +240,27 @@ pub fn deliver(
             }
         }
         let _ = frames_tx.send(Carried::End).await;
+    };
+    node.spawn(async move {
+        // Whichever ends first: the call served, or the caller's reset
+        // (which drops the handler or the body here and now).
+        let _ = futures::future::select(Box::pin(serve), reset_rx).await;
     });
     Box::pin(async move {
         let parts = head_rx.await.map_err(|_| "connection reset".to_owned())?;
-        let frames = futures::stream::unfold((frames_rx, false), |(mut rx, ended)| async move {
+        let state = (frames_rx, false, reset_tx);
+        let frames = futures::stream::unfold(state, |(mut rx, ended, reset)| async move {
             if ended {
                 return None;
             }
             match rx.next().await {
-                Some(Carried::Frame(frame)) => Some((Ok(frame), (rx, false))),
+                Some(Carried::Frame(frame)) => Some((Ok(frame), (rx, false, reset))),
                 Some(Carried::End) => None,
                 None => Some((
                     Err(tonic::Status::unavailable(
                         "simulated: the connection broke",
                     )),
-                    (rx, true),
+                    (rx, true, reset),
                 )),
             }
         });
