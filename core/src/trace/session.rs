@@ -48,6 +48,12 @@ enum Step {
     DownRmdir,
 }
 
+/// Pattern `i` of a filter, or the clearing empty write of one with no
+/// patterns.
+fn pattern_or_clear(patterns: &[String], i: usize) -> &str {
+    patterns.get(i).map_or("", String::as_str)
+}
+
 /// The lifecycle of one trace session on one buffer, as a sans-IO machine:
 /// it says which tracefs operations to perform, in which order, and turns
 /// `trace_pipe` lines into `TraceEvent`s. It performs no I/O itself.
@@ -308,22 +314,16 @@ impl TraceSession {
             }
             Step::ClearBuffer => write("trace", "", WriteMode::Truncate),
             Step::SetTracer => write("current_tracer", self.spec.tracer(), WriteMode::Truncate),
-            Step::SetFilter(i) => {
-                let value = self
-                    .spec
-                    .function_filter()
-                    .get(i)
-                    .map_or("", |p| p.as_str());
-                write("set_ftrace_filter", value, pattern_mode(i))
-            }
-            Step::SetGraph(i) => {
-                let value = self
-                    .spec
-                    .graph_function_filter()
-                    .get(i)
-                    .map_or("", |p| p.as_str());
-                write("set_graph_function", value, pattern_mode(i))
-            }
+            Step::SetFilter(i) => write(
+                "set_ftrace_filter",
+                pattern_or_clear(self.spec.function_filter(), i),
+                pattern_mode(i),
+            ),
+            Step::SetGraph(i) => write(
+                "set_graph_function",
+                pattern_or_clear(self.spec.graph_function_filter(), i),
+                pattern_mode(i),
+            ),
             Step::OpenPipe => Action::OpenPipe {
                 file: t.file("trace_pipe"),
             },
