@@ -209,7 +209,8 @@ fn a_deposed_leaders_write_does_not_commit_and_it_steps_down() {
 
 /// A read is confirmed like a write: a leader whose key is gone (it has
 /// not noticed) refuses the read, Unavailable, and steps down; one that
-/// still leads passes.
+/// still leads passes. An invalid Watch is refused before the
+/// confirmation.
 #[test]
 fn a_deposed_leader_confirms_no_read_and_steps_down() {
     use metropolis_core::service::{CuratorService, WatchCache, WatchCacheOptions};
@@ -225,7 +226,34 @@ fn a_deposed_leader_confirms_no_read_and_steps_down() {
     block_on(curator.confirm_leadership()).unwrap();
     assert!(matches!(s.shared.role(), Role::Leader(_)));
     s.model.delete("election/a");
-    let refused = block_on(curator.confirm_leadership()).unwrap_err();
+    // Through the router, as the daemon serves Watch: a request that is
+    // not valid is refused before anything is read for it (the deposed
+    // leader does not learn it yet)...
+    let router = Router::new()
+        .with_service(curator.curator_server())
+        .with_routing(Arc::new(s.shared.clone()));
+    let watch = |request: metropolis_proto::prelude::curator::WatchRequest| {
+        let mut framed = vec![0u8];
+        let message = request.encode_to_vec();
+        framed.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+        framed.extend_from_slice(&message);
+        let mut call = Request::builder()
+            .uri("http://metropolis/metropolis.node.core.curator.proto.api.Curator/Watch")
+            .header("content-type", "application/grpc")
+            .body(Body::new(http_body_util::Full::new(Bytes::from(framed))))
+            .unwrap();
+        call.extensions_mut().insert(Identity::Owner);
+        let response = block_on(router.call(call));
+        tonic::Status::from_header_map(response.headers()).expect("a trailers-only status")
+    };
+    let invalid = watch(Default::default());
+    assert_eq!(invalid.code(), tonic::Code::InvalidArgument, "{invalid:?}");
+    assert!(matches!(s.shared.role(), Role::Leader(_)));
+    // ...and a valid one confirms the leadership, which is lost.
+    use metropolis_proto::prelude::curator::watch_request::{Kind, NodesInCluster};
+    let refused = watch(metropolis_proto::prelude::curator::WatchRequest {
+        kind: Some(Kind::NodesInCluster(NodesInCluster {})),
+    });
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
     assert!(refused.message().contains("lost leadership"), "{refused:?}");
     assert_eq!(s.shared.role(), Role::Campaigning);

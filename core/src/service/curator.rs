@@ -98,6 +98,32 @@ impl CuratorService {
     }
 }
 
+/// What a `Curator.Watch` follows, from a validated `WatchRequest`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchTarget {
+    /// One node (`NodeInCluster`).
+    Node(NodeId),
+    /// Every node (`NodesInCluster`).
+    AllNodes,
+}
+
+impl WatchTarget {
+    /// Validates `request`: InvalidArgument naming the field that is
+    /// unset or not a node ID. Checked before anything is read for it.
+    pub fn from_request(request: curator::WatchRequest) -> Result<WatchTarget, Status> {
+        use curator::watch_request::Kind;
+        match request.kind {
+            None => Err(Status::invalid_argument(
+                "kind: must be set to node_in_cluster or nodes_in_cluster",
+            )),
+            Some(Kind::NodeInCluster(n)) => NodeId::parse(&n.node_id)
+                .map(WatchTarget::Node)
+                .map_err(|e| Status::invalid_argument(format!("node_in_cluster.node_id: {e}"))),
+            Some(Kind::NodesInCluster(_)) => Ok(WatchTarget::AllNodes),
+        }
+    }
+}
+
 impl CuratorService {
     /// Confirms that this instance still leads before it serves a read in
     /// an elected term: an empty transaction through the services' store,
@@ -118,28 +144,18 @@ impl CuratorService {
     }
 
     /// `Curator.Watch` for `caller`, routed in leadership term `term`:
-    /// validates the request and opens a stream on the shared watch cache
-    /// (whose backlog then holds every write acknowledged before the term
-    /// began). A node's stream lasts only while the node is a member of
-    /// the cluster.
+    /// opens a stream of `target` on the shared watch cache (whose backlog
+    /// then holds every write acknowledged before the term began). A
+    /// node's stream lasts only while the node is a member of the cluster.
     pub fn open_watch(
         &self,
         caller: &Identity,
         term: LeaderTerm,
-        request: curator::WatchRequest,
-    ) -> Result<WatchStream, Status> {
-        use curator::watch_request::Kind;
-        match request.kind {
-            None => Err(Status::invalid_argument(
-                "kind: must be set to node_in_cluster or nodes_in_cluster",
-            )),
-            Some(Kind::NodeInCluster(n)) => {
-                let id = NodeId::parse(&n.node_id).map_err(|e| {
-                    Status::invalid_argument(format!("node_in_cluster.node_id: {e}"))
-                })?;
-                Ok(self.cache.watch_node_as(id.as_str(), caller, term))
-            }
-            Some(Kind::NodesInCluster(_)) => Ok(self.cache.watch_nodes_as(caller, term)),
+        target: WatchTarget,
+    ) -> WatchStream {
+        match target {
+            WatchTarget::Node(id) => self.cache.watch_node_as(id.as_str(), caller, term),
+            WatchTarget::AllNodes => self.cache.watch_nodes_as(caller, term),
         }
     }
 

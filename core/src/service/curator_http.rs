@@ -30,7 +30,7 @@ use super::unary::{self, MAX_REQUEST_BYTES};
 use crate::identity::Identity;
 use tonic_prost::ProstCodec;
 
-use super::curator::CuratorService;
+use super::curator::{CuratorService, WatchTarget};
 use super::watch_cache::WatchStream;
 
 const SERVICE: &str = "metropolis.node.core.curator.proto.api.Curator";
@@ -94,6 +94,10 @@ async fn watch(service: CuratorService, request: Request<Body>) -> Response<Body
         Ok(None) => return Status::invalid_argument("no WatchRequest in the call").into_http(),
         Err(status) => return status.into_http(),
     };
+    let target = match WatchTarget::from_request(request) {
+        Ok(target) => target,
+        Err(status) => return status.into_http(),
+    };
     // Under an elected leader, the read is confirmed first (see
     // `confirm_leadership`).
     if term != LeaderTerm::FIXED
@@ -101,21 +105,17 @@ async fn watch(service: CuratorService, request: Request<Body>) -> Response<Body
     {
         return status.into_http();
     }
-    match service.open_watch(&caller, term, request) {
-        Ok(stream) => {
-            let mut response = Response::new(Body::new(WatchBody {
-                stream: Some(stream),
-                message: None,
-                finished: false,
-            }));
-            response.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                HeaderValue::from_static("application/grpc"),
-            );
-            response
-        }
-        Err(status) => status.into_http(),
-    }
+    let stream = service.open_watch(&caller, term, target);
+    let mut response = Response::new(Body::new(WatchBody {
+        stream: Some(stream),
+        message: None,
+        finished: false,
+    }));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    response
 }
 
 /// The response body of one `Watch` call: one length-prefixed gRPC message

@@ -28,7 +28,7 @@ pub use admission::RequestLimits;
 pub use agent_callback::{
     AgentCallbackHttp, MACHINES_PREFIX, ProvisioningService, is_uuid, machine_key,
 };
-pub use curator::CuratorService;
+pub use curator::{CuratorService, WatchTarget};
 pub use curator_http::{CuratorHttp, WatchBody};
 pub use group_commit::{GroupCommit, GroupCommitOptions};
 pub use health::{HealthMonitor, HealthService, HealthWatch, Readiness};
