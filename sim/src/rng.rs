@@ -56,6 +56,13 @@ impl Rng {
         ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
     }
 
+    /// Uniform in `[0, max)` at µs resolution; zero for a zero `max`
+    /// (without a draw).
+    pub fn duration_below(&mut self, max: std::time::Duration) -> std::time::Duration {
+        let max = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
+        std::time::Duration::from_micros(if max == 0 { 0 } else { self.below(max) })
+    }
+
     /// Uniform in `[lo, hi]` (inclusive).
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
         if hi <= lo {

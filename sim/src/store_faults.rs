@@ -210,8 +210,7 @@ impl FaultyStore {
             return Duration::ZERO;
         }
         s.counts.lagged += 1;
-        let max = u64::try_from(faults.max_lag.as_micros()).unwrap_or(u64::MAX);
-        Duration::from_micros(s.rng.below(max.max(1)))
+        s.rng.duration_below(faults.max_lag)
     }
 
     /// This request's fate and the delay until it is carried out (or
@@ -223,8 +222,7 @@ impl FaultyStore {
             return (Fate::Fail, Duration::from_millis(1));
         }
         let faults = s.faults;
-        let max = u64::try_from(faults.max_delay.as_micros()).unwrap_or(u64::MAX);
-        let mut delay = Duration::from_micros(if max == 0 { 0 } else { s.rng.below(max) });
+        let mut delay = s.rng.duration_below(faults.max_delay);
         let mut fate = if s.rng.chance(faults.fail) {
             s.counts.failed += 1;
             Fate::Fail

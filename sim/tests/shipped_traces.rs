@@ -43,15 +43,18 @@ use metropolis_core::service::Router;
 use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub};
 use metropolis_core::trace::{FailureKind, TracePipe, Tracefs, TracefsFailure, WriteMode};
 use metropolis_proto::prelude::debug;
-use metropolis_sim::call::server_stream;
+use metropolis_sim::call::{Messages, server_stream};
 use metropolis_sim::hash::TraceHash;
 use metropolis_sim::rng::Rng;
-use metropolis_sim::runtime::{NodeClock, Runtime};
+use metropolis_sim::runtime::{Node, NodeClock, Runtime};
 use metropolis_sim::upstream::Routers;
 use metropolis_testkit::tracefs::{FakeBuffer, FakePort, FakeTracefs};
 use prost::Message;
 
 const NODES: usize = 2;
+/// The node whose sessions get instances of their own (the other traces
+/// into the global buffer).
+const INSTANCES_NODE: usize = 0;
 const CLIENT: usize = NODES;
 const TRACE: &str = "/metropolis.proto.api.NodeDebugService/Trace";
 /// Clients start sessions until then.
@@ -118,6 +121,16 @@ fn restored(b: &FakeBuffer) -> bool {
     !b.tracing_on && b.tracer == "nop" && b.filter.is_empty() && b.graph.is_empty() && !b.pipe_open
 }
 
+/// Whether node `i`'s tracefs holds nothing of sessions that are over:
+/// no instance beyond those in `kept`, or the global buffer restored.
+fn clean(i: usize, fs: &FakeTracefs, kept: &[String]) -> bool {
+    if i == INSTANCES_NODE {
+        fs.instances.keys().all(|k| kept.contains(k))
+    } else {
+        restored(&fs.global)
+    }
+}
+
 /// One node: its tracefs (the kernel's), the running daemon's liveness,
 /// and how often it was killed.
 struct TraceNode {
@@ -131,8 +144,7 @@ impl TraceNode {
         self.crashes.load(Ordering::Relaxed)
     }
 
-    /// The log's length and whether an injected failure is among the
-    /// operations from `from` on.
+    /// Whether an injected failure is among the operations from `from` on.
     fn injected_since(&self, from: usize) -> bool {
         self.port.fs().log.iter().skip(from).any(|op| op.injected)
     }
@@ -209,7 +221,7 @@ impl World {
         };
         let debug = DebugService::with_ports(DebugPorts {
             tracefs: Some(Arc::new(tracefs)),
-            trace_instances: i == 0,
+            trace_instances: i == INSTANCES_NODE,
             ..DebugPorts::new(LogHub::new(LogTreeConfig::default()))
         });
         self.routers
@@ -224,10 +236,7 @@ impl World {
         node.crashes.fetch_add(1, Ordering::Relaxed);
         self.routers.set(i, None);
         self.rt.crash(i);
-        let mut fs = node.port.fs();
-        fs.global.pipe_open = false;
-        fs.instances.values_mut().for_each(|b| b.pipe_open = false);
-        drop(fs);
+        node.port.fs().release_pipes();
         node.port.drop_pipes();
     }
 
@@ -317,25 +326,8 @@ impl World {
                     violation(format!("node {i}: {request:?} started"));
                 }
                 // Read for a while, then cancel (drop the stream).
-                let read_for = Duration::from_millis(rng.range(0, 600));
-                let until = clock.now() + read_for;
-                let mut lines = 0u64;
-                let mut ended = None;
-                loop {
-                    let timer = clock.sleep_until(until);
-                    match futures::future::select(events.next(), Box::pin(timer)).await {
-                        futures::future::Either::Left((Some(Ok(_)), _)) => lines += 1,
-                        futures::future::Either::Left((Some(Err(code)), _)) => {
-                            ended = Some(code);
-                            break;
-                        }
-                        futures::future::Either::Left((None, _)) => {
-                            ended = Some(tonic::Code::Ok);
-                            break;
-                        }
-                        futures::future::Either::Right(_) => break,
-                    }
-                }
+                let until = clock.now() + Duration::from_millis(rng.range(0, 600));
+                let (lines, ended) = read_until(&mut events, &clock, until).await;
                 drop(events);
                 trace
                     .lock()
@@ -353,12 +345,7 @@ impl World {
                     .await;
                 if !crashed && !node.injected_since(log_from) {
                     let fs = node.port.fs();
-                    let clean = if i == 0 {
-                        fs.instances.keys().all(|k| instances_before.contains(k))
-                    } else {
-                        restored(&fs.global)
-                    };
-                    if !clean {
+                    if !clean(i, &fs, &instances_before) {
                         violation(format!(
                             "node {i}: not restored after a cancel: {:?} {:?}",
                             fs.global, fs.instances
@@ -367,6 +354,25 @@ impl World {
                 }
             }
         });
+    }
+}
+
+/// Reads `events` until `until` on `clock`: the lines read, and how the
+/// stream ended if it did (`Ok` for a clean end).
+async fn read_until(
+    events: &mut Messages,
+    clock: &Node,
+    until: metropolis_core::time::Instant,
+) -> (u64, Option<tonic::Code>) {
+    use futures::future::{Either, select};
+    let mut lines = 0;
+    loop {
+        match select(events.next(), Box::pin(clock.sleep_until(until))).await {
+            Either::Left((Some(Ok(_)), _)) => lines += 1,
+            Either::Left((Some(Err(code)), _)) => return (lines, Some(code)),
+            Either::Left((None, _)) => return (lines, Some(tonic::Code::Ok)),
+            Either::Right(_) => return (lines, None),
+        }
     }
 }
 
@@ -446,12 +452,7 @@ fn run(seed: u64) -> Outcome {
     world.rt.run_until(end + Duration::from_secs(1));
     for (i, node) in world.nodes.iter().enumerate() {
         let fs = node.port.fs();
-        let clean = if i == 0 {
-            fs.instances.is_empty()
-        } else {
-            restored(&fs.global)
-        };
-        if !clean {
+        if !clean(i, &fs, &[]) {
             world.violation(format!(
                 "seed {seed}: node {i} left {:?} {:?}",
                 fs.global,

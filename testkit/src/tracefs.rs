@@ -131,6 +131,16 @@ impl FakeTracefs {
         }
     }
 
+    /// Marks every buffer's `trace_pipe` closed, as the kernel does when
+    /// the reader's process exits or drops its descriptor (no operation
+    /// of the program's: not logged, never injected).
+    pub fn release_pipes(&mut self) {
+        self.global.pipe_open = false;
+        self.instances
+            .values_mut()
+            .for_each(|b| b.pipe_open = false);
+    }
+
     /// Performs `action` (or fails it as injected), logging it.
     pub fn apply(&mut self, action: &Action) -> Result<(), TracefsFailure> {
         let index = self.log.len();
@@ -364,9 +374,10 @@ struct FakePipe {
 impl Drop for FakePipe {
     fn drop(&mut self) {
         if !self.closed {
-            let mut fs = self.fs.lock().unwrap_or_else(|p| p.into_inner());
-            fs.global.pipe_open = false;
-            fs.instances.values_mut().for_each(|b| b.pipe_open = false);
+            self.fs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .release_pipes();
         }
     }
 }

@@ -373,11 +373,8 @@ impl TraceSession {
                     Step::SetGraph(0) if !opened => self.graph_touched = false,
                     _ => {}
                 }
-                let clearing = match step {
-                    Step::SetFilter(0) => self.spec.function_filter().is_empty(),
-                    Step::SetGraph(0) => self.spec.graph_function_filter().is_empty(),
-                    _ => false,
-                };
+                // The clearing write of a filter given no patterns.
+                let clearing = matches!(self.filter_of(step), Some((_, [], 0)));
                 let tolerated = clearing
                     && matches!(
                         failure.kind,
@@ -453,8 +450,33 @@ impl TraceSession {
         }
     }
 
+    /// A filter step's field, its filter's patterns, and the index it
+    /// writes; `None` for the other steps.
+    fn filter_of(&self, step: Step) -> Option<(Field, &[String], usize)> {
+        match step {
+            Step::SetFilter(i) => Some((Field::FunctionFilter(i), self.spec.function_filter(), i)),
+            Step::SetGraph(i) => Some((
+                Field::GraphFunctionFilter(i),
+                self.spec.graph_function_filter(),
+                i,
+            )),
+            _ => None,
+        }
+    }
+
     /// The error a failed start step means for the client.
     fn classify(&self, step: Step, failure: TracefsFailure) -> TraceError {
+        // A pattern the kernel refused (not the clearing write of none).
+        if failure.kind == FailureKind::Rejected
+            && let Some((field, patterns, i)) = self.filter_of(step)
+            && let Some(pattern) = patterns.get(i)
+        {
+            return TraceError::FilterRefused {
+                field,
+                pattern: pattern.clone(),
+                failure,
+            };
+        }
         let file = match self.action(step) {
             Action::Mkdir { dir } | Action::Rmdir { dir } => dir,
             Action::Write { file, .. } | Action::OpenPipe { file } => file,
@@ -472,24 +494,6 @@ impl TraceSession {
                 tracer: self.spec.tracer().to_owned(),
                 failure,
             },
-            (Step::SetFilter(i), FailureKind::Rejected)
-                if i < self.spec.function_filter().len() =>
-            {
-                TraceError::FilterRefused {
-                    field: Field::FunctionFilter(i),
-                    pattern: self.spec.function_filter()[i].clone(),
-                    failure,
-                }
-            }
-            (Step::SetGraph(i), FailureKind::Rejected)
-                if i < self.spec.graph_function_filter().len() =>
-            {
-                TraceError::FilterRefused {
-                    field: Field::GraphFunctionFilter(i),
-                    pattern: self.spec.graph_function_filter()[i].clone(),
-                    failure,
-                }
-            }
             (_, FailureKind::NotFound) => TraceError::FileMissing { file, failure },
             (_, FailureKind::NotPermitted) => TraceError::NotPermitted { file, failure },
             (_, FailureKind::Busy) => TraceError::Busy { file, failure },
