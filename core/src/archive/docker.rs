@@ -189,6 +189,7 @@ pub(crate) fn plan(ctx: &Ctx<'_>, builder: &mut PlanBuilder) -> Result<bool, Arc
             unverified_diff_id: None,
         });
         let mut layers = Vec::with_capacity(entry.layers.len());
+        let mut layer_digests = Vec::with_capacity(entry.layers.len());
         for (j, (path, diff_id)) in entry.layers.iter().zip(diff_ids).enumerate() {
             let field = format!("manifest.json[{i}].Layers[{j}]");
             let layer = ctx.file(path, &field)?;
@@ -204,6 +205,7 @@ pub(crate) fn plan(ctx: &Ctx<'_>, builder: &mut PlanBuilder) -> Result<bool, Arc
                 compression: Some(compression),
                 unverified_diff_id: unverified,
             });
+            layer_digests.push(layer.info.digest);
             layers.push(OutDescriptor {
                 media_type,
                 digest: layer.info.digest.to_string(),
@@ -228,6 +230,20 @@ pub(crate) fn plan(ctx: &Ctx<'_>, builder: &mut PlanBuilder) -> Result<bool, Arc
             digest: Digest::of(&data),
             size: data.len() as u64,
         };
+        let mut children = Vec::with_capacity(1 + manifest.layers.len());
+        children.push(Descriptor {
+            media_type: MEDIA_TYPE_OCI_CONFIG.to_owned(),
+            digest: config.info.digest,
+            size: config.info.size,
+        });
+        for (layer, digest) in manifest.layers.iter().zip(layer_digests) {
+            children.push(Descriptor {
+                media_type: layer.media_type.to_owned(),
+                digest,
+                size: layer.size,
+            });
+        }
+        builder.set_children(descriptor.digest, children);
         builder.add_synthesized(SynthesizedBlob {
             digest: descriptor.digest,
             data,

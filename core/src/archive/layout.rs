@@ -1,7 +1,7 @@
 //! From a complete member table to an [`ImportPlan`]: format detection and
 //! the lookups and plan building both formats share.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::de::DeserializeOwned;
 
@@ -10,7 +10,8 @@ use super::error::ArchiveError;
 use super::members::{FileInfo, Json, LookupError, MemberKind, Members, normalize_reference};
 use super::oci;
 use super::plan::{
-    BlobSource, Compression, Digest, DigestError, Format, ImageRef, ImportPlan, SynthesizedBlob,
+    BlobSource, Compression, Descriptor, Digest, DigestError, Format, ImageRef, ImportPlan,
+    SynthesizedBlob,
 };
 use super::validator::ArchiveLimits;
 
@@ -56,6 +57,7 @@ pub(crate) fn plan(members: &Members, limits: &ArchiveLimits) -> Result<ImportPl
         blobs: builder.blobs,
         synthesized: builder.synthesized,
         images: builder.images,
+        children: builder.children,
     })
 }
 
@@ -176,6 +178,8 @@ pub(crate) struct PlanBuilder {
     pub images: Vec<ImageRef>,
     /// Docker archives: normalised `RepoTags` by config digest.
     pub names_by_config: HashMap<Digest, Vec<String>>,
+    /// What each manifest and index references ([`ImportPlan::children`]).
+    pub children: BTreeMap<Digest, Vec<Descriptor>>,
 }
 
 impl PlanBuilder {
@@ -186,6 +190,13 @@ impl PlanBuilder {
         }
         self.blob_index.insert(blob.digest, self.blobs.len());
         self.blobs.push(blob);
+    }
+
+    /// Records what the manifest or index `parent` references (the first
+    /// record of a digest stands: the same bytes reference the same
+    /// children).
+    pub(crate) fn set_children(&mut self, parent: Digest, children: Vec<Descriptor>) {
+        self.children.entry(parent).or_insert(children);
     }
 
     /// Adds a synthesized blob unless one with its digest is already there.

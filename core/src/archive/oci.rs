@@ -235,10 +235,12 @@ impl<'a> Walker<'_, 'a> {
                     });
                 }
                 let index: Index = self.ctx.json(&found)?;
+                let mut children = Vec::with_capacity(index.manifests.len());
                 for (k, child) in index.manifests.iter().enumerate() {
                     let child_field = format!("{}.manifests[{k}]", found.path);
-                    self.manifest(child, &child_field, depth + 1)?;
+                    children.push(self.manifest(child, &child_field, depth + 1)?.0);
                 }
+                self.builder.set_children(digest, children);
                 Ok((descriptor, None))
             }
             Shape::Manifest => {
@@ -281,6 +283,12 @@ impl<'a> Walker<'_, 'a> {
             compression: None,
             unverified_diff_id: None,
         });
+        let mut children = Vec::with_capacity(1 + manifest.layers.len());
+        children.push(Descriptor {
+            media_type: config_type.unwrap_or("application/octet-stream").to_owned(),
+            digest: config_digest,
+            size: config.info.size,
+        });
         let diff_ids = match config_type {
             Some(MEDIA_TYPE_OCI_CONFIG | MEDIA_TYPE_DOCKER_CONFIG) => {
                 let image_config: ImageConfig = self.ctx.json(&config)?;
@@ -309,6 +317,11 @@ impl<'a> Walker<'_, 'a> {
                 .media_type
                 .clone()
                 .unwrap_or_else(|| layer_media_type(compression).to_owned());
+            children.push(Descriptor {
+                media_type: media_type.clone(),
+                digest,
+                size: layer.info.size,
+            });
             self.builder.add_blob(BlobSource {
                 digest,
                 size: layer.info.size,
@@ -318,6 +331,7 @@ impl<'a> Walker<'_, 'a> {
                 unverified_diff_id: unverified,
             });
         }
+        self.builder.set_children(found.info.digest, children);
         Ok(config_digest)
     }
 }

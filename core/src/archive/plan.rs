@@ -1,6 +1,7 @@
 //! The result of a validated archive: what a store writes, and where the
 //! bytes came from.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use bytes::Bytes;
@@ -231,6 +232,12 @@ pub struct ImportPlan {
     pub synthesized: Vec<SynthesizedBlob>,
     /// The images, in archive order; one per name (an unnamed image once).
     pub images: Vec<ImageRef>,
+    /// What each image manifest and index of the plan references, in its
+    /// own order: an image manifest's config then its layers, an index's
+    /// manifests. Every referenced digest is a blob or synthesized blob of
+    /// the plan. For stores whose garbage collection follows references
+    /// (containerd's `containerd.io/gc.ref.content.*` labels).
+    pub children: BTreeMap<Digest, Vec<Descriptor>>,
 }
 
 impl ImportPlan {

@@ -453,6 +453,51 @@ fn check_plan(plan: &ImportPlan, outputs: &[Output]) {
         };
         assert_eq!(size, d.size);
     }
+    check_children(plan);
+}
+
+/// The plan's reference graph is what its JSON says and covers it: every
+/// manifest and index lists exactly the descriptors its own bytes hold,
+/// and every blob is an image's root or some blob's child.
+fn check_children(plan: &ImportPlan) {
+    let in_plan = |d: &Digest| plan.blob(d).is_some() || plan.synthesized_blob(d).is_some();
+    let mut reached: std::collections::BTreeSet<Digest> =
+        plan.images.iter().map(|i| i.manifest.digest).collect();
+    for (parent, children) in &plan.children {
+        assert!(in_plan(parent), "children of {parent}, not in the plan");
+        for c in children {
+            assert!(
+                in_plan(&c.digest),
+                "{parent} references {}, not in the plan",
+                c.digest
+            );
+            reached.insert(c.digest);
+        }
+    }
+    let all: std::collections::BTreeSet<Digest> = plan
+        .blobs
+        .iter()
+        .map(|b| b.digest)
+        .chain(plan.synthesized.iter().map(|s| s.digest))
+        .collect();
+    assert_eq!(reached, all, "blobs reached through images and children");
+    for s in &plan.synthesized {
+        let m: serde_json::Value = serde_json::from_slice(&s.data).expect("synthesized JSON");
+        let listed: Vec<(String, String)> = std::iter::once(&m["config"])
+            .chain(m["layers"].as_array().expect("layers").iter())
+            .map(|d| {
+                (
+                    d["mediaType"].as_str().expect("mediaType").to_owned(),
+                    d["digest"].as_str().expect("digest").to_owned(),
+                )
+            })
+            .collect();
+        let recorded: Vec<(String, String)> = plan.children[&s.digest]
+            .iter()
+            .map(|c| (c.media_type.clone(), c.digest.to_string()))
+            .collect();
+        assert_eq!(recorded, listed, "children of synthesized {}", s.digest);
+    }
 }
 
 const CHUNKS: [usize; 5] = [1, 7, 512, 4096, usize::MAX];
@@ -624,6 +669,22 @@ fn oci_layout() {
             sha(&o.layers[1]),
             sha(&o.nested),
         ]
+    );
+    let children = |parent: &[u8]| -> Vec<Digest> {
+        plan.children[&sha(parent)]
+            .iter()
+            .map(|c| c.digest)
+            .collect()
+    };
+    assert_eq!(
+        children(&o.manifest),
+        [sha(&o.config), sha(&o.layers[0]), sha(&o.layers[1])]
+    );
+    assert_eq!(children(&o.nested), [sha(&o.manifest)]);
+    assert_eq!(
+        plan.children.len(),
+        2,
+        "layers and configs reference nothing"
     );
 }
 
