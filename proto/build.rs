@@ -19,12 +19,21 @@ const PROTOS: &[&str] = &[
     "metropolis/proto/api/debug.proto",
 ];
 
+/// containerd's API, the subset the containerd image store calls: compiled
+/// apart, so it stays out of the descriptor set this node's reflection
+/// serves, and without servers.
+const CONTAINERD_PROTOS: &[&str] = &[
+    "containerd/services/content/v1/content.proto",
+    "containerd/services/images/v1/images.proto",
+    "containerd/services/leases/v1/leases.proto",
+];
+
 type BuildResult = Result<(), Box<dyn std::error::Error>>;
 
 fn main() -> BuildResult {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
-    for dir in ["metropolis", "cloud", "version", "osbase"] {
+    for dir in ["metropolis", "cloud", "version", "osbase", "containerd"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
 
@@ -45,6 +54,16 @@ fn main() -> BuildResult {
         .include_file("mod.rs")
         .bytes(".")
         .compile_fds(fds)?;
+
+    let mut containerd = protox::Compiler::new([&root])?;
+    containerd.include_imports(true);
+    containerd.open_files(CONTAINERD_PROTOS)?;
+    tonic_prost_build::configure()
+        .build_transport(false)
+        .build_server(false)
+        .include_file("containerd.rs")
+        .bytes(".")
+        .compile_fds(containerd.file_descriptor_set())?;
 
     Ok(())
 }

@@ -8,6 +8,9 @@
 //! - [`authorization`] is the per-method policy read from the
 //!   `metropolis.proto.ext.authorization` option at build time.
 //! - [`wire`] holds the pre-encoded Watch event.
+//! - [`containerd`]: clients of the part of containerd's API the
+//!   containerd image store calls (`containerd/README.md`); not in
+//!   [`FILE_DESCRIPTOR_SET`].
 //!
 //! Generated code carries no transport: clients and servers are generic
 //! over the HTTP/2 service, so the crate works on any async runtime.
@@ -15,6 +18,9 @@
 #![allow(missing_docs, clippy::all, clippy::unwrap_used)]
 
 include!(concat!(env!("OUT_DIR"), "/mod.rs"));
+// containerd's API (`containerd::services::{content, images, leases}::v1`,
+// `containerd::types`): clients only, for the containerd image store.
+include!(concat!(env!("OUT_DIR"), "/containerd.rs"));
 
 /// The encoded `FileDescriptorSet` of every compiled file and its imports.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptor.bin"));
