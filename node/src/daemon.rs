@@ -19,7 +19,7 @@ use metropolis_core::identity::{NodeId, is_curator_certificate};
 use metropolis_core::images::ImageStore;
 use metropolis_core::logtree::LogTreeConfig;
 use metropolis_core::ports::KubeconfigIssuer;
-use metropolis_core::ports::{CertIssuer, KvStore, Spawner, WallClock};
+use metropolis_core::ports::{CertIssuer, KvStore, WallClock};
 use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub};
 use metropolis_core::service::node::{NodeOptions, NodePorts, NodeServiceSet};
 use metropolis_core::service::{HealthMonitor, Readiness, Router, WatchCache, WatchCacheOptions};
@@ -34,6 +34,7 @@ use metropolis_pki::{
 use metropolis_store::{EmbeddedStore, StoreOptions};
 use metropolis_transport::connect::Dialer;
 use metropolis_transport::peer::PeerClassifier;
+use metropolis_transport::runtime::SharedRuntime;
 use metropolis_transport::upstream::Dial;
 
 /// The async runtime the daemon runs on.
@@ -172,17 +173,14 @@ pub struct Config {
     /// once. Without it, sessions share the global buffer, one at a time.
     #[arg(long)]
     pub trace_instances: bool,
-    /// Import LoadImage archives into containerd at this socket (through
-    /// its `ctr` client) instead of the default store, an OCI image layout
-    /// under `<data-dir>/images`.
+    /// Import LoadImage archives into containerd at this socket (its gRPC
+    /// API, streamed as they arrive) instead of the default store, an OCI
+    /// image layout under `<data-dir>/images`.
     #[arg(long, value_name = "PATH")]
     pub containerd_socket: Option<PathBuf>,
     /// The containerd namespace images go to.
     #[arg(long, value_name = "NS", default_value = "k8s.io")]
     pub containerd_namespace: String,
-    /// The `ctr` binary used to talk to containerd.
-    #[arg(long, value_name = "PATH", default_value = "ctr")]
-    pub ctr: PathBuf,
     /// Let LoadImage replace an image whose name exists already (otherwise
     /// AlreadyExists, and the existing image is untouched).
     #[arg(long)]
@@ -503,11 +501,12 @@ enum Backend {
 
 impl NodeServices {
     /// Opens the data directory (creating the PKI on first start), builds
-    /// the services with background tasks on `spawner`, and registers this
+    /// the services with background tasks (and the containerd image store's
+    /// calls) on `runtime`, and registers this
     /// node if it is not registered yet.
     pub async fn prepare(
         config: &Config,
-        spawner: Arc<dyn Spawner>,
+        runtime: SharedRuntime,
     ) -> Result<NodeServices, DaemonError> {
         if config.cluster.enabled() {
             return Err("--etcd: this entry point serves the embedded store only; \
@@ -520,7 +519,7 @@ impl NodeServices {
         let layout = Layout::new(&config.data_dir);
         let store = Arc::new(EmbeddedStore::open(&layout.store, StoreOptions::default())?);
         let pki = load_or_create_pki(&layout, &config.extra_sans)?;
-        Self::build(config, spawner, pki, Backend::Embedded(store)).await
+        Self::build(config, runtime, pki, Backend::Embedded(store)).await
     }
 
     /// Builds the services the configuration asks for: over the embedded
@@ -532,12 +531,12 @@ impl NodeServices {
     /// the election.
     pub async fn prepare_node(
         config: &Config,
-        spawner: Arc<dyn Spawner>,
+        runtime: SharedRuntime,
         dialer: Arc<dyn Dialer>,
         start: Option<StartElection>,
     ) -> Result<NodeServices, DaemonError> {
         if !config.cluster.enabled() {
-            return Self::prepare(config, spawner).await;
+            return Self::prepare(config, runtime).await;
         }
         config.check_debug_listen()?;
         let Some(start) = start else {
@@ -555,7 +554,7 @@ impl NodeServices {
             handle.stop.await;
             return Err(e);
         }
-        let mut node = Self::prepare_elected(config, spawner, pki, handle.elected).await?;
+        let mut node = Self::prepare_elected(config, runtime, pki, handle.elected).await?;
         node.election = std::sync::Mutex::new(Some(handle.stop));
         Ok(node)
     }
@@ -582,17 +581,17 @@ impl NodeServices {
     /// election and stops it on shutdown.
     pub async fn prepare_elected(
         config: &Config,
-        spawner: Arc<dyn Spawner>,
+        runtime: SharedRuntime,
         pki: NodePki,
         elected: Elected,
     ) -> Result<NodeServices, DaemonError> {
         config.check_debug_listen()?;
-        Self::build(config, spawner, pki, Backend::Elected(elected)).await
+        Self::build(config, runtime, pki, Backend::Elected(elected)).await
     }
 
     async fn build(
         config: &Config,
-        spawner: Arc<dyn Spawner>,
+        runtime: SharedRuntime,
         pki: NodePki,
         backend: Backend,
     ) -> Result<NodeServices, DaemonError> {
@@ -621,7 +620,7 @@ impl NodeServices {
             NodePorts {
                 store,
                 leadership,
-                spawner,
+                spawner: runtime.clone(),
                 issuer: Some(Arc::new(Issuer(pki.ca.clone()))),
                 wall_clock: Arc::new(SystemClock),
                 readiness,
@@ -663,7 +662,7 @@ impl NodeServices {
                     kubeconfig,
                     tracefs: Some(tracefs),
                     trace_instances: config.trace_instances,
-                    images: Some(image_store(config)?),
+                    images: Some(image_store(config, &runtime)?),
                     archive_limits: ArchiveLimits {
                         max_total_size: config.image_max_bytes,
                         ..ArchiveLimits::default()
@@ -802,14 +801,16 @@ impl NodeServices {
 
 /// The image store the flags ask for: containerd, or the OCI image layout
 /// under the data directory.
-fn image_store(config: &Config) -> Result<Arc<dyn ImageStore>, DaemonError> {
+fn image_store(
+    config: &Config,
+    runtime: &SharedRuntime,
+) -> Result<Arc<dyn ImageStore>, DaemonError> {
     match &config.containerd_socket {
         Some(socket) => {
             let mut c = ContainerdConfig::new(socket, config.data_dir.join("containerd-staging"));
             c.namespace = config.containerd_namespace.clone();
-            c.ctr = config.ctr.clone();
             c.replace_tags = config.image_replace_tags;
-            let store = ContainerdStore::open(c)
+            let store = ContainerdStore::open(c, runtime.clone())
                 .map_err(|e| format!("{}: containerd image store: {e}", socket.display()))?;
             Ok(Arc::new(store))
         }

@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use metropolis_node::images::{ContainerdConfig, ContainerdStore};
+use metropolis_transport::runtime::SharedRuntime;
 
 /// Plugins a store test does not need: the CRI plugin, snapshotters that
 /// want special filesystems, and `opt` (which writes to `/opt/containerd`).
@@ -113,16 +114,65 @@ impl Containerd {
         std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
     }
 
-    /// A store on this containerd, staging in the temporary directory.
-    pub fn store(&self, replace_tags: bool) -> ContainerdStore {
-        let mut config = ContainerdConfig::new(&self.socket, self.staging());
+    /// A store on this containerd, its state in the temporary directory,
+    /// its calls on `runtime`.
+    pub fn store(&self, replace_tags: bool, runtime: SharedRuntime) -> ContainerdStore {
+        let mut config = ContainerdConfig::new(&self.socket, self.state_dir());
         config.replace_tags = replace_tags;
-        ContainerdStore::open(config).expect("open containerd store")
+        ContainerdStore::open(config, runtime).expect("open containerd store")
     }
 
-    /// A staging directory for stores on it.
-    pub fn staging(&self) -> PathBuf {
-        self.dir.path().join("staging")
+    /// A state directory for stores on it.
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("store-state")
+    }
+
+    /// `ctr` on this containerd in `k8s.io` with `args`; its stdout.
+    pub fn ctr(&self, args: &[&str]) -> String {
+        let output = Command::new("ctr")
+            .arg("-a")
+            .arg(&self.socket)
+            .args(["-n", "k8s.io"])
+            .args(args)
+            .output()
+            .expect("run ctr");
+        assert!(output.status.success(), "ctr {args:?}: {output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// The digests of the committed blobs (`ctr content ls`), sorted.
+    pub fn blobs(&self) -> Vec<String> {
+        let mut blobs: Vec<String> = self
+            .ctr(&["content", "ls", "-q"])
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        blobs.sort();
+        blobs
+    }
+
+    /// The writes in progress (`ctr content active`) and the leases
+    /// (`ctr leases ls`), one line each: empty when nothing is held.
+    pub fn held(&self) -> Vec<String> {
+        let active = self.ctr(&["content", "active"]);
+        let leases = self.ctr(&["leases", "ls"]);
+        active
+            .lines()
+            .skip(1)
+            .chain(leases.lines().skip(1))
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Runs containerd's garbage collection now (a lease created and
+    /// deleted synchronously), so that what nothing holds is gone.
+    pub fn collect_garbage(&self) {
+        let id = "test-gc";
+        self.ctr(&["leases", "create", "--id", id]);
+        self.ctr(&["leases", "delete", "--sync", id]);
     }
 
     /// `ctr images ls` in `k8s.io`: (name, digest) per image.

@@ -3,11 +3,13 @@
 //!
 //! - [`OciLayoutStore`]: the embedded default, an OCI image layout in a
 //!   directory (`<data-dir>/images`);
-//! - [`ContainerdStore`]: containerd, through its `ctr` client.
+//! - [`ContainerdStore`]: containerd, over its gRPC API.
 //!
-//! Both stage an import's members in a staging directory on the import's
-//! own thread (fed through a bounded channel, so blocking disk IO never
-//! runs on the caller's executor), and commit on that thread.
+//! The OCI layout store stages an import's members in a staging directory
+//! on the import's own thread (fed through a bounded channel, so blocking
+//! disk IO never runs on the caller's executor), and commits on that
+//! thread; the containerd store streams each member into containerd's
+//! content store as it arrives and commits over the same connection.
 //!
 //! # Names
 //!

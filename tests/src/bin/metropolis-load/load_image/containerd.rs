@@ -19,7 +19,8 @@ use crate::util::{Context, Result};
 /// The namespace both sides import into (the daemon's default).
 const NAMESPACE: &str = "k8s.io";
 
-/// `ctr images import` flags: those the daemon's containerd store passes.
+/// `ctr images import` flags: what the daemon's containerd store does too
+/// (every platform's blobs, layers not unpacked).
 const IMPORT_FLAGS: [&str; 2] = ["--all-platforms", "--no-unpack"];
 
 /// Rounds of LoadImage through the containerd store against `ctr images
