@@ -9,6 +9,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use metropolis_proto::prelude::curator;
@@ -65,6 +66,15 @@ struct Reconnected {
     retries: u64,
 }
 
+/// The reconnected streams held open after their backlog.
+#[derive(Default)]
+struct Held {
+    /// How many are open now.
+    open: AtomicUsize,
+    /// How the first one to end ended.
+    first_end: std::sync::Mutex<Option<String>>,
+}
+
 /// `VmHWM` (peak resident set) of `pid`, KiB.
 fn peak_rss_kib(pid: u32) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -86,6 +96,7 @@ async fn reconnect(
     permits: Arc<Semaphore>,
     retry: Duration,
     limit: Duration,
+    held: Arc<Held>,
 ) -> Reconnected {
     // The old stream says nothing more until it breaks.
     while let Ok(Some(_)) = stream.message().await {}
@@ -130,10 +141,20 @@ async fn reconnect(
             Ok(stream) => {
                 let took = kill.elapsed();
                 // Held open (idle) until the scenario ends, as a fleet's
-                // streams would be.
+                // streams would be; counted while open.
+                held.open.fetch_add(1, Ordering::Relaxed);
                 tokio::spawn(async move {
                     let mut stream = stream;
-                    while let Ok(Some(_)) = stream.message().await {}
+                    let why = loop {
+                        match stream.message().await {
+                            Ok(Some(_)) => {}
+                            Ok(None) => break "the server ended it".to_owned(),
+                            Err(s) => break format!("{:?}: {}", s.code(), s.message()),
+                        }
+                    };
+                    held.open.fetch_sub(1, Ordering::Relaxed);
+                    let mut first = held.first_end.lock().unwrap_or_else(|e| e.into_inner());
+                    first.get_or_insert(why);
                 });
                 return Reconnected {
                     outcome: Ok(took),
@@ -228,17 +249,19 @@ pub async fn run(args: StormArgs, target: &Target, work: &Path) -> Result<()> {
     let (kill_tx, kill_rx) = watch::channel(None);
     let to_next = Arc::new(to_next);
     let permits = Arc::new(Semaphore::new(args.reconnect_concurrency.max(1)));
+    let held = Arc::new(Held::default());
     let retry = Duration::from_millis(args.retry_ms);
     let t_open = Instant::now();
     let mut tasks = Vec::with_capacity(args.streams);
     for i in 0..args.streams {
         let (connections, open, ready) = (connections.clone(), open.clone(), ready_tx.clone());
         let (dial, killed, permits) = (to_next.clone(), kill_rx.clone(), permits.clone());
+        let held = held.clone();
         tasks.push(tokio::spawn(async move {
             match open_past_backlog(i, &connections, &open).await {
                 Ok((stream, _)) => {
                     let _ = ready.send(Ok(()));
-                    reconnect(i, dial, stream, killed, permits, retry, limit).await
+                    reconnect(i, dial, stream, killed, permits, retry, limit, held).await
                 }
                 Err(e) => {
                     let _ = ready.send(Err(format!("stream {i}: {e}").into()));
@@ -286,6 +309,7 @@ pub async fn run(args: StormArgs, target: &Target, work: &Path) -> Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     next.check_alive()?;
     let next_rss_after = next.rss_kib()?;
+    let still_open = held.open.load(Ordering::Relaxed);
     took.sort_unstable();
     let first = took.first().copied().unwrap_or(0);
     let last = took.last().copied().unwrap_or(0);
@@ -336,10 +360,22 @@ pub async fn run(args: StormArgs, target: &Target, work: &Path) -> Result<()> {
             ),
         ),
         row(
-            "new leader RSS with every stream idle",
+            "reconnected streams still open 2 s later",
+            match held
+                .first_end
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+            {
+                None => format!("{still_open}"),
+                Some(why) => format!("{still_open} (the first to end: {why})"),
+            },
+        ),
+        row(
+            "new leader RSS with them idle",
             format!(
-                "{next_rss_after} KiB ({:.1} KiB per stream over before)",
-                per_stream(next_rss_after)
+                "{next_rss_after} KiB ({:.1} KiB per open stream over before)",
+                (next_rss_after as f64 - next_rss_before as f64) / still_open.max(1) as f64
             ),
         ),
         row(
@@ -361,7 +397,7 @@ pub async fn run(args: StormArgs, target: &Target, work: &Path) -> Result<()> {
     println!(
         "RESULT fanout-storm runtime={} tls={} nodes={} streams={} lease_ttl_s={} first_ms={} \
          p50_ms={} p99_ms={} all_ms={} retries={retries} peak_rss_kib={next_peak} \
-         idle_rss_kib={next_rss_after} errors={}",
+         idle_rss_kib={next_rss_after} still_open={still_open} errors={}",
         target.runtime,
         args.tls,
         args.nodes,
