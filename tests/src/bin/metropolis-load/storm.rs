@@ -66,6 +66,20 @@ struct Reconnected {
     retries: u64,
 }
 
+/// How the streams reconnect, shared by all of them.
+struct Reconnecting {
+    /// Where to.
+    dial: Arc<Dial>,
+    /// Limits the attempts in flight.
+    permits: Semaphore,
+    /// Wait between attempts.
+    retry: Duration,
+    /// Give up this long after the kill.
+    limit: Duration,
+    /// The streams held open after their backlog.
+    held: Held,
+}
+
 /// The reconnected streams held open after their backlog.
 #[derive(Default)]
 struct Held {
@@ -90,14 +104,18 @@ fn peak_rss_kib(pid: u32) -> Result<u64> {
 /// leader ends), then reconnects to `dial` until a backlog is in.
 async fn reconnect(
     index: usize,
-    dial: Arc<Dial>,
     mut stream: tonic::Streaming<super::fanout::LiteEvent>,
     mut killed: watch::Receiver<Option<Instant>>,
-    permits: Arc<Semaphore>,
-    retry: Duration,
-    limit: Duration,
-    held: Arc<Held>,
+    how: Arc<Reconnecting>,
 ) -> Reconnected {
+    let Reconnecting {
+        dial,
+        permits,
+        retry,
+        limit,
+        held,
+    } = &*how;
+    let (retry, limit) = (*retry, *limit);
     // The old stream says nothing more until it breaks.
     while let Ok(Some(_)) = stream.message().await {}
     drop(stream);
@@ -117,7 +135,7 @@ async fn reconnect(
     while kill.elapsed() < limit {
         let attempt = async {
             let _permit = permits.acquire().await.map_err(|_| "semaphore closed")?;
-            let channel = match &*dial {
+            let channel = match &**dial {
                 Dial::Unix(socket) => unix_channel(socket).await?,
                 Dial::Tls { addr, nodes } => {
                     let node = nodes
@@ -143,7 +161,9 @@ async fn reconnect(
                 // Held open (idle) until the scenario ends, as a fleet's
                 // streams would be; counted while open.
                 held.open.fetch_add(1, Ordering::Relaxed);
+                let how = how.clone();
                 tokio::spawn(async move {
+                    let held = &how.held;
                     let mut stream = stream;
                     let why = loop {
                         match stream.message().await {
@@ -248,20 +268,23 @@ pub async fn run(args: StormArgs, target: &Target, work: &Path) -> Result<()> {
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
     let (kill_tx, kill_rx) = watch::channel(None);
     let to_next = Arc::new(to_next);
-    let permits = Arc::new(Semaphore::new(args.reconnect_concurrency.max(1)));
-    let held = Arc::new(Held::default());
-    let retry = Duration::from_millis(args.retry_ms);
+    let how = Arc::new(Reconnecting {
+        dial: to_next.clone(),
+        permits: Semaphore::new(args.reconnect_concurrency.max(1)),
+        retry: Duration::from_millis(args.retry_ms),
+        limit,
+        held: Held::default(),
+    });
     let t_open = Instant::now();
     let mut tasks = Vec::with_capacity(args.streams);
     for i in 0..args.streams {
         let (connections, open, ready) = (connections.clone(), open.clone(), ready_tx.clone());
-        let (dial, killed, permits) = (to_next.clone(), kill_rx.clone(), permits.clone());
-        let held = held.clone();
+        let (killed, how) = (kill_rx.clone(), how.clone());
         tasks.push(tokio::spawn(async move {
             match open_past_backlog(i, &connections, &open).await {
                 Ok((stream, _)) => {
                     let _ = ready.send(Ok(()));
-                    reconnect(i, dial, stream, killed, permits, retry, limit, held).await
+                    reconnect(i, stream, killed, how).await
                 }
                 Err(e) => {
                     let _ = ready.send(Err(format!("stream {i}: {e}").into()));
@@ -309,6 +332,7 @@ pub async fn run(args: StormArgs, target: &Target, work: &Path) -> Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     next.check_alive()?;
     let next_rss_after = next.rss_kib()?;
+    let held = &how.held;
     let still_open = held.open.load(Ordering::Relaxed);
     took.sort_unstable();
     let first = took.first().copied().unwrap_or(0);
