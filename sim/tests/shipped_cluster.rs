@@ -1,4 +1,4 @@
-//! Three curators assembled as the daemon assembles them
+//! Two to five curators (the seed draws how many) assembled as the daemon assembles them
 //! (`core::service::node::assemble`: routers, fenced and grouped writes,
 //! the watch cache, registration) with the daemon's election driver, run
 //! by the deterministic runtime over the store model. Clients' calls and
@@ -77,9 +77,11 @@ use metropolis_sim::upstream::{Routers, SimConnector, curator_address};
 use metropolis_testkit::store::MemKv;
 use prost::Message;
 
-const CURATORS: usize = 3;
-const STORE: usize = CURATORS;
-const CLIENTS: usize = CURATORS + 1;
+/// The most curators a run has (each run draws 2 to 5); the nodes after
+/// them are the store's member and the clients'.
+const MAX_CURATORS: usize = 5;
+const STORE: usize = MAX_CURATORS;
+const CLIENTS: usize = MAX_CURATORS + 1;
 const TTL: Duration = Duration::from_secs(3);
 const PREFIX: &str = "/metropolis/curator/leader/";
 const UPDATE: &str = "/metropolis.node.core.curator.proto.api.Curator/UpdateNodeStatus";
@@ -165,6 +167,8 @@ struct Cluster {
     /// What the curators reach the store through.
     network: FaultyStore,
     routers: Routers,
+    /// How many curators this run has: nodes `0..curators`.
+    curators: usize,
     drivers: Vec<Option<ElectionDriver>>,
     ticks: Ticks,
     /// Addresses a writer sent more than once (a retried update).
@@ -178,7 +182,7 @@ struct Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.rt.shutdown();
-        for i in 0..CURATORS {
+        for i in 0..self.curators {
             self.routers.set(i, None);
         }
     }
@@ -187,7 +191,7 @@ impl Drop for Cluster {
 impl Cluster {
     fn new(seed: u64) -> Cluster {
         let mut rng = Rng::new(seed);
-        let mut clocks: Vec<NodeClock> = (0..CURATORS)
+        let mut clocks: Vec<NodeClock> = (0..MAX_CURATORS)
             .map(|_| NodeClock::seeded(&mut rng, 1000))
             .collect();
         clocks.push(NodeClock::default());
@@ -210,12 +214,14 @@ impl Cluster {
             rt,
             kv,
             routers: Routers::default(),
+            // Drawn apart from the other choices of the seed.
+            curators: 2 + Rng::new(seed ^ 0xc0_0a70).index(MAX_CURATORS - 1),
             drivers: Vec::new(),
             ticks: Ticks::default(),
             retried: Arc::default(),
             seed,
         };
-        for i in 0..CURATORS {
+        for i in 0..cluster.curators {
             let driver = cluster.start(i);
             cluster.drivers.push(Some(driver));
         }
@@ -393,11 +399,14 @@ impl Cluster {
 /// between a curator and another node; then heals every link.
 fn partition(cluster: &Cluster, rng: &mut Rng) {
     let links = cluster.routers.links();
-    let curator = rng.index(CURATORS);
+    let curator = rng.index(cluster.curators);
+    // The nodes of the run: its curators, the store's member, the clients.
+    let nodes: Vec<usize> = (0..cluster.curators).chain([STORE, CLIENTS]).collect();
     if rng.chance(0.5) {
-        links.isolate(curator, (0..=CLIENTS).filter(|&n| n != curator));
+        links.isolate(curator, nodes.iter().copied().filter(|&n| n != curator));
     } else {
-        let other = (curator + 1 + rng.index(CLIENTS)) % (CLIENTS + 1);
+        let others: Vec<usize> = nodes.into_iter().filter(|&n| n != curator).collect();
+        let other = others[rng.index(others.len())];
         if rng.chance(0.5) {
             links.cut(curator, other);
         } else {
@@ -436,6 +445,8 @@ struct Fired {
     retried_updates: u64,
     leader_keys_deleted: u64,
     wall_clock_jumps: u64,
+    /// Runs with 2, 3, 4 and 5 curators.
+    clusters_of: [u64; MAX_CURATORS - 1],
 }
 
 impl Fired {
@@ -454,6 +465,9 @@ impl Fired {
         self.retried_updates += other.retried_updates;
         self.leader_keys_deleted += other.leader_keys_deleted;
         self.wall_clock_jumps += other.wall_clock_jumps;
+        for (mine, theirs) in self.clusters_of.iter_mut().zip(other.clusters_of) {
+            *mine += theirs;
+        }
     }
 
     /// The kinds that never fired.
@@ -473,6 +487,10 @@ impl Fired {
             ("retried_updates", self.retried_updates),
             ("leader_keys_deleted", self.leader_keys_deleted),
             ("wall_clock_jumps", self.wall_clock_jumps),
+            ("clusters of 2 curators", self.clusters_of[0]),
+            ("clusters of 3 curators", self.clusters_of[1]),
+            ("clusters of 4 curators", self.clusters_of[2]),
+            ("clusters of 5 curators", self.clusters_of[3]),
         ]
         .into_iter()
         .filter(|(_, n)| *n == 0)
@@ -506,13 +524,14 @@ fn run(seed: u64) -> Outcome {
             rt: cluster.rt.clone(),
             routers: cluster.routers.clone(),
             node: CLIENTS,
-            curators: CURATORS,
+            curators: cluster.curators,
         },
         seed,
         Duration::from_secs(30),
     );
     cluster.guest(Duration::from_secs(25));
     let mut fired = Fired::default();
+    fired.clusters_of[cluster.curators - 2] += 1;
     // Every seed cuts links at least once, early.
     cluster
         .rt
@@ -563,13 +582,13 @@ fn run(seed: u64) -> Outcome {
             // A curator's wall clock jumps by up to 10 minutes either way
             // (NTP stepping it): heartbeats' ages and timestamps come from it.
             7 => {
-                let victim = rng.index(CURATORS);
+                let victim = rng.index(cluster.curators);
                 let ms = i64::try_from(rng.range(0, 1_200_000)).unwrap_or(0) - 600_000;
                 cluster.rt.jump_wall_clock(victim, ms);
                 fired.wall_clock_jumps += 1;
             }
             _ => {
-                let victim = rng.index(CURATORS);
+                let victim = rng.index(cluster.curators);
                 cluster.crash(victim);
                 fired.crashes += 1;
                 cluster

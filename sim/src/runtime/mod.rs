@@ -22,7 +22,7 @@
 
 pub mod clock;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -55,6 +55,8 @@ struct Slot {
     node: NodeId,
     /// `None` while it is being polled.
     future: Option<Task>,
+    /// Its waker, made once.
+    waker: Waker,
 }
 
 struct State {
@@ -75,7 +77,40 @@ struct State {
 
 /// Tasks woken since they were last polled; shared with the wakers.
 #[derive(Default)]
-struct Ready(Mutex<BTreeSet<u64>>);
+struct Ready(Mutex<ReadySet>);
+
+/// A set of task ids in the order they became ready (a task woken again
+/// before it was polled keeps its place), so that picking the `n`th and
+/// removing it is O(1) and the same sequence of wakes gives the same order.
+#[derive(Default)]
+struct ReadySet {
+    order: Vec<u64>,
+    members: HashSet<u64>,
+}
+
+impl ReadySet {
+    fn insert(&mut self, id: u64) {
+        if self.members.insert(id) {
+            self.order.push(id);
+        }
+    }
+
+    /// Removes and returns the `pick`th (below [`len`](Self::len)).
+    fn take(&mut self, pick: usize) -> u64 {
+        let id = self.order.swap_remove(pick);
+        self.members.remove(&id);
+        id
+    }
+
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    fn clear(&mut self) {
+        self.order.clear();
+        self.members.clear();
+    }
+}
 
 struct TaskWaker {
     id: u64,
@@ -223,6 +258,10 @@ impl Runtime {
                 Slot {
                     node,
                     future: Some(task),
+                    waker: Waker::from(Arc::new(TaskWaker {
+                        id,
+                        ready: self.ready.clone(),
+                    })),
                 },
             );
             id
@@ -240,15 +279,11 @@ impl Runtime {
     fn step_until(&self, limit_us: u64) -> bool {
         let next = {
             let mut ready = lock(&self.ready.0);
-            if ready.is_empty() {
+            if ready.len() == 0 {
                 None
             } else {
                 let pick = self.state().rng.index(ready.len());
-                let id = ready.iter().nth(pick).copied();
-                if let Some(id) = id {
-                    ready.remove(&id);
-                }
-                id
+                Some(ready.take(pick))
             }
         };
         match next {
@@ -285,19 +320,18 @@ impl Runtime {
     }
 
     fn poll(&self, id: u64) {
-        let future = {
+        let polled = {
             let mut state = self.state();
             state.polls += 1;
-            state.tasks.get_mut(&id).and_then(|t| t.future.take())
+            state
+                .tasks
+                .get_mut(&id)
+                .and_then(|t| Some((t.future.take()?, t.waker.clone())))
         };
         // Finished, crashed, or woken twice: nothing to poll.
-        let Some(mut future) = future else {
+        let Some((mut future, waker)) = polled else {
             return;
         };
-        let waker = Waker::from(Arc::new(TaskWaker {
-            id,
-            ready: self.ready.clone(),
-        }));
         let done = future
             .as_mut()
             .poll(&mut Context::from_waker(&waker))

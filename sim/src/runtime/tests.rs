@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::*;
+use std::collections::BTreeSet;
 
 fn runtime(seed: u64, nodes: usize) -> Runtime {
     Runtime::new(seed, vec![NodeClock::default(); nodes])

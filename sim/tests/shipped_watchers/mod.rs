@@ -60,6 +60,7 @@ impl Cluster {
     /// a random instance and rebuilds its view from it; when the stream
     /// ends it opens another after a pause.
     pub(super) fn watchers(&self) -> Vec<Arc<Mutex<Watched>>> {
+        let curators = self.curators;
         (0..WATCHERS)
             .map(|w| {
                 let watched = Arc::new(Mutex::new(Watched::default()));
@@ -72,7 +73,7 @@ impl Cluster {
                     loop {
                         let pause = Duration::from_millis(rng.range(50, 500));
                         client.sleep_until(client.now() + pause).await;
-                        let target = rng.index(CURATORS);
+                        let target = rng.index(curators);
                         let message = all_nodes();
                         let called = ticks.next();
                         let owner = Identity::Owner;
@@ -156,7 +157,8 @@ impl Cluster {
     /// after a pause.
     pub(super) fn node_watchers(&self) -> Vec<(String, Arc<Mutex<NodeWatched>>)> {
         let guest = NodeId::from_public_key(&GUEST_KEY).to_string();
-        (0..CURATORS)
+        let curators = self.curators;
+        (0..curators)
             .map(|j| identity(j).0.to_string())
             .chain([guest])
             .enumerate()
@@ -179,7 +181,7 @@ impl Cluster {
                     loop {
                         let pause = Duration::from_millis(rng.range(50, 500));
                         client.sleep_until(client.now() + pause).await;
-                        let target = rng.index(CURATORS);
+                        let target = rng.index(curators);
                         let called = ticks.next();
                         let owner = Identity::Owner;
                         let opened = server_stream(
@@ -315,7 +317,7 @@ pub(super) fn check(
             watched.violations.is_empty(),
             "seed {seed}: watcher of {node_id}: {watched:?}"
         );
-        if k < CURATORS {
+        if k < cluster.curators {
             let key = node_key(&identity(k).0);
             let committed: Vec<String> = cluster
                 .check

@@ -27,7 +27,8 @@ impl Cluster {
     /// One writer per curator identity on the clients' node, until `stop`
     /// (global time): each update through a random instance, with pauses.
     pub(super) fn writers(&self, stop: Duration) -> Vec<Arc<Mutex<Writes>>> {
-        (0..CURATORS)
+        let curators = self.curators;
+        (0..curators)
             .map(|j| {
                 let writes = Arc::new(Mutex::new(Writes::default()));
                 let (routers, rt, out) = (self.routers.clone(), self.rt.clone(), writes.clone());
@@ -57,7 +58,7 @@ impl Cluster {
                         let mut attempts = 0;
                         let (target, acked) = loop {
                             attempts += 1;
-                            let target = rng.index(CURATORS);
+                            let target = rng.index(curators);
                             let caller = Identity::Node(id.clone());
                             let called = ticks.next();
                             let result = unary(
