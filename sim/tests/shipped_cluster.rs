@@ -82,6 +82,8 @@ use prost::Message;
 const MAX_CURATORS: usize = 5;
 const STORE: usize = MAX_CURATORS;
 const CLIENTS: usize = MAX_CURATORS + 1;
+/// The provisioning agents' node (crashed and restarted as a fault).
+const AGENTS: usize = MAX_CURATORS + 2;
 const TTL: Duration = Duration::from_secs(3);
 const PREFIX: &str = "/metropolis/curator/leader/";
 const UPDATE: &str = "/metropolis.node.core.curator.proto.api.Curator/UpdateNodeStatus";
@@ -194,6 +196,7 @@ impl Cluster {
         let mut clocks: Vec<NodeClock> = (0..MAX_CURATORS)
             .map(|_| NodeClock::seeded(&mut rng, 1000))
             .collect();
+        clocks.push(NodeClock::default());
         clocks.push(NodeClock::default());
         clocks.push(NodeClock::default());
         let rt = Runtime::new(seed, clocks);
@@ -445,6 +448,9 @@ struct Fired {
     retried_updates: u64,
     leader_keys_deleted: u64,
     wall_clock_jumps: u64,
+    agent_restarts: u64,
+    installs: u64,
+    installs_killed: u64,
     /// Runs with 2, 3, 4 and 5 curators.
     clusters_of: [u64; MAX_CURATORS - 1],
 }
@@ -465,6 +471,9 @@ impl Fired {
         self.retried_updates += other.retried_updates;
         self.leader_keys_deleted += other.leader_keys_deleted;
         self.wall_clock_jumps += other.wall_clock_jumps;
+        self.agent_restarts += other.agent_restarts;
+        self.installs += other.installs;
+        self.installs_killed += other.installs_killed;
         for (mine, theirs) in self.clusters_of.iter_mut().zip(other.clusters_of) {
             *mine += theirs;
         }
@@ -487,6 +496,9 @@ impl Fired {
             ("retried_updates", self.retried_updates),
             ("leader_keys_deleted", self.leader_keys_deleted),
             ("wall_clock_jumps", self.wall_clock_jumps),
+            ("agent_restarts", self.agent_restarts),
+            ("installs", self.installs),
+            ("installs_killed", self.installs_killed),
             ("clusters of 2 curators", self.clusters_of[0]),
             ("clusters of 3 curators", self.clusters_of[1]),
             ("clusters of 4 curators", self.clusters_of[2]),
@@ -502,7 +514,7 @@ impl Fired {
 /// One seeded run: writers for 34 s; the first 20 s with faults at seeded
 /// moments (crashes, each restarted after a seeded pause; partitions, each
 /// healed after one; the store's watches broken, compaction, its member
-/// paused or restarted; the leader's key deleted; wall-clock jumps).
+/// paused or restarted; the leader's key deleted; wall-clock jumps; the agents killed and restarted).
 /// Panics on a broken invariant.
 fn run(seed: u64) -> Outcome {
     let mut cluster = Cluster::new(seed);
@@ -519,11 +531,12 @@ fn run(seed: u64) -> Outcome {
     let writers = cluster.writers(Duration::from_secs(36));
     let watchers = cluster.watchers();
     let node_watchers = cluster.node_watchers();
-    let provisioning = shipped_agents::Provisioning::start(
+    let mut provisioning = shipped_agents::Provisioning::start(
         shipped_agents::World {
             rt: cluster.rt.clone(),
             routers: cluster.routers.clone(),
             node: CLIENTS,
+            agents: AGENTS,
             curators: cluster.curators,
         },
         seed,
@@ -542,7 +555,7 @@ fn run(seed: u64) -> Outcome {
         cluster
             .rt
             .run_for(Duration::from_millis(rng.range(500, 5000)));
-        match rng.below(10) {
+        match rng.below(11) {
             0 => {
                 cluster.kv.break_watches();
                 fired.broken_watches += 1;
@@ -581,6 +594,12 @@ fn run(seed: u64) -> Outcome {
             }
             // A curator's wall clock jumps by up to 10 minutes either way
             // (NTP stepping it): heartbeats' ages and timestamps come from it.
+            // Every agent dies mid-whatever and starts again from the
+            // generation it persisted.
+            8 => {
+                provisioning.restart_agents();
+                fired.agent_restarts += 1;
+            }
             7 => {
                 let victim = rng.index(cluster.curators);
                 let ms = i64::try_from(rng.range(0, 1_200_000)).unwrap_or(0) - 600_000;
@@ -617,6 +636,7 @@ fn run(seed: u64) -> Outcome {
     provisioning.read_back();
     cluster.rt.run_for(Duration::from_secs(5));
     provisioning.check(seed, 33_000_000);
+    (fired.installs, fired.installs_killed) = provisioning.installs();
     let violations = cluster.check.violations();
     assert!(violations.is_empty(), "seed {seed}: {violations:?}");
     let second_hops = cluster.routers.second_hops();

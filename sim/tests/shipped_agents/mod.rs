@@ -2,13 +2,21 @@
 //! machines and submitting installation requests (`MachineManagement`),
 //! agents running core's `AgentLoop` against the real `AgentCallback`
 //! service (heartbeats as framed gRPC through random instances,
-//! installs that take time, the acted generation kept), and an impostor
-//! heartbeating for a registered machine with a key that is not its.
+//! installs that take time), and an impostor heartbeating for a
+//! registered machine with a key that is not its.
+//!
+//! The agents run on a node of their own, which the run crashes at
+//! seeded moments ([`Provisioning::restart_agents`]): every agent and
+//! its install in progress die, and each starts again from the
+//! generation it last persisted, as `bmaas-agent` does from its state
+//! file (persisted before each install starts).
 //!
 //! Checked by the caller at the end ([`Provisioning::check`]): the
 //! impostor was never answered OK; no agent installed a generation twice
-//! or one it was not handed; each machine's current generation was
-//! reported installed, and its agent heartbeats successfully again.
+//! (across its restarts) or one it was not handed; each machine's current
+//! generation was reported installed, or failed only because its agent
+//! restarted after acting on it; and each agent heartbeats successfully
+//! again.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -54,6 +62,12 @@ pub struct AgentRecord {
     pub last_ok_us: u128,
     /// Codes of failed heartbeats.
     pub failures: Vec<tonic::Code>,
+    /// Installs that finished, in order.
+    pub completed: Vec<i64>,
+    /// The generation it had persisted at each restart.
+    pub restarted_with: Vec<Option<i64>>,
+    /// Restarts that killed an install in progress.
+    pub interrupted: u64,
 }
 
 /// The provisioning clients of one run.
@@ -66,6 +80,10 @@ pub struct Provisioning {
     impostor: Arc<Mutex<(u64, Vec<tonic::Code>)>>,
     /// Generations the operator was told it submitted, per machine.
     submitted: Arc<Mutex<Vec<Vec<i64>>>>,
+    /// Each agent's persisted last-acted generation (its state file).
+    disks: Vec<Arc<Mutex<Option<i64>>>>,
+    seed: u64,
+    restarts: u64,
 }
 
 /// The runtime, the network and the node the clients run on.
@@ -74,16 +92,32 @@ pub struct World {
     pub rt: Runtime,
     /// The curators' routers and links.
     pub routers: Routers,
-    /// The clients' node.
+    /// The clients' node (the operator, the impostor).
     pub node: NodeId,
+    /// The agents' node.
+    pub agents: NodeId,
     /// How many curator instances to pick from.
     pub curators: usize,
 }
 
 impl World {
-    /// Calls `path` as `identity` on a random instance.
+    /// Calls `path` as `identity` on a random instance, from the clients'
+    /// node.
     async fn call(
         &self,
+        rng: &mut Rng,
+        path: &str,
+        identity: Identity,
+        message: Vec<u8>,
+    ) -> CallResult {
+        self.call_from(self.node, rng, path, identity, message)
+            .await
+    }
+
+    /// The same from `node`.
+    async fn call_from(
+        &self,
+        node: NodeId,
         rng: &mut Rng,
         path: &str,
         identity: Identity,
@@ -93,7 +127,7 @@ impl World {
         unary(
             &self.rt,
             &self.routers,
-            self.node,
+            node,
             target,
             path,
             identity,
@@ -115,6 +149,9 @@ impl Provisioning {
             read: Arc::new(Mutex::new(vec![None; MACHINES])),
             impostor: Arc::default(),
             submitted: Arc::new(Mutex::new(vec![Vec::new(); MACHINES])),
+            disks: (0..MACHINES).map(|_| Arc::default()).collect(),
+            seed,
+            restarts: 0,
         };
         world.rt.node(world.node).spawn(operator(
             world.clone(),
@@ -122,13 +159,7 @@ impl Provisioning {
             stop,
             this.submitted.clone(),
         ));
-        for (m, record) in this.agents.iter().enumerate() {
-            let rng = Rng::new(seed ^ (0xa9e7 + m as u64));
-            world
-                .rt
-                .node(world.node)
-                .spawn(run_agent(world.clone(), m, rng, record.clone()));
-        }
+        this.start_agents();
         world.rt.node(world.node).spawn(impostor(
             world.clone(),
             Rng::new(seed ^ 0x1370),
@@ -136,6 +167,54 @@ impl Provisioning {
             this.impostor.clone(),
         ));
         this
+    }
+
+    /// Starts every agent on a fresh incarnation of the agents' node, from
+    /// its persisted generation.
+    fn start_agents(&self) {
+        let world = &self.world;
+        for (m, (record, disk)) in self.agents.iter().zip(&self.disks).enumerate() {
+            let rng = Rng::new(self.seed ^ (0xa9e7 + m as u64) ^ (self.restarts << 32));
+            world.rt.node(world.agents).spawn(run_agent(
+                world.clone(),
+                m,
+                rng,
+                record.clone(),
+                disk.clone(),
+            ));
+        }
+    }
+
+    /// Kills every agent (their node crashes: installs in progress die
+    /// with them) and starts them again from what they persisted.
+    pub fn restart_agents(&mut self) {
+        self.world.rt.crash(self.world.agents);
+        self.restarts += 1;
+        for (record, disk) in self.agents.iter().zip(&self.disks) {
+            let persisted = *disk.lock().unwrap();
+            let mut record = record.lock().unwrap();
+            record.restarted_with.push(persisted);
+            if record.installed.len() > record.completed.len() {
+                record.interrupted += 1;
+                // What was killed never completes.
+                let killed = record.installed[record.completed.len()..].to_vec();
+                record.completed.extend(killed.iter().map(|_| 0));
+            }
+        }
+        self.start_agents();
+    }
+
+    /// Installs started, and installs a restart killed, over all agents.
+    pub fn installs(&self) -> (u64, u64) {
+        self.agents
+            .iter()
+            .fold((0, 0), |(started, killed), record| {
+                let record = record.lock().unwrap();
+                (
+                    started + record.installed.len() as u64,
+                    killed + record.interrupted,
+                )
+            })
     }
 
     /// Reads every machine back through the cluster (a task; run the
@@ -184,13 +263,17 @@ impl Provisioning {
                 "seed {seed}: machine {m} at generation {current}, submitted {submitted:?}"
             );
             if current > 0 {
+                // A failure report comes only from an agent that restarted
+                // after acting on the generation (its outcome unknown) or on
+                // a newer one.
+                let reported = machine.reports.iter().any(|r| {
+                    r.generation == current
+                        && (r.success || record.restarted_with.iter().any(|g| *g >= Some(current)))
+                });
                 assert!(
-                    machine
-                        .reports
-                        .iter()
-                        .any(|r| r.generation == current && r.success),
-                    "seed {seed}: machine {m}'s generation {current} has no success report: \
-                     {:?}, agent {record:?}",
+                    reported,
+                    "seed {seed}: machine {m}'s generation {current} has no report its agent \
+                     explains: {:?}, agent {record:?}",
                     machine.reports
                 );
                 assert!(
@@ -281,7 +364,18 @@ async fn operator(
             .sleep_until(client.now() + Duration::from_millis(rng.range(1000, 3000)))
             .await;
         let m = rng.index(MACHINES);
-        let request = agent::OsInstallationRequest::default().encode_to_vec();
+        // A valid request, different each time (the server refuses one
+        // that names no root device).
+        let request = agent::OsInstallationRequest {
+            generation: 0,
+            r#type: Some(agent::os_installation_request::Type::Metropolis(
+                agent::MetropolisInstallationRequest {
+                    root_device: format!("/dev/disk/by-id/sim-{}", rng.below(1 << 20)),
+                    ..Default::default()
+                },
+            )),
+        }
+        .encode_to_vec();
         let message = machines::SubmitInstallationRequestRequest {
             machine_id: machine_id(m),
             request: request.into(),
@@ -296,17 +390,24 @@ async fn operator(
     }
 }
 
-/// Agent `m`: core's `AgentLoop` on the clients' node, its heartbeats
+/// Agent `m`: core's `AgentLoop` on the agents' node, its heartbeats
 /// through random instances, installs of 100-600 ms.
-async fn run_agent(world: Arc<World>, m: usize, mut rng: Rng, out: Arc<Mutex<AgentRecord>>) {
-    let node = world.rt.node(world.node);
+async fn run_agent(
+    world: Arc<World>,
+    m: usize,
+    mut rng: Rng,
+    out: Arc<Mutex<AgentRecord>>,
+    disk: Arc<Mutex<Option<i64>>>,
+) {
+    let node = world.rt.node(world.agents);
+    let persisted = *disk.lock().unwrap();
     let config = AgentConfig {
         interval: Duration::from_millis(500),
         backoff_base: Duration::from_millis(100),
         backoff_cap: Duration::from_secs(2),
         ..AgentConfig::default()
     };
-    let Ok(mut machine) = AgentLoop::new(config, None, rng.below(u64::MAX), node.now()) else {
+    let Ok(mut machine) = AgentLoop::new(config, persisted, rng.below(u64::MAX), node.now()) else {
         panic!("the agent's configuration is valid");
     };
     let (done_tx, done_rx) = futures::channel::mpsc::unbounded::<(i64, Result<(), String>)>();
@@ -319,7 +420,9 @@ async fn run_agent(world: Arc<World>, m: usize, mut rng: Rng, out: Arc<Mutex<Age
                         .to_request(&machine_id(m), agent::AgentHardwareReport::default)
                         .encode_to_vec();
                     let identity = Identity::Agent(agent_key(m));
-                    let result = world.call(&mut rng, HEARTBEAT, identity, request).await;
+                    let result = world
+                        .call_from(world.agents, &mut rng, HEARTBEAT, identity, request)
+                        .await;
                     let answer = result.and_then(|bytes| {
                         agent::HeartbeatResponse::decode(bytes).map_err(|_| tonic::Code::Internal)
                     });
@@ -339,8 +442,15 @@ async fn run_agent(world: Arc<World>, m: usize, mut rng: Rng, out: Arc<Mutex<Age
                         }
                     }
                 }
-                // Kept in memory: this agent does not restart.
-                Action::PersistLastActed(_) => {}
+                // Durable at once: the next incarnation starts from it.
+                Action::PersistLastActed(generation) => {
+                    let mut persisted = disk.lock().unwrap();
+                    assert!(
+                        *persisted < Some(generation),
+                        "agent {m} persists {generation} after {persisted:?}"
+                    );
+                    *persisted = Some(generation);
+                }
                 Action::Install {
                     generation,
                     request,
@@ -367,6 +477,7 @@ async fn run_agent(world: Arc<World>, m: usize, mut rng: Rng, out: Arc<Mutex<Age
         let timer = node.sleep_until(wake);
         match futures::future::select(futures::StreamExt::next(&mut done_rx), timer).await {
             futures::future::Either::Left((Some((generation, result)), _)) => {
+                out.lock().unwrap().completed.push(generation);
                 machine.handle_install_done(node.now(), generation, result);
             }
             futures::future::Either::Left((None, _)) => return,
