@@ -27,6 +27,11 @@
 
 #![allow(clippy::unwrap_used)]
 
+/// A campaign allocates and frees for every call, frame and task: mimalloc
+/// rather than glibc's malloc (which took 11 % of a campaign's time).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Whether `SHIPPED_LOG` is set: a replayed seed then prints, as they
 /// happen, the curators' role changes, the writers' calls and the
 /// watchers' backlogs, each with its simulated time and tick.
