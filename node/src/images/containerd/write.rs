@@ -8,6 +8,8 @@
 //! bounded channel, so a containerd slower than the client holds the
 //! client back; the task's outcome comes back once the commit is answered.
 
+use std::collections::HashMap;
+
 use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
 use futures::{SinkExt, StreamExt};
@@ -79,33 +81,42 @@ impl BlobWrite {
     /// the blob. Returns the write, whose [`outcome`](Self::outcome) says
     /// how it ended.
     pub(super) async fn commit(
-        mut self,
+        self,
         size: u64,
         digest: Digest,
-        labels: std::collections::HashMap<String, String>,
+        labels: HashMap<String, String>,
     ) -> Result<BlobWrite, ImageStoreError> {
-        let mut request = self.next(WriteAction::Commit, Bytes::new());
-        request.total = i64::try_from(size).unwrap_or(i64::MAX);
-        request.expected = digest.to_string();
-        request.labels = labels;
-        self.send(request).await?;
-        Ok(self)
+        self.send_commit(Bytes::new(), size, digest, labels).await
     }
 
     /// Writes `data` whole and commits it in one request.
     pub(super) async fn put(
-        mut self,
+        self,
         data: Bytes,
         digest: Digest,
-        labels: std::collections::HashMap<String, String>,
+        labels: HashMap<String, String>,
     ) -> Result<Written, ImageStoreError> {
-        let size = data.len() as u64;
+        let size = self.offset + data.len() as u64;
+        self.send_commit(data, size, digest, labels)
+            .await?
+            .outcome()
+            .await
+    }
+
+    /// The commit request, with the last `data`.
+    async fn send_commit(
+        mut self,
+        data: Bytes,
+        size: u64,
+        digest: Digest,
+        labels: HashMap<String, String>,
+    ) -> Result<BlobWrite, ImageStoreError> {
         let mut request = self.next(WriteAction::Commit, data);
         request.total = i64::try_from(size).unwrap_or(i64::MAX);
         request.expected = digest.to_string();
         request.labels = labels;
         self.send(request).await?;
-        self.outcome().await
+        Ok(self)
     }
 
     /// How the write ended (after [`commit`](Self::commit)).
