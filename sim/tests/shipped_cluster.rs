@@ -520,17 +520,44 @@ impl Fired {
     }
 }
 
-/// The kinds of fault the loop of [`run`] draws from: broken watches,
-/// compaction, partition, member pause, member restart, leader key
-/// deleted, wall-clock jump, agents restarted, curator crash.
+/// A kind of fault the loop of [`run`] fires.
+#[derive(Clone, Copy)]
+enum Fault {
+    BrokenWatches,
+    Compaction,
+    Partition,
+    MemberPause,
+    MemberRestart,
+    LeaderKeyDeleted,
+    WallClockJump,
+    AgentRestart,
+    CuratorCrash,
+}
+
+/// How many kinds of [`Fault`] there are.
 const FAULT_KINDS: usize = 9;
-/// The kind of each value of the loop's draw (`rng.below(11)`).
-const KIND_OF_DRAW: [usize; 11] = [0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 8];
+
+/// What each value of the loop's draw fires: partitions and curator
+/// crashes twice as often as the rest.
+const DRAWS: [Fault; 11] = [
+    Fault::BrokenWatches,
+    Fault::Compaction,
+    Fault::Partition,
+    Fault::Partition,
+    Fault::MemberPause,
+    Fault::MemberRestart,
+    Fault::LeaderKeyDeleted,
+    Fault::WallClockJump,
+    Fault::AgentRestart,
+    Fault::CuratorCrash,
+    Fault::CuratorCrash,
+];
 
 /// Swarm testing (Groce et al., "Swarm testing", ISSTA 2012): each seed
 /// leaves out some kinds of fault (each kept with probability 3/4), so the
 /// kinds left in meet each other more often and no kind always masks
-/// another. The loop's kinds come first, then the store network's four
+/// another. The loop's kinds come first (by [`Fault`]), then the store
+/// network's four
 /// (failed transactions, lost replies, late commits, lagged batches).
 struct Swarm([bool; FAULT_KINDS + 4]);
 
@@ -591,33 +618,33 @@ fn run(seed: u64) -> Outcome {
         cluster
             .rt
             .run_for(Duration::from_millis(rng.range(500, 5000)));
-        let draw = rng.below(11);
+        let fault = DRAWS[rng.index(DRAWS.len())];
         // Swarm: a kind this seed leaves out fires nothing this round.
-        if !swarm.0[KIND_OF_DRAW[draw as usize]] {
+        if !swarm.0[fault as usize] {
             fired.left_out += 1;
             continue;
         }
-        match draw {
-            0 => {
+        match fault {
+            Fault::BrokenWatches => {
                 cluster.kv.break_watches();
                 fired.broken_watches += 1;
             }
-            1 => {
+            Fault::Compaction => {
                 cluster.kv.compact();
                 fired.compactions += 1;
             }
-            2 | 3 => {
+            Fault::Partition => {
                 partition(&cluster, &mut rng);
                 fired.partitions += 1;
             }
             // The store's member pauses (longer than the TTL at times).
-            4 => cluster
+            Fault::MemberPause => cluster
                 .network
                 .pause(Duration::from_millis(rng.range(200, 4000))),
             // The member crashes and restarts: its watches end, it
             // refuses calls meanwhile, and it gives every lease a fresh
             // TTL when it is back.
-            5 => {
+            Fault::MemberRestart => {
                 cluster.kv.break_watches();
                 cluster.network.go_down(true);
                 cluster
@@ -629,26 +656,26 @@ fn run(seed: u64) -> Outcome {
             // An operator deletes the leader's election key (as with
             // `etcdctl del`): its fenced writes fail from then on, and it
             // must step down; the next candidate leads.
-            6 => {
+            Fault::LeaderKeyDeleted => {
                 if cluster.delete_leader_key() {
                     fired.leader_keys_deleted += 1;
                 }
             }
             // A curator's wall clock jumps by up to 10 minutes either way
             // (NTP stepping it): heartbeats' ages and timestamps come from it.
-            // Every agent dies mid-whatever and starts again from the
-            // generation it persisted.
-            8 => {
-                provisioning.restart_agents();
-                fired.agent_restarts += 1;
-            }
-            7 => {
+            Fault::WallClockJump => {
                 let victim = rng.index(cluster.curators);
                 let ms = i64::try_from(rng.range(0, 1_200_000)).unwrap_or(0) - 600_000;
                 cluster.rt.jump_wall_clock(victim, ms);
                 fired.wall_clock_jumps += 1;
             }
-            _ => {
+            // Every agent dies mid-whatever and starts again from the
+            // generation it persisted.
+            Fault::AgentRestart => {
+                provisioning.restart_agents();
+                fired.agent_restarts += 1;
+            }
+            Fault::CuratorCrash => {
                 let victim = rng.index(cluster.curators);
                 cluster.crash(victim);
                 fired.crashes += 1;

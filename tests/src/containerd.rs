@@ -177,14 +177,7 @@ impl Containerd {
 
     /// `ctr images ls` in `k8s.io`: (name, digest) per image.
     pub fn images(&self) -> Vec<(String, String)> {
-        let output = Command::new("ctr")
-            .arg("-a")
-            .arg(&self.socket)
-            .args(["-n", "k8s.io", "images", "ls"])
-            .output()
-            .expect("run ctr images ls");
-        assert!(output.status.success(), "ctr images ls: {output:?}");
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stdout = self.ctr(&["images", "ls"]);
         let mut images: Vec<(String, String)> = stdout
             .lines()
             .skip(1)

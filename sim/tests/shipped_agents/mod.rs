@@ -62,8 +62,8 @@ pub struct AgentRecord {
     pub last_ok_us: u128,
     /// Codes of failed heartbeats.
     pub failures: Vec<tonic::Code>,
-    /// Installs that finished, in order.
-    pub completed: Vec<i64>,
+    /// The install in progress, if any.
+    pub installing: Option<i64>,
     /// The generation it had persisted at each restart.
     pub restarted_with: Vec<Option<i64>>,
     /// Restarts that killed an install in progress.
@@ -194,11 +194,9 @@ impl Provisioning {
             let persisted = *disk.lock().unwrap();
             let mut record = record.lock().unwrap();
             record.restarted_with.push(persisted);
-            if record.installed.len() > record.completed.len() {
+            // What was killed never completes.
+            if record.installing.take().is_some() {
                 record.interrupted += 1;
-                // What was killed never completes.
-                let killed = record.installed[record.completed.len()..].to_vec();
-                record.completed.extend(killed.iter().map(|_| 0));
             }
         }
         self.start_agents();
@@ -461,7 +459,10 @@ async fn run_agent(
                         Some(generation),
                         "install of what was offered"
                     );
-                    out.lock().unwrap().installed.push(generation);
+                    let mut o = out.lock().unwrap();
+                    o.installed.push(generation);
+                    o.installing = Some(generation);
+                    drop(o);
                     let (done, installer) = (done_tx.clone(), node.clone());
                     let took = Duration::from_millis(rng.range(100, 600));
                     node.spawn(async move {
@@ -477,7 +478,7 @@ async fn run_agent(
         let timer = node.sleep_until(wake);
         match futures::future::select(futures::StreamExt::next(&mut done_rx), timer).await {
             futures::future::Either::Left((Some((generation, result)), _)) => {
-                out.lock().unwrap().completed.push(generation);
+                out.lock().unwrap().installing = None;
                 machine.handle_install_done(node.now(), generation, result);
             }
             futures::future::Either::Left((None, _)) => return,

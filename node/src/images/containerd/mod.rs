@@ -243,12 +243,12 @@ fn valid_namespace(namespace: &str) -> io::Result<AsciiMetadataValue> {
         .split(['.', '_', '-'])
         .all(|part| !part.is_empty() && part.chars().all(alnum));
     if namespace.is_empty() || namespace.len() > 76 || !parts_ok {
-        let shown: String = namespace.chars().take(80).collect();
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
-                "containerd namespace {shown:?}: must be letters and digits, separated by single \
-                 '.', '_' or '-', at most 76 characters"
+                "containerd namespace {}: must be letters and digits, separated by single \
+                 '.', '_' or '-', at most 76 characters",
+                metropolis_core::quote::quoted(namespace)
             ),
         ));
     }

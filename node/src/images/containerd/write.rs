@@ -25,7 +25,7 @@ use super::api::{Api, failed};
 const QUEUED: usize = 4;
 /// Most bytes of data in one request (containerd accepts 16 MiB messages
 /// by default).
-pub(super) const MAX_DATA: usize = 1024 * 1024;
+const MAX_DATA: usize = 1024 * 1024;
 
 /// How a committed write ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
