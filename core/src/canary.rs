@@ -1,5 +1,6 @@
 //! Planted bugs in the production code, for the simulator to prove that
-//! its checks catch them (`sim/tests/shipped_canaries.rs`). Compiled only
+//! its checks catch them (`sim/tests/cluster.rs`, `sim/tests/traces.rs`,
+//! `metropolis-sim --canary`). Compiled only
 //! with the `canary` feature, which only `metropolis-sim` turns on; even
 //! then nothing changes unless a canary is planted, and only on the thread
 //! that planted it (the simulator runs each seed on one thread), so tests
@@ -29,18 +30,47 @@ pub enum Canary {
     /// AgentCallback answers a heartbeat whose key is not the one
     /// registered for its machine.
     AcceptUnregisteredAgentKey,
+    /// The agent loop installs without asking for its generation to be
+    /// persisted first: a restarted agent acts on it again.
+    ForgetLastActed,
+    /// A cancelled trace session leaves tracefs as it set it (no teardown).
+    SkipTeardown,
 }
 
 impl Canary {
     /// Every canary, planted ones only.
-    pub const ALL: [Canary; 6] = [
+    pub const ALL: [Canary; 8] = [
         Canary::DropFence,
         Canary::SkipCacheFailure,
         Canary::DropTombstones,
         Canary::SkipReadYourWrites,
         Canary::ForwardForwarded,
         Canary::AcceptUnregisteredAgentKey,
+        Canary::ForgetLastActed,
+        Canary::SkipTeardown,
     ];
+
+    /// The canary's name on a command line (`drop-fence`, ...; `none`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Canary::None => "none",
+            Canary::DropFence => "drop-fence",
+            Canary::SkipCacheFailure => "skip-cache-failure",
+            Canary::DropTombstones => "drop-tombstones",
+            Canary::SkipReadYourWrites => "skip-read-your-writes",
+            Canary::ForwardForwarded => "forward-forwarded",
+            Canary::AcceptUnregisteredAgentKey => "accept-unregistered-agent-key",
+            Canary::ForgetLastActed => "forget-last-acted",
+            Canary::SkipTeardown => "skip-teardown",
+        }
+    }
+
+    /// The canary named `name` (see [`Canary::name`]).
+    pub fn from_name(name: &str) -> Option<Canary> {
+        std::iter::once(Canary::None)
+            .chain(Canary::ALL)
+            .find(|c| c.name() == name)
+    }
 }
 
 thread_local! {

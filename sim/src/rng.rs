@@ -81,10 +81,4 @@ impl Rng {
     pub fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && self.unit() < p
     }
-
-    /// Whether an event of `rate` per second happens within `dt_us`
-    /// microseconds (Poisson approximation for small steps).
-    pub fn per_second(&mut self, rate: f64, dt_us: u64) -> bool {
-        self.chance(rate * dt_us as f64 / 1e6)
-    }
 }

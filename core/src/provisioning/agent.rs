@@ -480,7 +480,9 @@ impl AgentLoop {
             _ => {
                 self.last_acted = Some(generation);
                 self.installing = Some(generation);
-                self.actions.push_back(Action::PersistLastActed(generation));
+                if !crate::canary_planted!(ForgetLastActed) {
+                    self.actions.push_back(Action::PersistLastActed(generation));
+                }
                 self.actions.push_back(Action::Install {
                     generation,
                     request,

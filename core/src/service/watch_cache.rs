@@ -308,8 +308,7 @@ fn to_change(event: &crate::store::Event) -> Option<NodeChange> {
             }
         },
         EventKind::Delete => {
-            #[cfg(feature = "canary")]
-            if crate::canary::planted(crate::canary::Canary::DropTombstones) {
+            if crate::canary_planted!(DropTombstones) {
                 return None;
             }
             let id = id_from_key(&event.kv.key)?;
@@ -396,8 +395,7 @@ impl KvStore for TrackedStore {
             } else {
                 &failure
             };
-            #[cfg(feature = "canary")]
-            if crate::canary::planted(crate::canary::Canary::SkipReadYourWrites) {
+            if crate::canary_planted!(SkipReadYourWrites) {
                 return Ok(response);
             }
             if branch.changed(&response.results) {
@@ -516,8 +514,7 @@ fn fail(shared: &Mutex<Shared>, generation: u64, why: String) {
     s.abandon_driver();
     s.state = State::Idle;
     s.cache = NodeCache::new();
-    #[cfg(feature = "canary")]
-    if crate::canary::planted(crate::canary::Canary::SkipCacheFailure) {
+    if crate::canary_planted!(SkipCacheFailure) {
         return;
     }
     s.end_all(&Status::unavailable(format!(

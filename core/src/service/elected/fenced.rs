@@ -60,14 +60,11 @@ impl KvStore for FencedStore {
                 return Box::pin(futures::future::ready(Err(refused(e))));
             }
         };
-        #[cfg(feature = "canary")]
-        let guarded = if crate::canary::planted(crate::canary::Canary::DropFence) {
+        let guarded = if crate::canary_planted!(DropFence) {
             txn
         } else {
             fence.guard(txn)
         };
-        #[cfg(not(feature = "canary"))]
-        let guarded = fence.guard(txn);
         let sent = self.inner.txn(guarded);
         Box::pin(async move {
             let mut response = sent.await?;

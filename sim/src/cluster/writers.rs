@@ -3,7 +3,7 @@
 //! Unavailable, read back through the instance that acknowledged it; and
 //! what is checked of them, per-node linearizability included.
 
-use super::shipped_watchers::{NodeWatched, Watched};
+use super::watchers::{NodeWatched, Watched};
 use super::*;
 
 /// What one writer saw.

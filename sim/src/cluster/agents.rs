@@ -21,15 +21,15 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::call::{CallResult, unary};
+use crate::rng::Rng;
+use crate::runtime::{NodeId, Runtime};
+use crate::upstream::Routers;
 use bytes::Bytes;
 use metropolis_core::identity::Identity;
 use metropolis_core::ports::{MonotonicClock, Timer};
 use metropolis_core::provisioning::{Action, AgentConfig, AgentLoop, offered_request};
 use metropolis_proto::prelude::{agent, storage as machines};
-use metropolis_sim::call::{CallResult, unary};
-use metropolis_sim::rng::Rng;
-use metropolis_sim::runtime::{NodeId, Runtime};
-use metropolis_sim::upstream::Routers;
 use prost::Message;
 
 const HEARTBEAT: &str = "/cloud.bmaas.server.api.AgentCallback/Heartbeat";

@@ -29,12 +29,20 @@
 //! - at the end, after a restart of every daemon and one clean session
 //!   each: no instance left and the global buffer restored.
 
+// The checks panic on what breaks an invariant, and what this module
+// unwraps is the simulation's own.
 #![allow(clippy::unwrap_used)]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::Outcome;
+use crate::call::{Messages, server_stream};
+use crate::hash::TraceHash;
+use crate::rng::Rng;
+use crate::runtime::{Node, NodeClock, Runtime};
+use crate::upstream::Routers;
 use futures::StreamExt;
 use metropolis_core::identity::Identity;
 use metropolis_core::logtree::LogTreeConfig;
@@ -43,11 +51,6 @@ use metropolis_core::service::Router;
 use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub};
 use metropolis_core::trace::{FailureKind, TracePipe, Tracefs, TracefsFailure, WriteMode};
 use metropolis_proto::prelude::debug;
-use metropolis_sim::call::{Messages, server_stream};
-use metropolis_sim::hash::TraceHash;
-use metropolis_sim::rng::Rng;
-use metropolis_sim::runtime::{Node, NodeClock, Runtime};
-use metropolis_sim::upstream::Routers;
 use metropolis_testkit::tracefs::{FakeBuffer, FakePort, FakeTracefs};
 use prost::Message;
 
@@ -57,6 +60,21 @@ const NODES: usize = 2;
 const INSTANCES_NODE: usize = 0;
 const CLIENT: usize = NODES;
 const TRACE: &str = "/metropolis.proto.api.NodeDebugService/Trace";
+/// The names of each node's counts in [`Outcome::fired`]: sessions
+/// started, daemons killed, tracefs failures injected (node 0 gives each
+/// session an instance, node 1 traces into the global buffer).
+const NODE_COUNTS: [[&str; 3]; NODES] = [
+    [
+        "node 0 sessions started",
+        "node 0 daemons killed",
+        "node 0 tracefs failures injected",
+    ],
+    [
+        "node 1 sessions started",
+        "node 1 daemons killed",
+        "node 1 tracefs failures injected",
+    ],
+];
 /// Clients start sessions until then.
 const CLIENTS_STOP: Duration = Duration::from_secs(25);
 /// The failure kinds the schedule injects.
@@ -411,17 +429,11 @@ fn request(rng: &mut Rng) -> (debug::TraceRequest, bool) {
 }
 
 /// What a run did.
-struct Outcome {
-    started: [u64; NODES],
-    crashes: [u64; NODES],
-    injected: [u64; NODES],
-    trace: u64,
-}
-
 /// One seeded run: clients for 25 s while the daemons are killed at
 /// seeded moments (each started again after up to 2 s); then every daemon
 /// restarted, the injections stopped, and one clean session per node.
-fn run(seed: u64) -> Outcome {
+/// Panics on a broken invariant, naming the seed.
+pub fn run(seed: u64) -> Outcome {
     let world = World::new(seed);
     let mut rng = Rng::new(seed ^ 0xdead);
     for i in 0..NODES {
@@ -462,64 +474,19 @@ fn run(seed: u64) -> Outcome {
     }
     let violations = world.violations.lock().unwrap().clone();
     assert!(violations.is_empty(), "seed {seed}: {violations:#?}");
-    let counts = |f: &dyn Fn(&TraceNode) -> u64| -> [u64; NODES] {
-        std::array::from_fn(|i| f(&world.nodes[i]))
-    };
+    let mut fired = Vec::new();
+    for (i, node) in world.nodes.iter().enumerate() {
+        let injected = node.port.fs().log.iter().filter(|op| op.injected).count() as u64;
+        let [started, killed, failures] = NODE_COUNTS[i];
+        fired.push((started, world.started[i].load(Ordering::Relaxed)));
+        fired.push((killed, node.crashes()));
+        fired.push((failures, injected));
+    }
     Outcome {
-        started: std::array::from_fn(|i| world.started[i].load(Ordering::Relaxed)),
-        crashes: counts(&|n| n.crashes()),
-        injected: counts(&|n| n.port.fs().log.iter().filter(|op| op.injected).count() as u64),
+        seed,
         trace: world.trace.lock().unwrap().value(),
+        polls: world.rt.polls(),
+        simulated: world.rt.now(),
+        fired,
     }
-}
-
-fn campaign(seeds: std::ops::Range<u64>) {
-    let (mut started, mut crashes, mut injected) = ([0; NODES], [0; NODES], [0; NODES]);
-    for seed in seeds.clone() {
-        let outcome = std::panic::catch_unwind(|| run(seed)).unwrap_or_else(|panic| {
-            eprintln!(
-                "seed {seed} failed; replay: TRACES_FIRST={seed} TRACES_SEEDS=1 cargo test \
-                 -p metropolis-sim --test shipped_traces -- --ignored campaign"
-            );
-            std::panic::resume_unwind(panic)
-        });
-        for i in 0..NODES {
-            started[i] += outcome.started[i];
-            crashes[i] += outcome.crashes[i];
-            injected[i] += outcome.injected[i];
-        }
-    }
-    println!(
-        "seeds {seeds:?}: sessions started {started:?}, daemons killed {crashes:?}, tracefs \
-         failures injected {injected:?} (node 0 with instances, node 1 global)"
-    );
-    for i in 0..NODES {
-        assert!(
-            started[i] > 0 && crashes[i] > 0 && injected[i] > 0,
-            "node {i} idle"
-        );
-    }
-}
-
-#[test]
-fn seeds_0_to_199() {
-    campaign(0..200);
-}
-
-/// A campaign of `TRACES_SEEDS` seeds from `TRACES_FIRST` (1,000 from
-/// 200 by default).
-#[test]
-#[ignore = "long: TRACES_SEEDS=100000 cargo test --release -p metropolis-sim --test shipped_traces -- --ignored campaign"]
-fn campaign_of_trace_seeds() {
-    let number = |name: &str| std::env::var(name).ok()?.parse::<u64>().ok();
-    let first = number("TRACES_FIRST").unwrap_or(200);
-    campaign(first..first + number("TRACES_SEEDS").unwrap_or(1000));
-}
-
-/// The same seed gives the same trace; another seed another.
-#[test]
-fn the_same_seed_gives_the_same_trace() {
-    let (a, b, c) = (run(7), run(7), run(8));
-    assert_eq!(a.trace, b.trace);
-    assert_ne!(a.trace, c.trace);
 }
