@@ -30,26 +30,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use clap::Parser;
-use metropolis_core::provisioning::{Action, AgentConfig, AgentLoop, offered_request};
-use metropolis_core::time::Instant as CoreInstant;
+use metropolis_core::ports::MonotonicClock;
+use metropolis_core::provisioning::{AgentConfig, AgentLoop};
+use metropolis_core::service::agent_driver::drive_agent;
+use metropolis_node::clock::ProcessClock;
 pub mod hardware;
 pub mod install;
+pub mod ports;
 pub mod progress;
 
-use crate::hardware::gather_hardware_report;
-use crate::install::{
-    Installer, OciInstaller, Progress, RegistryCredentials, install_encoded_request, registry_tls,
-};
-use crate::progress::ProgressLog;
+use crate::install::{Installer, OciInstaller, RegistryCredentials, registry_tls};
+use crate::ports::{MachinePorts, ProcessTimer};
 use metropolis_pki::{Credentials, curator_client_config, self_signed_agent_certificate};
-use metropolis_proto::prelude::agent;
-use metropolis_proto::wire::EncodedHeartbeatResponse;
-use metropolis_transport::grpc::Channel;
-
-use metropolis_runtime_tokio::rt::TokioRuntime;
-use metropolis_transport::connect;
 
 /// Command-line configuration of `bmaas-agent`.
 #[derive(Parser, Debug, Clone)]
@@ -167,35 +160,6 @@ fn seed() -> u64 {
     nanos.as_nanos() as u64 ^ u64::from(std::process::id())
 }
 
-/// One heartbeat over `channel`; the offered request kept as bytes.
-async fn send_heartbeat(
-    channel: Channel,
-    request: agent::HeartbeatRequest,
-) -> Result<Option<Bytes>, tonic::Status> {
-    let mut grpc = tonic::client::Grpc::with_origin(channel, Channel::origin());
-    grpc.ready()
-        .await
-        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-    let path =
-        http::uri::PathAndQuery::from_static("/cloud.bmaas.server.api.AgentCallback/Heartbeat");
-    let codec =
-        tonic_prost::ProstCodec::<agent::HeartbeatRequest, EncodedHeartbeatResponse>::default();
-    let response = grpc
-        .unary(tonic::Request::new(request), path, codec)
-        .await?;
-    Ok(response.into_inner().installation_request)
-}
-
-fn install(installer: &dyn Installer, generation: i64, request: &Bytes) -> Result<(), String> {
-    let mut log = ProgressLog::new();
-    let mut progress = |p: &Progress| {
-        if let Some(line) = log.line(p, std::time::Instant::now()) {
-            tracing::info!(generation, "installing: {line}");
-        }
-    };
-    install_encoded_request(installer, request, &mut progress).map_err(|e| e.to_string())
-}
-
 /// Runs the agent until the process is stopped.
 pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), AgentError> {
     let key_pem = std::fs::read_to_string(&args.key)
@@ -221,10 +185,9 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
         interval: Duration::from_secs_f64(args.interval),
         ..AgentConfig::default()
     };
-    let base = tokio::time::Instant::now();
-    let now = || CoreInstant::from_offset(base.elapsed());
-    let mut machine =
-        AgentLoop::new(config, last_acted, seed(), now()).map_err(|e| e.to_string())?;
+    let clock = ProcessClock::new();
+    let machine =
+        AgentLoop::new(config, last_acted, seed(), clock.now()).map_err(|e| e.to_string())?;
     tracing::info!(
         machine = %args.machine_id,
         endpoint = %args.endpoint,
@@ -232,105 +195,22 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
         last_acted = ?last_acted,
         "agent starting"
     );
-
-    let mut channel: Option<Channel> = None;
-    let mut heartbeat: Option<tokio::task::JoinHandle<Result<Option<Bytes>, String>>> = None;
-    let mut installing: Option<(i64, tokio::task::JoinHandle<Result<(), String>>)> = None;
-    loop {
-        while let Some(action) = machine.poll_action() {
-            match action {
-                Action::SendHeartbeat(plan) => {
-                    let root = args.hardware_root.clone();
-                    let request =
-                        plan.to_request(&args.machine_id, || gather_hardware_report(&root));
-                    let ch = match &channel {
-                        Some(c) => Ok(c.clone()),
-                        None => connect::tls(&TokioRuntime::shared(), &args.endpoint, tls.clone())
-                            .await
-                            .map_err(|e| e.to_string()),
-                    };
-                    match ch {
-                        Ok(c) => {
-                            channel = Some(c.clone());
-                            heartbeat = Some(tokio::spawn(async move {
-                                send_heartbeat(c, request)
-                                    .await
-                                    .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
-                            }));
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "heartbeat failed: cannot connect");
-                            machine.handle_heartbeat_failed(now());
-                        }
-                    }
-                }
-                Action::PersistLastActed(generation) => {
-                    if let Err(e) = write_last_acted(&args.state_dir, generation) {
-                        // Refuse to install what could be installed again
-                        // after a restart: report the failure instead.
-                        tracing::error!(generation, error = %e, "cannot persist the generation; not installing");
-                        return Err(format!(
-                            "{}: cannot persist generation {generation}: {e}",
-                            args.state_dir.display()
-                        )
-                        .into());
-                    }
-                }
-                Action::Install {
-                    generation,
-                    request,
-                } => {
-                    tracing::info!(generation, "installing");
-                    let installer = installer.clone();
-                    let task = tokio::task::spawn_blocking(move || {
-                        install(installer.as_ref(), generation, &request)
-                    });
-                    installing = Some((generation, task));
-                }
-            }
-        }
-        let deadline = machine
-            .poll_timeout()
-            .map(|t| base + t.offset())
-            .unwrap_or_else(|| base + Duration::from_secs(3600 * 24 * 365));
-        tokio::select! {
-            result = async { heartbeat.as_mut().expect("guarded by the select condition").await }, if heartbeat.is_some() => {
-                heartbeat = None;
-                match result {
-                    Ok(Ok(offered)) => {
-                        let offered = match offered.map(offered_request).transpose() {
-                            Ok(o) => o,
-                            Err(e) => {
-                                tracing::warn!(error = %e, "server offered an unreadable installation request");
-                                None
-                            }
-                        };
-                        machine.handle_heartbeat_ok(now(), offered);
-                    }
-                    Ok(Err(e)) => {
-                        tracing::warn!(error = %e, "heartbeat failed");
-                        channel = None;
-                        machine.handle_heartbeat_failed(now());
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "heartbeat task failed");
-                        channel = None;
-                        machine.handle_heartbeat_failed(now());
-                    }
-                }
-            }
-            result = async { (&mut installing.as_mut().expect("guarded by the select condition").1).await }, if installing.is_some() => {
-                let Some((generation, _)) = installing.take() else { continue };
-                let result = result.unwrap_or_else(|e| Err(format!("installer crashed: {e}")));
-                match &result {
-                    Ok(()) => tracing::info!(generation, "installation succeeded"),
-                    Err(e) => tracing::error!(generation, error = %e, "installation failed"),
-                }
-                machine.handle_install_done(now(), generation, result);
-            }
-            _ = tokio::time::sleep_until(deadline) => machine.handle_timeout(now()),
-        }
-    }
+    let ports = MachinePorts::new(
+        args.endpoint.clone(),
+        tls,
+        args.state_dir.clone(),
+        args.hardware_root.clone(),
+        installer,
+    );
+    let stopped = drive_agent(
+        machine,
+        args.machine_id.clone(),
+        Arc::new(ports),
+        Arc::new(clock),
+        Arc::new(ProcessTimer(clock)),
+    )
+    .await;
+    Err(stopped.into())
 }
 
 /// A positive, finite number of seconds given as `flag`.

@@ -7,7 +7,8 @@
 //!   operator's request, and its versioned storage encoding.
 //! - Agent side: [`AgentLoop`], a sans-IO machine deciding when the agent
 //!   heartbeats, what each heartbeat carries, and when it installs. Its
-//!   driving contract is documented on the type.
+//!   driving contract is documented on the type; the service layer's
+//!   `service::agent_driver` drives it over ports.
 //!
 //! Together they make installation at-most-once per generation and
 //! reporting at-least-once, with a first-result-wins server:

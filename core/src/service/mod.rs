@@ -1,12 +1,14 @@
 //! The runtime-agnostic gRPC service layer: tonic service implementations
 //! written against the [`ports`](crate::ports), a router that authorizes
-//! every call from the descriptors' `authorization` options, and the shared
-//! watch cache. It uses `futures`-level async only; a runtime crate serves
+//! every call from the descriptors' `authorization` options, the shared
+//! watch cache, and the provisioning agent's driver ([`agent_driver`]).
+//! It uses `futures`-level async only; a runtime crate serves
 //! [`Router`] over its sockets and inserts each connection's
 //! [`Identity`](crate::identity::Identity) into the request extensions.
 
 pub mod admission;
 mod agent_callback;
+pub mod agent_driver;
 mod cas;
 mod curator;
 mod curator_http;

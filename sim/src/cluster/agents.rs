@@ -1,6 +1,7 @@
 //! Provisioning in the shipped-code cluster: an operator registering
 //! machines and submitting installation requests (`MachineManagement`),
-//! agents running core's `AgentLoop` against the real `AgentCallback`
+//! agents running core's `AgentLoop` under core's agent driver (the one
+//! `bmaas-agent` runs) against the real `AgentCallback`
 //! service (heartbeats as framed gRPC through random instances,
 //! installs that take time), and an impostor heartbeating for a
 //! registered machine with a key that is not its.
@@ -26,9 +27,11 @@ use crate::rng::Rng;
 use crate::runtime::{NodeId, Runtime};
 use crate::upstream::Routers;
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use metropolis_core::identity::Identity;
 use metropolis_core::ports::{MonotonicClock, Timer};
-use metropolis_core::provisioning::{Action, AgentConfig, AgentLoop, offered_request};
+use metropolis_core::provisioning::{AgentConfig, AgentLoop, offered_request};
+use metropolis_core::service::agent_driver::{AgentPorts, drive_agent};
 use metropolis_proto::prelude::{agent, storage as machines};
 use prost::Message;
 
@@ -388,8 +391,8 @@ async fn operator(
     }
 }
 
-/// Agent `m`: core's `AgentLoop` on the agents' node, its heartbeats
-/// through random instances, installs of 100-600 ms.
+/// Agent `m`: core's `AgentLoop` run by core's agent driver on the
+/// agents' node, over [`SimAgent`].
 async fn run_agent(
     world: Arc<World>,
     m: usize,
@@ -405,85 +408,112 @@ async fn run_agent(
         backoff_cap: Duration::from_secs(2),
         ..AgentConfig::default()
     };
-    let Ok(mut machine) = AgentLoop::new(config, persisted, rng.below(u64::MAX), node.now()) else {
+    let Ok(machine) = AgentLoop::new(config, persisted, rng.below(u64::MAX), node.now()) else {
         panic!("the agent's configuration is valid");
     };
-    let (done_tx, done_rx) = futures::channel::mpsc::unbounded::<(i64, Result<(), String>)>();
-    let mut done_rx = done_rx;
-    loop {
-        while let Some(action) = machine.poll_action() {
-            match action {
-                Action::SendHeartbeat(plan) => {
-                    let request = plan
-                        .to_request(&machine_id(m), agent::AgentHardwareReport::default)
-                        .encode_to_vec();
-                    let identity = Identity::Agent(agent_key(m));
-                    let result = world
-                        .call_from(world.agents, &mut rng, HEARTBEAT, identity, request)
-                        .await;
-                    let answer = result.and_then(|bytes| {
-                        agent::HeartbeatResponse::decode(bytes).map_err(|_| tonic::Code::Internal)
-                    });
-                    let mut o = out.lock().unwrap();
-                    match answer {
-                        Ok(response) => {
-                            o.ok += 1;
-                            o.last_ok_us = world.rt.now().as_micros();
-                            let offered = response
-                                .installation_request
-                                .and_then(|r| offered_request(r.encode_to_vec().into()).ok());
-                            machine.handle_heartbeat_ok(node.now(), offered);
-                        }
-                        Err(code) => {
-                            o.failures.push(code);
-                            machine.handle_heartbeat_failed(node.now());
-                        }
-                    }
+    let ports = SimAgent {
+        world,
+        m,
+        rng: Mutex::new(rng),
+        out,
+        disk,
+    };
+    let clock = Arc::new(node.clone());
+    let stopped = drive_agent(
+        machine,
+        machine_id(m),
+        Arc::new(ports),
+        clock,
+        Arc::new(node),
+    )
+    .await;
+    panic!("agent {m} stopped: {stopped}");
+}
+
+/// What agent `m`'s driver reaches: heartbeats as framed gRPC through
+/// random instances, a state file that survives the agents' node, and
+/// installs of 100-600 ms; each recorded for the checks.
+struct SimAgent {
+    world: Arc<World>,
+    m: usize,
+    rng: Mutex<Rng>,
+    out: Arc<Mutex<AgentRecord>>,
+    disk: Arc<Mutex<Option<i64>>>,
+}
+
+impl AgentPorts for SimAgent {
+    fn heartbeat(
+        &self,
+        request: agent::HeartbeatRequest,
+    ) -> BoxFuture<'static, Result<Option<Bytes>, String>> {
+        let target = self.rng.lock().unwrap().index(self.world.curators);
+        let (world, out) = (self.world.clone(), self.out.clone());
+        let identity = Identity::Agent(agent_key(self.m));
+        Box::pin(async move {
+            let result = unary(
+                &world.rt,
+                &world.routers,
+                world.agents,
+                target,
+                HEARTBEAT,
+                identity,
+                request.encode_to_vec(),
+            )
+            .await;
+            let answer = result.and_then(|bytes| {
+                agent::HeartbeatResponse::decode(bytes).map_err(|_| tonic::Code::Internal)
+            });
+            let mut o = out.lock().unwrap();
+            match answer {
+                Ok(response) => {
+                    o.ok += 1;
+                    o.last_ok_us = world.rt.now().as_micros();
+                    Ok(response
+                        .installation_request
+                        .map(|r| Bytes::from(r.encode_to_vec())))
                 }
-                // Durable at once: the next incarnation starts from it.
-                Action::PersistLastActed(generation) => {
-                    let mut persisted = disk.lock().unwrap();
-                    assert!(
-                        *persisted < Some(generation),
-                        "agent {m} persists {generation} after {persisted:?}"
-                    );
-                    *persisted = Some(generation);
-                }
-                Action::Install {
-                    generation,
-                    request,
-                } => {
-                    let offered = offered_request(request).map(|(g, _)| g);
-                    assert_eq!(
-                        offered.ok(),
-                        Some(generation),
-                        "install of what was offered"
-                    );
-                    let mut o = out.lock().unwrap();
-                    o.installed.push(generation);
-                    o.installing = Some(generation);
-                    drop(o);
-                    let (done, installer) = (done_tx.clone(), node.clone());
-                    let took = Duration::from_millis(rng.range(100, 600));
-                    node.spawn(async move {
-                        installer.sleep_until(installer.now() + took).await;
-                        let _ = done.unbounded_send((generation, Ok(())));
-                    });
+                Err(code) => {
+                    o.failures.push(code);
+                    Err(format!("{code:?}"))
                 }
             }
-        }
-        let wake = machine
-            .poll_timeout()
-            .unwrap_or_else(|| node.now() + Duration::from_secs(3600));
-        let timer = node.sleep_until(wake);
-        match futures::future::select(futures::StreamExt::next(&mut done_rx), timer).await {
-            futures::future::Either::Left((Some((generation, result)), _)) => {
-                out.lock().unwrap().installing = None;
-                machine.handle_install_done(node.now(), generation, result);
-            }
-            futures::future::Either::Left((None, _)) => return,
-            futures::future::Either::Right(_) => machine.handle_timeout(node.now()),
-        }
+        })
+    }
+
+    // Durable at once: the next incarnation starts from it.
+    fn persist_last_acted(&self, generation: i64) -> Result<(), String> {
+        let mut persisted = self.disk.lock().unwrap();
+        assert!(
+            *persisted < Some(generation),
+            "agent {} persists {generation} after {persisted:?}",
+            self.m
+        );
+        *persisted = Some(generation);
+        Ok(())
+    }
+
+    fn install(&self, generation: i64, request: Bytes) -> BoxFuture<'static, Result<(), String>> {
+        let offered = offered_request(request).map(|(g, _)| g);
+        assert_eq!(
+            offered.ok(),
+            Some(generation),
+            "install of what was offered"
+        );
+        let mut o = self.out.lock().unwrap();
+        o.installed.push(generation);
+        o.installing = Some(generation);
+        drop(o);
+        let took = Duration::from_millis(self.rng.lock().unwrap().range(100, 600));
+        let (node, out) = (self.world.rt.node(self.world.agents), self.out.clone());
+        Box::pin(async move {
+            node.sleep_until(node.now() + took).await;
+            out.lock().unwrap().installing = None;
+            Ok(())
+        })
+    }
+
+    fn hardware_report(&self) -> agent::AgentHardwareReport {
+        agent::AgentHardwareReport::default()
     }
 }
 
