@@ -93,6 +93,7 @@
 mod aligned;
 mod commit;
 mod crc;
+pub mod disk;
 mod error;
 mod snapshot;
 mod wal;
@@ -101,8 +102,6 @@ mod watch;
 mod writer;
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
@@ -121,6 +120,7 @@ use metropolis_core::store::{
 };
 use metropolis_core::time::Instant;
 
+pub use disk::{Disk, OsDisk};
 pub use error::{Corruption, OpenError};
 
 /// Name of the lock file in the store directory.
@@ -152,6 +152,9 @@ pub struct StoreOptions {
     /// itself where it does not. Default on; off, every write goes through
     /// the page cache (same format, same durability, more CPU per commit).
     pub direct_io: bool,
+    /// What the store's files are written to. Default [`OsDisk`], the
+    /// operating system's file system; a simulator gives a disk of its own.
+    pub disk: Arc<dyn Disk>,
 }
 
 impl Default for StoreOptions {
@@ -162,6 +165,7 @@ impl Default for StoreOptions {
             commit_delay: Duration::from_micros(200),
             commit_batch: 64,
             direct_io: true,
+            disk: Arc::new(OsDisk),
         }
     }
 }
@@ -194,6 +198,12 @@ impl StoreOptions {
     /// Sets [`direct_io`](Self::direct_io).
     pub fn with_direct_io(mut self, direct: bool) -> Self {
         self.direct_io = direct;
+        self
+    }
+
+    /// Sets [`disk`](Self::disk).
+    pub fn with_disk(mut self, disk: Arc<dyn Disk>) -> Self {
+        self.disk = disk;
         self
     }
 }
@@ -464,7 +474,7 @@ pub struct EmbeddedStore {
     writer: Mutex<Option<JoinHandle<()>>>,
     dir: PathBuf,
     /// Holds the directory's lock until the store is dropped.
-    _lock: File,
+    _lock: Box<dyn disk::LockGuard>,
 }
 
 impl EmbeddedStore {
@@ -476,40 +486,25 @@ impl EmbeddedStore {
         let clock = Clock {
             base: std::time::Instant::now(),
         };
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
+        let disk = options.disk.clone();
+        disk.create_dir(dir)
             .map_err(error::io_err(dir, "create directory"))?;
         let lock_path = dir.join(LOCK_FILE);
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&lock_path)
-            .map_err(error::io_err(&lock_path, "open lock file"))?;
-        let locked = lock.try_lock();
-        match locked {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(OpenError::Locked { path: lock_path });
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(error::io_err(&lock_path, "lock")(e));
-            }
-        }
+        let lock = match disk.lock(&lock_path) {
+            Ok(Some(lock)) => lock,
+            Ok(None) => return Err(OpenError::Locked { path: lock_path }),
+            Err(e) => return Err(error::io_err(&lock_path, "lock")(e)),
+        };
         for tmp in [wal::WAL_TMP_FILE, snapshot::SNAPSHOT_TMP_FILE] {
             let path = dir.join(tmp);
-            match std::fs::remove_file(&path) {
-                Ok(()) => tracing::info!("removed unfinished {}", path.display()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            match disk.remove(&path) {
+                Ok(true) => tracing::info!("removed unfinished {}", path.display()),
+                Ok(false) => {}
                 Err(e) => return Err(error::io_err(&path, "remove")(e)),
             }
         }
 
-        let recovered = writer::recover(dir, clock.now(), options.direct_io)?;
+        let recovered = writer::recover(disk.as_ref(), dir, clock.now(), options.direct_io)?;
         let mem = recovered.mem;
         tracing::info!(
             "opened embedded store {}: revision {}, {} WAL records replayed, WAL written {}",
@@ -545,7 +540,7 @@ impl EmbeddedStore {
             clock,
         });
         let thread_shared = shared.clone();
-        let writer = writer::Writer::new(dir.to_path_buf(), recovered.wal, options);
+        let writer = writer::Writer::new(disk, dir.to_path_buf(), recovered.wal, options);
         let handle = std::thread::Builder::new()
             .name("embedded-store-writer".into())
             .spawn(move || writer.run(&thread_shared))

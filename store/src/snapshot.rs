@@ -9,16 +9,14 @@
 //! temporary file, synced, renamed over the previous one and the directory
 //! synced, so the file under its name is always whole.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use metropolis_core::store::{Snapshot, decode_snapshot, encode_snapshot};
 
 use super::crc::Crc32c;
+use super::disk::Disk;
 use super::error::{Corruption, OpenError, io_err};
-use super::wal::sync_dir;
 
 /// Name of the snapshot file in the store directory.
 pub(crate) const SNAPSHOT_FILE: &str = "snapshot";
@@ -36,7 +34,12 @@ pub(crate) fn path(dir: &Path) -> PathBuf {
 
 /// Writes `snapshot`, which contains every record up to `last_seq`, and
 /// makes it the directory's snapshot, durably.
-pub(crate) fn write(dir: &Path, last_seq: u64, snapshot: &Snapshot) -> io::Result<()> {
+pub(crate) fn write(
+    disk: &dyn Disk,
+    dir: &Path,
+    last_seq: u64,
+    snapshot: &Snapshot,
+) -> io::Result<()> {
     let payload = encode_snapshot(snapshot);
     let mut header = Vec::with_capacity(HEADER_LEN + 4);
     header.extend_from_slice(&MAGIC);
@@ -47,29 +50,17 @@ pub(crate) fn write(dir: &Path, last_seq: u64, snapshot: &Snapshot) -> io::Resul
     header.extend_from_slice(&crc.to_le_bytes());
 
     let tmp = dir.join(SNAPSHOT_TMP_FILE);
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(&header)?;
-    file.write_all(&payload)?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&tmp, path(dir))?;
-    sync_dir(dir)
+    disk.write_synced(&tmp, &[&header, &payload])?;
+    disk.rename(&tmp, &path(dir))?;
+    disk.sync_dir(dir)
 }
 
 /// Reads the snapshot of `dir`, if there is one: the sequence number of the
 /// last record it contains, and the state.
-pub(crate) fn read(dir: &Path) -> Result<Option<(u64, Snapshot)>, OpenError> {
+pub(crate) fn read(disk: &dyn Disk, dir: &Path) -> Result<Option<(u64, Snapshot)>, OpenError> {
     let path = path(dir);
-    let mut data = Vec::new();
-    match File::open(&path) {
-        Ok(mut f) => f.read_to_end(&mut data).map_err(io_err(&path, "read"))?,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_err(&path, "open")(e)),
+    let Some(data) = disk.read(&path).map_err(io_err(&path, "read"))? else {
+        return Ok(None);
     };
     let corrupt = |offset: u64, problem| OpenError::Corrupt {
         path: path.clone(),

@@ -38,15 +38,12 @@
 //! preallocation) are still read; a store opened over one writes a
 //! snapshot and continues in a version 2 WAL.
 
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-
-use rustix::fs::OFlags;
 
 use super::aligned::{AlignedBuf, BLOCK, round_down, round_up};
 use super::crc::crc32c;
+use super::disk::{Disk, SyncFile};
 
 /// Name of the WAL file in the store directory.
 pub(crate) const WAL_FILE: &str = "wal";
@@ -137,61 +134,9 @@ pub(crate) fn file_header(version: u32, first_seq: u64) -> [u8; HEADER_LEN as us
     header
 }
 
-/// Makes renames and creations in `dir` durable.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
 /// The path of the WAL in `dir`.
 pub(crate) fn path(dir: &Path) -> PathBuf {
     dir.join(WAL_FILE)
-}
-
-/// Opens the WAL at `path` for synchronous writes, with `O_DIRECT` if
-/// `direct` and the file system accepts it. Returns whether it did.
-///
-/// `O_DSYNC` (data and the metadata needed to read it back), not
-/// `O_SYNC`: the latter would also write the inode's modification time at
-/// every commit, the device write that preallocation exists to avoid.
-fn open_synchronous(path: &Path, create: bool, direct: bool) -> io::Result<(File, bool)> {
-    let mut options = OpenOptions::new();
-    options.write(true);
-    if create {
-        options.create(true).truncate(true).mode(0o600);
-    }
-    if direct {
-        let flags = libc::O_DIRECT | libc::O_DSYNC;
-        match options.clone().custom_flags(flags).open(path) {
-            Ok(file) => return Ok((file, true)),
-            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
-                tracing::info!(
-                    "{}: the file system refuses O_DIRECT; writing the WAL through the page cache",
-                    path.display()
-                );
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    let file = options.custom_flags(libc::O_DSYNC).open(path)?;
-    Ok((file, false))
-}
-
-/// Writes `buf` at `offset` (both block-aligned). If the file system
-/// refuses an `O_DIRECT` write (`EINVAL`: it accepted the flag at open but
-/// not this alignment), turns `O_DIRECT` off on the file and retries.
-fn write_at(file: &File, direct: &mut bool, buf: &[u8], offset: u64) -> io::Result<()> {
-    match file.write_all_at(buf, offset) {
-        Err(e) if *direct && e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
-            tracing::warn!(
-                "an O_DIRECT write of the WAL was refused ({e}); writing through the page cache from now on"
-            );
-            let flags = rustix::fs::fcntl_getfl(file)?;
-            rustix::fs::fcntl_setfl(file, flags - OFlags::DIRECT)?;
-            *direct = false;
-            file.write_all_at(buf, offset)
-        }
-        other => other,
-    }
 }
 
 /// The open WAL, appended to by the writer thread.
@@ -201,9 +146,7 @@ fn write_at(file: &File, direct: &mut bool, buf: &[u8], offset: u64) -> io::Resu
 /// `size % BLOCK` bytes of `stage` are those of the last, partial block.
 #[derive(Debug)]
 pub(crate) struct Wal {
-    file: File,
-    /// Whether writes bypass the page cache (`O_DIRECT`).
-    direct: bool,
+    file: Box<dyn SyncFile>,
     size: u64,
     allocated: u64,
     /// The partial last block, then the next write being laid out.
@@ -216,20 +159,29 @@ impl Wal {
     /// Creates a fresh, empty WAL whose first record will be `first_seq`,
     /// atomically replacing any WAL in `dir`: [`prepare`](Self::prepare)
     /// then [`install`](Self::install).
-    pub(crate) fn create(dir: &Path, first_seq: u64, direct: bool) -> io::Result<Wal> {
-        let wal = Wal::prepare(dir, first_seq, direct)?;
-        wal.install(dir)?;
+    pub(crate) fn create(
+        disk: &dyn Disk,
+        dir: &Path,
+        first_seq: u64,
+        direct: bool,
+    ) -> io::Result<Wal> {
+        let wal = Wal::prepare(disk, dir, first_seq, direct)?;
+        wal.install(disk, dir)?;
         Ok(wal)
     }
 
     /// Writes a fresh, empty WAL whose first record will be `first_seq` to
     /// a temporary file, preallocated and synced. Nothing changes under
     /// the WAL's name yet.
-    pub(crate) fn prepare(dir: &Path, first_seq: u64, direct: bool) -> io::Result<Wal> {
-        let (file, direct) = open_synchronous(&dir.join(WAL_TMP_FILE), true, direct)?;
+    pub(crate) fn prepare(
+        disk: &dyn Disk,
+        dir: &Path,
+        first_seq: u64,
+        direct: bool,
+    ) -> io::Result<Wal> {
+        let file = disk.open_synchronous(&dir.join(WAL_TMP_FILE), true, direct)?;
         let mut wal = Wal {
             file,
-            direct,
             size: 0,
             allocated: 0,
             stage: AlignedBuf::zeroed(BLOCK),
@@ -238,15 +190,15 @@ impl Wal {
         let header = file_header(FORMAT_VERSION, first_seq);
         wal.staged(header.len()).copy_from_slice(&header);
         wal.write_staged(header.len())?;
-        wal.file.sync_all()?;
+        wal.file.sync()?;
         Ok(wal)
     }
 
     /// Renames a prepared WAL over the WAL of `dir`, and syncs the
     /// directory.
-    pub(crate) fn install(&self, dir: &Path) -> io::Result<()> {
-        std::fs::rename(dir.join(WAL_TMP_FILE), dir.join(WAL_FILE))?;
-        sync_dir(dir)
+    pub(crate) fn install(&self, disk: &dyn Disk, dir: &Path) -> io::Result<()> {
+        disk.rename(&dir.join(WAL_TMP_FILE), &dir.join(WAL_FILE))?;
+        disk.sync_dir(dir)
     }
 
     /// Opens an existing version 2 WAL for appending after its first
@@ -254,34 +206,30 @@ impl Wal {
     /// write) are zeroed durably first, and a file length that is not a
     /// whole number of blocks is completed with zeros.
     pub(crate) fn reopen(
+        disk: &dyn Disk,
         path: &Path,
         valid_len: u64,
         dirty_end: u64,
         direct: bool,
     ) -> io::Result<Wal> {
-        let plain = OpenOptions::new().read(true).write(true).open(path)?;
-        let len = plain.metadata()?.len();
-        let mut changed = false;
+        // Repaired through the page cache (any length, any offset); each
+        // write is synchronous.
+        let mut plain = disk.open_synchronous(path, false, false)?;
+        let len = plain.size()?;
         if dirty_end > valid_len {
-            plain.write_all_at(&vec![0; (dirty_end - valid_len) as usize], valid_len)?;
-            changed = true;
+            plain.write_at(&vec![0; (dirty_end - valid_len) as usize], valid_len)?;
         }
         if len % BLOCK as u64 != 0 {
-            plain.write_all_at(&vec![0; (round_up(len) - len) as usize], len)?;
-            changed = true;
-        }
-        if changed {
-            plain.sync_all()?;
+            plain.write_at(&vec![0; (round_up(len) - len) as usize], len)?;
         }
         let mut stage = AlignedBuf::zeroed(BLOCK);
         let tail_start = round_down(valid_len);
         let tail = (valid_len - tail_start) as usize;
-        plain.read_exact_at(&mut stage.bytes_mut()[..tail], tail_start)?;
+        plain.read_at(&mut stage.bytes_mut()[..tail], tail_start)?;
         drop(plain);
-        let (file, direct) = open_synchronous(path, false, direct)?;
+        let file = disk.open_synchronous(path, false, direct)?;
         Ok(Wal {
             file,
-            direct,
             size: valid_len,
             allocated: round_up(len),
             stage,
@@ -332,7 +280,7 @@ impl Wal {
 
     /// Whether writes bypass the page cache.
     pub(crate) fn is_direct(&self) -> bool {
-        self.direct
+        self.file.is_direct()
     }
 
     /// Bytes of the partial last block, at the start of `stage`.
@@ -356,12 +304,7 @@ impl Wal {
         self.preallocate(end)?;
         let padded = (round_up(end) - start) as usize;
         self.stage.bytes_mut()[tail + len..padded].fill(0);
-        write_at(
-            &self.file,
-            &mut self.direct,
-            &self.stage.bytes()[..padded],
-            start,
-        )?;
+        self.file.write_at(&self.stage.bytes()[..padded], start)?;
         self.size = end;
         let new_start = round_down(end);
         let new_tail = (end - new_start) as usize;
@@ -390,7 +333,7 @@ impl Wal {
         let mut offset = self.allocated;
         while offset < target {
             let n = ((target - offset) as usize).min(zeros.capacity());
-            write_at(&self.file, &mut self.direct, &zeros.bytes()[..n], offset)?;
+            self.file.write_at(&zeros.bytes()[..n], offset)?;
             offset += n as u64;
         }
         self.allocated = target;
@@ -403,6 +346,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use crate::disk::OsDisk;
 
     fn batches(data: &[u8]) -> Vec<(usize, usize)> {
         let mut out = Vec::new();
@@ -421,7 +365,7 @@ mod tests {
     fn appends_lay_out_batches_over_preallocated_zeros() {
         for direct in [true, false] {
             let dir = tempfile::tempdir().unwrap();
-            let mut wal = Wal::create(dir.path(), 7, direct).unwrap();
+            let mut wal = Wal::create(&OsDisk, dir.path(), 7, direct).unwrap();
             assert!(direct || !wal.is_direct());
             let mut expected = file_header(FORMAT_VERSION, 7).to_vec();
             let mut sizes = Vec::new();
@@ -455,7 +399,7 @@ mod tests {
     #[test]
     fn large_commits_are_split_into_batches() {
         let dir = tempfile::tempdir().unwrap();
-        let mut wal = Wal::create(dir.path(), 1, true).unwrap();
+        let mut wal = Wal::create(&OsDisk, dir.path(), 1, true).unwrap();
         let big = frame(&vec![5; MAX_RECORD_LEN]);
         let small = frame(b"x");
         wal.append([big.as_slice(), big.as_slice(), small.as_slice()])
@@ -471,7 +415,7 @@ mod tests {
     #[test]
     fn reopen_zeroes_the_torn_tail_and_continues() {
         let dir = tempfile::tempdir().unwrap();
-        let mut wal = Wal::create(dir.path(), 1, true).unwrap();
+        let mut wal = Wal::create(&OsDisk, dir.path(), 1, true).unwrap();
         let first = frame(&[1; 5000]);
         wal.append([first.as_slice()]).unwrap();
         let valid = wal.size();
@@ -482,7 +426,7 @@ mod tests {
         data.truncate(data.len() - 10);
         std::fs::write(&p, &data).unwrap();
 
-        let mut wal = Wal::reopen(&p, valid, valid + 100, true).unwrap();
+        let mut wal = Wal::reopen(&OsDisk, &p, valid, valid + 100, true).unwrap();
         let second = frame(&[2; 10]);
         wal.append([second.as_slice()]).unwrap();
         let data = std::fs::read(&p).unwrap();
@@ -490,42 +434,5 @@ mod tests {
         let found: Vec<usize> = batches(&data).iter().map(|b| b.1).collect();
         assert_eq!(found, vec![first.len(), second.len()]);
         assert!(data[wal.size() as usize..].iter().all(|b| *b == 0));
-    }
-
-    /// The fallback when `O_DIRECT` writes are refused keeps the file
-    /// usable: turned off on the open file, the same writes go through.
-    #[test]
-    fn refused_direct_write_falls_back_to_the_page_cache() {
-        let dir = tempfile::tempdir().unwrap();
-        let (file, mut direct) = open_synchronous(&dir.path().join("f"), true, true).unwrap();
-        if !direct {
-            eprintln!(
-                "the file system of {} refuses O_DIRECT: nothing to test",
-                dir.path().display()
-            );
-            return;
-        }
-        let flags = rustix::fs::fcntl_getfl(&file).unwrap();
-        assert!(flags.contains(OFlags::DIRECT));
-        assert_eq!(
-            flags.bits() & libc::O_SYNC as u32,
-            libc::O_DSYNC as u32,
-            "O_DSYNC, not O_SYNC"
-        );
-        // A misaligned O_DIRECT write is refused with EINVAL (by ext4, xfs
-        // and btrfs).
-        write_at(&file, &mut direct, b"abc", 1).unwrap();
-        assert!(
-            !direct,
-            "the misaligned write went through without falling back"
-        );
-        let flags = rustix::fs::fcntl_getfl(&file).unwrap();
-        assert!(!flags.contains(OFlags::DIRECT));
-        assert_eq!(
-            flags.bits() & libc::O_SYNC as u32,
-            libc::O_DSYNC as u32,
-            "O_DSYNC, not O_SYNC"
-        );
-        assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), b"\0abc");
     }
 }

@@ -26,14 +26,12 @@
 //! Version 1 files (frames without batches) keep their rules: a final
 //! frame cut short or a zero-filled tail is torn, anything else damage.
 
-use std::fs::File;
-use std::io::Read;
 use std::path::Path;
 
 use metropolis_core::store::{Record, decode_record};
 
 use super::crc::crc32c;
-use super::error::{Corruption, OpenError, io_err};
+use super::error::{Corruption, OpenError};
 use super::wal::{
     BATCH_HEADER_LEN, BATCH_MAGIC, FORMAT_VERSION, FORMAT_VERSION_1, FRAME_HEADER_LEN, HEADER_LEN,
     MAGIC, MAX_BATCH_LEN, MAX_RECORD_LEN,
@@ -57,14 +55,11 @@ pub(crate) struct WalContents {
 /// A problem at a byte offset.
 type Damage = (u64, Corruption);
 
-/// Reads and checks a whole WAL file. A torn final write is reported in
-/// `torn_len`; any other damage is an error naming the offset.
-pub(crate) fn read(path: &Path) -> Result<WalContents, OpenError> {
-    let mut data = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut data))
-        .map_err(io_err(path, "read"))?;
-    parse(&data).map_err(|(offset, problem)| OpenError::Corrupt {
+/// Checks the whole WAL file `data`, read from `path`. A torn final write
+/// is reported in `torn_len`; any other damage is an error naming the
+/// offset.
+pub(crate) fn read(path: &Path, data: &[u8]) -> Result<WalContents, OpenError> {
+    parse(data).map_err(|(offset, problem)| OpenError::Corrupt {
         path: path.to_path_buf(),
         offset,
         problem,

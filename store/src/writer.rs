@@ -2,12 +2,13 @@
 //! rotation, lease expiry.
 
 use std::path::{Path, PathBuf};
-use std::sync::MutexGuard;
+use std::sync::{Arc, MutexGuard};
 
 use metropolis_core::store::{MemStore, Record, Snapshot};
 use metropolis_core::time::Instant;
 
 use super::commit::CommitPolicy;
+use super::disk::Disk;
 use super::error::{Corruption, OpenError, io_err};
 use super::wal::{self, FORMAT_VERSION_1, KEEP_BUFFER_BYTES, Wal};
 use super::wal_read;
@@ -29,14 +30,19 @@ pub(super) struct Recovered {
 /// a fresh directory.
 /// A version 1 WAL is replaced by a snapshot and a fresh version 2 WAL.
 /// `direct`: see [`StoreOptions::direct_io`].
-pub(super) fn recover(dir: &Path, now: Instant, direct: bool) -> Result<Recovered, OpenError> {
-    let snap = snapshot::read(dir)?;
+pub(super) fn recover(
+    disk: &dyn Disk,
+    dir: &Path,
+    now: Instant,
+    direct: bool,
+) -> Result<Recovered, OpenError> {
+    let snap = snapshot::read(disk, dir)?;
     let (mut mem, snapshot_seq) = match snap {
         Some((seq, snap)) => (MemStore::from_snapshot(snap, now), seq),
         None => (MemStore::new(), 0),
     };
     let wal_path = wal::path(dir);
-    if !wal_path.exists() {
+    let Some(data) = disk.read(&wal_path).map_err(io_err(&wal_path, "read"))? else {
         if snapshot_seq != 0 {
             return Err(OpenError::Corrupt {
                 path: wal_path,
@@ -44,15 +50,16 @@ pub(super) fn recover(dir: &Path, now: Instant, direct: bool) -> Result<Recovere
                 problem: Corruption::MissingWal,
             });
         }
-        let wal = Wal::create(dir, 1, direct).map_err(io_err(&wal_path, "create"))?;
+        let wal = Wal::create(disk, dir, 1, direct).map_err(io_err(&wal_path, "create"))?;
         return Ok(Recovered {
             mem,
             last_seq: 0,
             wal,
             replayed: 0,
         });
-    }
-    let contents = wal_read::read(&wal_path)?;
+    };
+    let contents = wal_read::read(&wal_path, &data)?;
+    drop(data);
     if contents.first_seq == 0 || contents.first_seq > snapshot_seq + 1 {
         return Err(OpenError::Corrupt {
             path: wal_path,
@@ -88,20 +95,21 @@ pub(super) fn recover(dir: &Path, now: Instant, direct: bool) -> Result<Recovere
     let wal = if last_in_wal <= snapshot_seq {
         // Everything in the WAL is in the snapshot (a crash between writing
         // a snapshot and starting the next WAL): start the next WAL now.
-        Wal::create(dir, snapshot_seq + 1, direct).map_err(io_err(&wal_path, "create"))?
+        Wal::create(disk, dir, snapshot_seq + 1, direct).map_err(io_err(&wal_path, "create"))?
     } else if contents.version == FORMAT_VERSION_1 {
         // A WAL of the first format: its records go into a snapshot, and
         // the log continues in the current format.
-        snapshot::write(dir, last_in_wal, &mem.snapshot())
+        snapshot::write(disk, dir, last_in_wal, &mem.snapshot())
             .map_err(io_err(&snapshot::path(dir), "write"))?;
         tracing::info!(
             "{}: converted a version 1 WAL (records up to {last_in_wal}) into a snapshot and a version {} WAL",
             wal_path.display(),
             wal::FORMAT_VERSION
         );
-        Wal::create(dir, last_in_wal + 1, direct).map_err(io_err(&wal_path, "create"))?
+        Wal::create(disk, dir, last_in_wal + 1, direct).map_err(io_err(&wal_path, "create"))?
     } else {
         Wal::reopen(
+            disk,
             &wal_path,
             contents.valid_len,
             contents.valid_len + contents.torn_len,
@@ -119,6 +127,7 @@ pub(super) fn recover(dir: &Path, now: Instant, direct: bool) -> Result<Recovere
 
 /// The writer thread's own state.
 pub(super) struct Writer {
+    disk: Arc<dyn Disk>,
     dir: PathBuf,
     wal: Wal,
     options: StoreOptions,
@@ -134,10 +143,16 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) fn new(dir: PathBuf, wal: Wal, options: StoreOptions) -> Writer {
+    pub(super) fn new(
+        disk: Arc<dyn Disk>,
+        dir: PathBuf,
+        wal: Wal,
+        options: StoreOptions,
+    ) -> Writer {
         let snapshot_at = options.snapshot_threshold;
         let policy = CommitPolicy::new(options.commit_delay, options.commit_batch);
         Writer {
+            disk,
             policy,
             dir,
             wal,
@@ -276,13 +291,18 @@ impl Writer {
     /// Writes a snapshot containing every record up to `last_seq`, then
     /// starts a fresh WAL after it.
     fn rotate(&mut self, shared: &Shared, last_seq: u64, snapshot: &Snapshot) {
-        if let Err(e) = snapshot::write(&self.dir, last_seq, snapshot) {
+        if let Err(e) = snapshot::write(self.disk.as_ref(), &self.dir, last_seq, snapshot) {
             // The WAL still holds everything: go on with it, retry later.
             tracing::warn!("writing a snapshot in {} failed: {e}", self.dir.display());
             self.snapshot_at = self.wal.size() + self.options.snapshot_threshold;
             return;
         }
-        let wal = match Wal::prepare(&self.dir, last_seq + 1, self.options.direct_io) {
+        let wal = match Wal::prepare(
+            self.disk.as_ref(),
+            &self.dir,
+            last_seq + 1,
+            self.options.direct_io,
+        ) {
             Ok(wal) => wal,
             Err(e) => {
                 // The old WAL is untouched and still in use: go on with it.
@@ -291,7 +311,7 @@ impl Writer {
                 return;
             }
         };
-        if let Err(e) = wal.install(&self.dir) {
+        if let Err(e) = wal.install(self.disk.as_ref(), &self.dir) {
             // The new WAL may or may not have replaced the old one under its
             // name: appending to either could lose acknowledged records at
             // the next open. Stop accepting changes.
