@@ -42,7 +42,8 @@
 //!   second process fails clearly instead of corrupting the files.
 //! - `wal`: a 24-byte header (magic `MTRPWAL\n`, u32 format version 2, u64
 //!   sequence number of its first record, CRC-32C of those 20 bytes), then
-//!   one batch per group commit (magic `MTRB`, u32 length and CRC-32C of
+//!   one batch per group commit (several, one write each, beyond 128 MiB;
+//!   magic `MTRB`, u32 length and CRC-32C of
 //!   its frames, CRC-32C of those 12 bytes), each holding frames
 //!   `[u32 length][u32 CRC-32C of payload][payload]`, each payload an
 //!   encoded [`Record`] (protobuf with a schema version), then zeros up to
