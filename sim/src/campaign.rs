@@ -24,17 +24,21 @@ pub enum World {
     Cluster,
     /// Trace sessions through the debug service ([`crate::traces`]).
     Traces,
+    /// The embedded store over a simulated disk, crashed mid-write
+    /// ([`crate::storage`]).
+    Storage,
 }
 
 impl World {
-    /// Both worlds.
-    pub const ALL: [World; 2] = [World::Cluster, World::Traces];
+    /// Every world.
+    pub const ALL: [World; 3] = [World::Cluster, World::Traces, World::Storage];
 
     /// The world's name on a command line.
     pub fn name(self) -> &'static str {
         match self {
             World::Cluster => "cluster",
             World::Traces => "traces",
+            World::Storage => "storage",
         }
     }
 
@@ -52,6 +56,7 @@ impl World {
                 Canary::ForgetLastActed,
             ],
             World::Traces => &[Canary::SkipTeardown],
+            World::Storage => &[],
         }
     }
 
@@ -61,6 +66,7 @@ impl World {
         match self {
             World::Cluster => crate::cluster::run(seed),
             World::Traces => crate::traces::run(seed),
+            World::Storage => crate::storage::run(seed),
         }
     }
 
@@ -94,7 +100,7 @@ impl FromStr for World {
         World::ALL
             .into_iter()
             .find(|w| w.name() == s)
-            .ok_or_else(|| "expected `cluster` or `traces`".to_string())
+            .ok_or_else(|| "expected `cluster`, `traces` or `storage`".to_string())
     }
 }
 

@@ -40,7 +40,9 @@ const EVERY_KIND_FROM: u64 = 100;
 #[command(version)]
 struct Args {
     /// The world to run: `cluster` (curators, store, writers, watchers,
-    /// provisioning) or `traces` (debug trace sessions).
+    /// provisioning), `traces` (debug trace sessions) or `storage` (the
+    /// embedded store over a simulated disk, crashed mid-write; no
+    /// simulated time, so its simulated/wall figure is 0).
     #[arg(long, default_value = "cluster")]
     world: World,
     /// Run this many seeds, starting at --from.
@@ -135,6 +137,9 @@ fn main() -> ExitCode {
 }
 
 fn names(canaries: &[Canary]) -> String {
+    if canaries.is_empty() {
+        return "none".to_string();
+    }
     let names: Vec<&str> = canaries.iter().map(|c| c.name()).collect();
     names.join(", ")
 }

@@ -1,0 +1,468 @@
+//! A simulated disk for the embedded store (`metropolis_store::Disk`): files
+//! in memory, with what a power loss does to a real device.
+//!
+//! - A synchronous write (`SyncFile::write_at`, the WAL's `O_DSYNC` writes)
+//!   is durable when it returns. One the crash interrupts keeps any subset
+//!   of its 512-byte sectors; the others keep their old bytes.
+//! - A file written and synced (`write_synced`) is durable when it returns;
+//!   one the crash interrupts keeps any subset of its sectors.
+//! - Creations, renames and removals are durable only once the directory
+//!   is synced: a power loss before undoes them.
+//! - Injected failures: a write or sync that fails with EIO or ENOSPC and
+//!   changes nothing (the process lives on, the disk too).
+//!
+//! Ops are counted; the world arms a fault at an op number
+//! ([`SimDisk::arm`]), and after a crash every op fails until
+//! [`SimDisk::power_cycle`] or [`SimDisk::restart`] brings the disk back.
+//! Deterministic: the seed's own [`Rng`] picks the sectors.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use metropolis_store::disk::{Disk, LockGuard, SyncFile};
+
+use crate::rng::Rng;
+
+/// The sector size a torn write is torn at.
+pub const SECTOR: usize = 512;
+
+/// A fault armed at an op ([`SimDisk::arm`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskFault {
+    /// Power is lost during the op: a write keeps a seeded subset of its
+    /// sectors, and every later op fails until the disk is power-cycled.
+    PowerLoss,
+    /// The op (a write or a sync) fails with EIO and changes nothing.
+    Eio,
+    /// The op (a write) fails with ENOSPC and changes nothing.
+    NoSpace,
+}
+
+/// What happened on the disk, for a campaign's counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiskCounts {
+    /// Ops carried out.
+    pub ops: u64,
+    /// Power losses.
+    pub power_losses: u64,
+    /// Power losses that interrupted a write (and kept part of it).
+    pub torn_writes: u64,
+    /// Renames, creations or removals a power loss undid.
+    pub undone_names: u64,
+    /// EIO failures injected.
+    pub eio: u64,
+    /// ENOSPC failures injected.
+    pub no_space: u64,
+}
+
+#[derive(Debug, Default)]
+struct Contents {
+    /// What a read sees.
+    current: Vec<u8>,
+    /// What survives a power loss.
+    durable: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Directory entries as a read sees them: path to inode.
+    names: BTreeMap<PathBuf, u64>,
+    /// Directory entries as of the last directory sync.
+    durable_names: BTreeMap<PathBuf, u64>,
+    inodes: BTreeMap<u64, Contents>,
+    next_inode: u64,
+    dirs: BTreeSet<PathBuf>,
+    locked: BTreeSet<PathBuf>,
+    ops: u64,
+    armed: Option<(u64, DiskFault)>,
+    /// Power is off: every op fails.
+    dead: bool,
+    rng: Rng,
+    counts: DiskCounts,
+}
+
+/// The simulated disk; clones share it.
+#[derive(Clone, Debug)]
+pub struct SimDisk(Arc<Mutex<State>>);
+
+fn eio() -> io::Error {
+    io::Error::from_raw_os_error(5)
+}
+
+fn enospc() -> io::Error {
+    io::Error::from_raw_os_error(28)
+}
+
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{}: no such file", path.display()),
+    )
+}
+
+/// Writes `data` at `offset` of `into`, growing it with zeros, keeping only
+/// the sectors `keep` says (by index within `data`).
+fn put(into: &mut Vec<u8>, data: &[u8], offset: usize, keep: &mut dyn FnMut(usize) -> bool) {
+    if into.len() < offset + data.len() {
+        into.resize(offset + data.len(), 0);
+    }
+    for (i, chunk) in data.chunks(SECTOR).enumerate() {
+        if keep(i) {
+            let at = offset + i * SECTOR;
+            into[at..at + chunk.len()].copy_from_slice(chunk);
+        }
+    }
+}
+
+impl SimDisk {
+    /// An empty disk; `seed` picks the sectors torn writes keep.
+    pub fn new(seed: u64) -> SimDisk {
+        SimDisk(Arc::new(Mutex::new(State {
+            names: BTreeMap::new(),
+            durable_names: BTreeMap::new(),
+            inodes: BTreeMap::new(),
+            next_inode: 1,
+            dirs: BTreeSet::new(),
+            locked: BTreeSet::new(),
+            ops: 0,
+            armed: None,
+            dead: false,
+            rng: Rng::new(seed ^ 0xd15c),
+            counts: DiskCounts::default(),
+        })))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ops carried out so far.
+    pub fn ops(&self) -> u64 {
+        self.lock().ops
+    }
+
+    /// Arms `fault` at the op `after` ops from now (0: the next).
+    pub fn arm(&self, after: u64, fault: DiskFault) {
+        let mut s = self.lock();
+        s.armed = Some((s.ops + after, fault));
+    }
+
+    /// Whether power was lost and not yet restored.
+    pub fn is_dead(&self) -> bool {
+        self.lock().dead
+    }
+
+    /// Power comes back after a loss (or the machine is reset): what was
+    /// not durable is gone; locks are released; nothing is armed.
+    pub fn power_cycle(&self) {
+        let mut s = self.lock();
+        let undone = s
+            .names
+            .iter()
+            .filter(|(name, inode)| s.durable_names.get(*name) != Some(inode))
+            .count()
+            + s.durable_names
+                .keys()
+                .filter(|name| !s.names.contains_key(*name))
+                .count();
+        s.counts.undone_names += undone as u64;
+        s.names = s.durable_names.clone();
+        let live: BTreeSet<u64> = s.names.values().copied().collect();
+        s.inodes.retain(|inode, _| live.contains(inode));
+        for contents in s.inodes.values_mut() {
+            contents.current = contents.durable.clone();
+        }
+        s.locked.clear();
+        s.armed = None;
+        s.dead = false;
+    }
+
+    /// The process restarts, the disk and its caches live on: only the
+    /// locks are released and nothing is armed.
+    pub fn restart(&self) {
+        let mut s = self.lock();
+        s.locked.clear();
+        s.armed = None;
+    }
+
+    /// What happened so far.
+    pub fn counts(&self) -> DiskCounts {
+        self.lock().counts
+    }
+}
+
+impl State {
+    /// Counts an op; the fault armed at it, if any. Fails if power is off.
+    fn op(&mut self) -> io::Result<Option<DiskFault>> {
+        if self.dead {
+            return Err(eio());
+        }
+        let this = self.ops;
+        self.ops += 1;
+        self.counts.ops += 1;
+        match self.armed {
+            Some((at, fault)) if at == this => {
+                self.armed = None;
+                match fault {
+                    DiskFault::PowerLoss => {
+                        self.dead = true;
+                        self.counts.power_losses += 1;
+                    }
+                    DiskFault::Eio => self.counts.eio += 1,
+                    DiskFault::NoSpace => self.counts.no_space += 1,
+                }
+                Ok(Some(fault))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// A write of `data` at `offset` to `inode`, durable at return: whole,
+    /// failed, or torn by a power loss.
+    fn write(&mut self, inode: u64, data: &[u8], offset: usize) -> io::Result<()> {
+        let fault = self.op()?;
+        let State {
+            inodes,
+            rng,
+            counts,
+            ..
+        } = self;
+        let Some(contents) = inodes.get_mut(&inode) else {
+            return Err(eio());
+        };
+        match fault {
+            None => {
+                put(&mut contents.current, data, offset, &mut |_| true);
+                put(&mut contents.durable, data, offset, &mut |_| true);
+                Ok(())
+            }
+            Some(DiskFault::PowerLoss) => {
+                counts.torn_writes += 1;
+                put(&mut contents.durable, data, offset, &mut |_| {
+                    rng.chance(0.5)
+                });
+                Err(eio())
+            }
+            Some(DiskFault::Eio) => Err(eio()),
+            Some(DiskFault::NoSpace) => Err(enospc()),
+        }
+    }
+
+    /// A sync of a file or directory: fails, or does what `then` does.
+    fn sync(&mut self, then: impl FnOnce(&mut State)) -> io::Result<()> {
+        match self.op()? {
+            None => {
+                then(self);
+                Ok(())
+            }
+            Some(DiskFault::NoSpace | DiskFault::Eio) => Err(eio()),
+            Some(DiskFault::PowerLoss) => Err(eio()),
+        }
+    }
+
+    /// An op that only reads or changes names: fails only by power loss.
+    fn plain(&mut self) -> io::Result<()> {
+        match self.op()? {
+            Some(DiskFault::PowerLoss) => Err(eio()),
+            _ => Ok(()),
+        }
+    }
+
+    fn new_inode(&mut self, path: &Path) -> u64 {
+        let inode = self.next_inode;
+        self.next_inode += 1;
+        self.inodes.insert(inode, Contents::default());
+        self.names.insert(path.to_path_buf(), inode);
+        inode
+    }
+}
+
+/// A held lock of a [`SimDisk`].
+#[derive(Debug)]
+struct SimLock(SimDisk, PathBuf);
+
+impl LockGuard for SimLock {}
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        self.0.lock().locked.remove(&self.1);
+    }
+}
+
+/// A file of a [`SimDisk`] open for synchronous writes.
+#[derive(Debug)]
+struct SimFile {
+    disk: SimDisk,
+    inode: u64,
+    direct: bool,
+}
+
+impl SyncFile for SimFile {
+    fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.disk.lock().write(self.inode, buf, offset as usize)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let mut s = self.disk.lock();
+        s.plain()?;
+        let contents = s.inodes.get(&self.inode).ok_or_else(eio)?;
+        let at = offset as usize;
+        let bytes = contents
+            .current
+            .get(at..at + buf.len())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+        buf.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        let mut s = self.disk.lock();
+        s.plain()?;
+        Ok(s.inodes.get(&self.inode).ok_or_else(eio)?.current.len() as u64)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        let inode = self.inode;
+        self.disk.lock().sync(|s| {
+            if let Some(c) = s.inodes.get_mut(&inode) {
+                c.durable = c.current.clone();
+            }
+        })
+    }
+
+    fn is_direct(&self) -> bool {
+        self.direct
+    }
+}
+
+impl Disk for SimDisk {
+    fn create_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut s = self.lock();
+        s.plain()?;
+        s.dirs.insert(dir.to_path_buf());
+        Ok(())
+    }
+
+    fn lock(&self, path: &Path) -> io::Result<Option<Box<dyn LockGuard>>> {
+        let mut s = SimDisk::lock(self);
+        s.plain()?;
+        if !s.names.contains_key(path) {
+            s.new_inode(path);
+        }
+        if !s.locked.insert(path.to_path_buf()) {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(SimLock(self.clone(), path.to_path_buf()))))
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
+        let mut s = SimDisk::lock(self);
+        s.plain()?;
+        Ok(s.names
+            .get(path)
+            .and_then(|inode| s.inodes.get(inode))
+            .map(|c| c.current.clone()))
+    }
+
+    fn write_synced(&self, path: &Path, parts: &[&[u8]]) -> io::Result<()> {
+        let mut s = SimDisk::lock(self);
+        let data: Vec<u8> = parts.concat();
+        let inode = s.new_inode(path);
+        s.write(inode, &data, 0)?;
+        Ok(())
+    }
+
+    fn open_synchronous(
+        &self,
+        path: &Path,
+        create: bool,
+        direct: bool,
+    ) -> io::Result<Box<dyn SyncFile>> {
+        let mut s = SimDisk::lock(self);
+        s.plain()?;
+        let inode = match s.names.get(path) {
+            Some(&inode) if !create => inode,
+            None if !create => return Err(not_found(path)),
+            _ => s.new_inode(path),
+        };
+        Ok(Box::new(SimFile {
+            disk: self.clone(),
+            inode,
+            direct,
+        }))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut s = SimDisk::lock(self);
+        s.plain()?;
+        let inode = s.names.remove(from).ok_or_else(|| not_found(from))?;
+        s.names.insert(to.to_path_buf(), inode);
+        Ok(())
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<bool> {
+        let mut s = SimDisk::lock(self);
+        s.plain()?;
+        Ok(s.names.remove(path).is_some())
+    }
+
+    fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+        // One directory holds every file of the store.
+        self.lock().sync(|s| s.durable_names = s.names.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_power_loss_undoes_what_was_not_synced_and_tears_the_write_in_flight() {
+        let disk = SimDisk::new(1);
+        let (a, b) = (Path::new("/d/a"), Path::new("/d/b"));
+        let mut f = disk.open_synchronous(a, true, true).unwrap();
+        f.write_at(&[1; 4 * SECTOR], 0).unwrap();
+        // The creation is not durable yet.
+        disk.sync_dir(Path::new("/d")).unwrap();
+        disk.write_synced(b, &[b"new"]).unwrap();
+        disk.arm(0, DiskFault::PowerLoss);
+        assert!(f.write_at(&[2; 4 * SECTOR], 0).is_err());
+        assert!(disk.is_dead());
+        assert!(disk.read(a).is_err(), "no op while the power is off");
+        disk.power_cycle();
+        assert_eq!(disk.read(b).unwrap(), None, "b's name was never synced");
+        let after = disk.read(a).unwrap().unwrap();
+        assert_eq!(after.len(), 4 * SECTOR);
+        for sector in after.chunks(SECTOR) {
+            assert!(sector.iter().all(|&x| x == 1) || sector.iter().all(|&x| x == 2));
+        }
+        let counts = disk.counts();
+        assert_eq!(
+            (counts.power_losses, counts.torn_writes, counts.undone_names),
+            (1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn an_injected_failure_changes_nothing_and_the_disk_goes_on() {
+        let disk = SimDisk::new(2);
+        let a = Path::new("/d/a");
+        let mut f = disk.open_synchronous(a, true, false).unwrap();
+        f.write_at(b"abc", 0).unwrap();
+        disk.arm(0, DiskFault::NoSpace);
+        let e = f.write_at(b"xyz", 3).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(28));
+        f.write_at(b"d", 3).unwrap();
+        assert_eq!(disk.read(a).unwrap().unwrap(), b"abcd");
+        // Renames are undone by a power loss unless the directory was synced.
+        disk.sync_dir(Path::new("/d")).unwrap();
+        disk.rename(a, Path::new("/d/b")).unwrap();
+        disk.power_cycle();
+        assert_eq!(disk.read(a).unwrap().unwrap(), b"abcd");
+        assert_eq!(disk.read(Path::new("/d/b")).unwrap(), None);
+    }
+}

@@ -1,0 +1,208 @@
+//! The embedded store over a simulated disk ([`crate::disk`]), crashed in
+//! the middle of its writes.
+//!
+//! One seed runs several lives of one store directory. In each, the store
+//! opens (it must: the disk never damages an acknowledged byte), a client
+//! writes keys one transaction at a time (each waited for, so the disk's
+//! ops come in an order the seed alone decides), with a seeded fault armed
+//! at one of the disk's next ops: a power loss (the write in flight torn
+//! at sectors, what was not synced lost), or a write or sync failing with
+//! EIO or ENOSPC. A small snapshot threshold makes the store write
+//! snapshots and rotate its WAL, through the renames a power loss can undo.
+//!
+//! Checked at every open, against every key the client sent: acknowledged
+//! ⊆ recovered ⊆ issued, and what is recovered is a prefix of what was
+//! issued (the log is one sequence); after an injected failure the store
+//! acknowledges nothing more (its documented policy: it fails and accepts
+//! no more requests) and the next open recovers every acknowledged write.
+//!
+//! The store's writer is still its own thread on the host's clock, so a
+//! seed is deterministic only because the client waits for each write;
+//! the store does not yet run on the simulator's runtime.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use metropolis_core::store::{KeyRange, Op, OpResult, StoreError, Txn};
+use metropolis_store::{EmbeddedStore, StoreOptions};
+
+use crate::Outcome;
+use crate::disk::{DiskFault, SimDisk};
+use crate::hash::TraceHash;
+use crate::rng::Rng;
+
+/// The store's directory on the simulated disk.
+const DIR: &str = "/data/store";
+/// Lives of the store per seed.
+const LIVES: usize = 6;
+/// Writes a client tries per life.
+const WRITES: u64 = 40;
+
+fn key(n: u64) -> Bytes {
+    Bytes::from(format!("k/{n:06}"))
+}
+
+fn value(n: u64, len: usize) -> Bytes {
+    let mut v = format!("v{n}:").into_bytes();
+    v.resize(len.max(v.len()), b'a' + (n % 26) as u8);
+    Bytes::from(v)
+}
+
+fn put(n: u64, len: usize) -> Txn {
+    Txn {
+        compares: Vec::new(),
+        success: vec![Op::Put {
+            key: key(n),
+            value: value(n, len),
+            lease: 0,
+        }],
+        failure: Vec::new(),
+    }
+}
+
+/// Every key of the store and its value.
+fn contents(store: &EmbeddedStore) -> BTreeMap<Bytes, Bytes> {
+    let read = Txn {
+        compares: Vec::new(),
+        success: vec![Op::Range(KeyRange::Prefix(Bytes::from_static(b"k/")))],
+        failure: Vec::new(),
+    };
+    let response = futures::executor::block_on(store.txn(read)).unwrap();
+    match response.results.into_iter().next() {
+        Some(OpResult::Range(kvs)) => kvs.into_iter().map(|kv| (kv.key, kv.value)).collect(),
+        other => panic!("a range read answered {other:?}"),
+    }
+}
+
+/// What the client knows of a seed's writes.
+#[derive(Default)]
+struct History {
+    /// Value length of every write issued, by key number.
+    issued: BTreeMap<u64, usize>,
+    /// Writes acknowledged.
+    acknowledged: Vec<u64>,
+}
+
+impl History {
+    /// Acknowledged ⊆ recovered ⊆ issued, and recovered is a prefix of
+    /// issued.
+    fn check(&self, seed: u64, life: usize, recovered: &BTreeMap<Bytes, Bytes>) {
+        for &n in &self.acknowledged {
+            assert!(
+                recovered.get(&key(n)) == Some(&value(n, self.issued[&n])),
+                "seed {seed}, life {life}: acknowledged write {n} lost"
+            );
+        }
+        let mut prefix = true;
+        for (&n, &len) in &self.issued {
+            match recovered.get(&key(n)) {
+                Some(v) => {
+                    assert!(
+                        prefix,
+                        "seed {seed}, life {life}: write {n} recovered after a lost one"
+                    );
+                    assert_eq!(v, &value(n, len), "seed {seed}, life {life}: write {n}");
+                }
+                None => prefix = false,
+            }
+        }
+        assert!(
+            recovered.len() <= self.issued.len(),
+            "seed {seed}, life {life}: a key never written was recovered"
+        );
+    }
+}
+
+/// One seeded run; panics on a broken invariant, naming the seed.
+pub fn run(seed: u64) -> Outcome {
+    let disk = SimDisk::new(seed);
+    let mut rng = Rng::new(seed ^ 0x5707);
+    let options = StoreOptions::default()
+        .with_snapshot_threshold(16 << 10)
+        .with_commit_delay(Duration::ZERO)
+        .with_disk(Arc::new(disk.clone()));
+    let dir = Path::new(DIR);
+    let mut history = History::default();
+    let mut trace = TraceHash::default();
+    let mut next = 0u64;
+    let mut refused_after_failure = 0u64;
+    for life in 0..=LIVES {
+        let store = EmbeddedStore::open(dir, options.clone())
+            .unwrap_or_else(|e| panic!("seed {seed}, life {life}: the store did not open: {e}"));
+        let recovered = contents(&store);
+        history.check(seed, life, &recovered);
+        trace.bytes(format!("{life} {}", recovered.len()).as_bytes());
+        // Forget what was lost for good: the next lives start after it.
+        history
+            .issued
+            .retain(|n, _| recovered.contains_key(&key(*n)));
+        history.acknowledged = history.issued.keys().copied().collect();
+        if life == LIVES {
+            break;
+        }
+        let fault = match rng.below(4) {
+            0 => DiskFault::PowerLoss,
+            1 => DiskFault::Eio,
+            2 => DiskFault::NoSpace,
+            _ => DiskFault::PowerLoss,
+        };
+        disk.arm(rng.range(0, 60), fault);
+        let mut failed = false;
+        for _ in 0..WRITES {
+            let n = next;
+            next += 1;
+            // Now and then a record several blocks long.
+            let len = if rng.chance(0.1) {
+                rng.range(4096, 20_000) as usize
+            } else {
+                rng.range(1, 300) as usize
+            };
+            history.issued.insert(n, len);
+            match futures::executor::block_on(store.txn(put(n, len))) {
+                Ok(_) => {
+                    assert!(
+                        !failed,
+                        "seed {seed}, life {life}: write {n} acknowledged after the store failed"
+                    );
+                    history.acknowledged.push(n);
+                    trace.bytes(&n.to_le_bytes());
+                }
+                Err(StoreError::Unavailable(_)) => {
+                    if failed {
+                        refused_after_failure += 1;
+                    }
+                    failed = true;
+                }
+                Err(other) => panic!("seed {seed}, life {life}: write {n}: {other:?}"),
+            }
+        }
+        drop(store);
+        if disk.is_dead() {
+            disk.power_cycle();
+        } else {
+            disk.restart();
+        }
+    }
+    let counts = disk.counts();
+    Outcome {
+        seed,
+        trace: trace.value(),
+        polls: counts.ops,
+        simulated: Duration::ZERO,
+        fired: vec![
+            ("disk ops", counts.ops),
+            ("power losses", counts.power_losses),
+            ("torn writes", counts.torn_writes),
+            ("names undone by a power loss", counts.undone_names),
+            ("EIO injected", counts.eio),
+            ("ENOSPC injected", counts.no_space),
+            ("writes refused after a failure", refused_after_failure),
+            ("writes acknowledged", history.acknowledged.len() as u64),
+        ],
+    }
+}
