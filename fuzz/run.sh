@@ -19,7 +19,7 @@ set -eu
 ORIG="$(pwd)"
 cd "$(dirname "$0")"
 export RUSTC_BOOTSTRAP=1
-ALL="rpc watch_machine trace_session archive_validator log_queries agent_loop"
+ALL="rpc watch_machine trace_session archive_validator log_queries agent_loop store_open"
 SAN="${FUZZ_SANITIZER:-none}"
 SECONDS_EACH=60
 MODE=run
@@ -38,6 +38,7 @@ max_len() {
     case "$1" in
     archive_validator) echo 65536 ;;
     rpc) echo 32768 ;;
+    store_open) echo 32768 ;;
     *) echo 8192 ;;
     esac
 }

@@ -14,7 +14,8 @@
 //!   checker ([`linearizable`]).
 //! - [`traces`]: trace sessions through core's `DebugService` over a
 //!   tracefs that outlives killed daemons.
-//! - [`storage`]: the embedded store over a simulated disk ([`disk`]) that
+//! - [`storage`]: the embedded store over a simulated disk (the test kit's
+//!   `SimDisk`) that
 //!   tears writes in flight and loses what was not synced at a power loss,
 //!   and fails writes and syncs with EIO and ENOSPC.
 //!
@@ -35,7 +36,6 @@ pub mod call;
 pub mod campaign;
 pub mod cluster;
 pub mod commit_check;
-pub mod disk;
 pub mod hash;
 pub mod linearizable;
 pub mod links;

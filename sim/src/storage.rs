@@ -32,9 +32,9 @@ use metropolis_core::store::{KeyRange, Op, OpResult, StoreError, Txn};
 use metropolis_store::{EmbeddedStore, StoreOptions};
 
 use crate::Outcome;
-use crate::disk::{DiskFault, SimDisk};
 use crate::hash::TraceHash;
 use crate::rng::Rng;
+use metropolis_testkit::disk::{DiskFault, SimDisk};
 
 /// The store's directory on the simulated disk.
 const DIR: &str = "/data/store";

@@ -17,16 +17,20 @@
 //! - [`archives`]: image archives built in memory (Docker, OCI, hostile
 //!   cases) and checks of the OCI layout a store left in a directory.
 //! - [`tls`]: rustls handshakes driven in memory, both ends by hand.
+//! - [`disk`]: an in-memory disk for the embedded store, behind its `Disk`
+//!   port, with power losses that tear the write in flight and undo what
+//!   was not synced, and injected EIO and ENOSPC ([`disk::SimDisk`]).
 //! - [`fuzz`]: the fuzz targets' harnesses over these doubles, run by the
 //!   cargo-fuzz crate (`fuzz/`) and replayed on stable by
 //!   `core/tests/fuzz_corpus.rs`.
 //!
 //! Nothing here reads a clock, opens a socket, reads the environment or
 //! spawns a thread (the layout checks read only the directory they are
-//! given): a test built on these doubles gives the same result
-//! on every run. The crate depends on `metropolis-core`,
-//! `metropolis-proto` and crates core already uses, never on a runtime or
-//! the host crate (see `README.md`).
+//! given; the `store_open` harness opens the embedded store, whose writer
+//! is a thread it waits on): a test built on these doubles gives the same
+//! result on every run. The crate depends on `metropolis-core`,
+//! `metropolis-store`, `metropolis-proto` and crates core already uses,
+//! never on a runtime or the host crate (see `README.md`).
 //!
 //! Core's own unit tests (inside `core/src/`) cannot use this crate: it
 //! links the non-test build of core, whose types differ from those of the
@@ -37,6 +41,7 @@
 
 pub mod archives;
 pub mod clock;
+pub mod disk;
 pub mod exec;
 pub mod forward;
 pub mod fuzz;

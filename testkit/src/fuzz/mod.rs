@@ -18,6 +18,7 @@ pub mod input;
 pub mod logs;
 pub mod rpc;
 pub mod seeds;
+pub mod store_open;
 pub mod trace;
 pub mod watch;
 
@@ -26,11 +27,12 @@ pub type Harness = fn(&[u8]);
 
 /// Every target: its name (the cargo-fuzz binary and corpus directory)
 /// and its harness.
-pub const TARGETS: [(&str, Harness); 6] = [
+pub const TARGETS: [(&str, Harness); 7] = [
     ("rpc", rpc::run),
     ("watch_machine", watch::run),
     ("trace_session", trace::run),
     ("archive_validator", archive::run),
     ("log_queries", logs::run),
     ("agent_loop", agent::run),
+    ("store_open", store_open::run),
 ];

@@ -32,6 +32,7 @@ pub fn all() -> Vec<(&'static str, Seeds)> {
         ("archive_validator", archive()),
         ("log_queries", logs()),
         ("agent_loop", agent_loop()),
+        ("store_open", store_open()),
     ]
 }
 
@@ -1081,5 +1082,108 @@ pub fn agent_loop() -> Seeds {
     let mut w = Writer::new();
     w.u16(0).u8(0);
     out.push(("invalid".to_string(), w.finish()));
+    out
+}
+
+// ---------------------------------------------------------------------------
+// The embedded store's files.
+
+/// The files a real store leaves after `writes` transactions (values of
+/// `len` bytes), with a snapshot every `threshold` bytes of WAL.
+fn store_files(writes: u64, len: usize, threshold: u64) -> Vec<(&'static str, Vec<u8>)> {
+    use metropolis_core::store::{Op, Txn};
+    use metropolis_store::disk::Disk;
+    use metropolis_store::{EmbeddedStore, StoreOptions};
+    use std::sync::Arc;
+
+    let disk = crate::disk::SimDisk::new(0);
+    let dir = std::path::Path::new(super::store_open::DIR);
+    let options = StoreOptions::default()
+        .with_snapshot_threshold(threshold)
+        .with_commit_delay(std::time::Duration::ZERO)
+        .with_disk(Arc::new(disk.clone()));
+    let Ok(store) = EmbeddedStore::open(dir, options) else {
+        return Vec::new();
+    };
+    for n in 0..writes {
+        let txn = Txn {
+            compares: Vec::new(),
+            success: vec![Op::Put {
+                key: format!("k/{n}").into_bytes().into(),
+                value: vec![b'v'; len].into(),
+                lease: 0,
+            }],
+            failure: Vec::new(),
+        };
+        if futures::executor::block_on(store.txn(txn)).is_err() {
+            return Vec::new();
+        }
+    }
+    drop(store);
+    ["wal", "snapshot"]
+        .into_iter()
+        .filter_map(|name| {
+            let data = disk.read(&dir.join(name)).ok()??;
+            Some((name, data))
+        })
+        .collect()
+}
+
+/// A `store_open` input holding `files`, each as its bytes up to the last
+/// non-zero one and the count of zeros after.
+fn store_input(direct: bool, files: &[(&str, Vec<u8>)]) -> Vec<u8> {
+    let mut flags = u8::from(direct);
+    for (bit, name) in super::store_open::FILES {
+        if files.iter().any(|(n, _)| *n == name) {
+            flags |= bit;
+        }
+    }
+    let mut w = Writer::new();
+    w.u8(flags);
+    for (_, name) in super::store_open::FILES {
+        if let Some((_, data)) = files.iter().find(|(n, _)| *n == name) {
+            let end = data.iter().rposition(|b| *b != 0).map_or(0, |p| p + 1);
+            let zeros = u16::try_from(data.len() - end).unwrap_or(u16::MAX);
+            w.lp(&data[..end]).u16(zeros);
+        }
+    }
+    w.finish()
+}
+
+/// `store_open` seeds: an empty directory, a store's WAL, a WAL and a
+/// snapshot, a torn last batch, a flipped byte in an acknowledged batch,
+/// leftover temporary files.
+pub fn store_open() -> Seeds {
+    let mut out = vec![("empty".to_string(), store_input(true, &[]))];
+    let wal_only = store_files(12, 40, 64 << 20);
+    out.push(("wal".to_string(), store_input(true, &wal_only)));
+    out.push(("wal-buffered".to_string(), store_input(false, &wal_only)));
+    let both = store_files(30, 300, 2 << 10);
+    out.push(("wal-and-snapshot".to_string(), store_input(true, &both)));
+    if let Some((_, wal)) = wal_only.iter().find(|(n, _)| *n == "wal") {
+        let end = wal.iter().rposition(|b| *b != 0).map_or(0, |p| p + 1);
+        let mut torn = wal.clone();
+        for b in &mut torn[end.saturating_sub(5)..end] {
+            *b ^= 0x5a;
+        }
+        out.push((
+            "torn-last-batch".to_string(),
+            store_input(true, &[("wal", torn)]),
+        ));
+        let mut damaged = wal.clone();
+        if let Some(b) = damaged.get_mut(60) {
+            *b ^= 1;
+        }
+        out.push((
+            "damaged-batch".to_string(),
+            store_input(true, &[("wal", damaged)]),
+        ));
+        let leftovers = [
+            ("wal", wal.clone()),
+            ("wal.tmp", wal[..end / 2].to_vec()),
+            ("snapshot.tmp", b"MTRPSNAP".to_vec()),
+        ];
+        out.push(("leftovers".to_string(), store_input(true, &leftovers)));
+    }
     out
 }

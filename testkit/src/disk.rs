@@ -11,10 +11,12 @@
 //! - Injected failures: a write or sync that fails with EIO or ENOSPC and
 //!   changes nothing (the process lives on, the disk too).
 //!
-//! Ops are counted; the world arms a fault at an op number
+//! Ops are counted; a test arms a fault at an op number
 //! ([`SimDisk::arm`]), and after a crash every op fails until
 //! [`SimDisk::power_cycle`] or [`SimDisk::restart`] brings the disk back.
-//! Deterministic: the seed's own [`Rng`] picks the sectors.
+//! Deterministic: a seeded generator picks the sectors a torn write keeps.
+//! The simulator's storage world and the `store_open` fuzz harness run the
+//! store over it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -23,7 +25,19 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use metropolis_store::disk::{Disk, LockGuard, SyncFile};
 
-use crate::rng::Rng;
+/// SplitMix64: which sectors a torn write keeps.
+#[derive(Debug)]
+struct Rng(u64);
+
+impl Rng {
+    fn coin(&mut self) -> bool {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) & 1 == 1
+    }
+}
 
 /// The sector size a torn write is torn at.
 pub const SECTOR: usize = 512;
@@ -129,7 +143,7 @@ impl SimDisk {
             ops: 0,
             armed: None,
             dead: false,
-            rng: Rng::new(seed ^ 0xd15c),
+            rng: Rng(seed ^ 0xd15c),
             counts: DiskCounts::default(),
         })))
     }
@@ -240,9 +254,7 @@ impl State {
             }
             Some(DiskFault::PowerLoss) => {
                 counts.torn_writes += 1;
-                put(&mut contents.durable, data, offset, &mut |_| {
-                    rng.chance(0.5)
-                });
+                put(&mut contents.durable, data, offset, &mut |_| rng.coin());
                 Err(eio())
             }
             Some(DiskFault::Eio) => Err(eio()),
