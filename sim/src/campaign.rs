@@ -170,6 +170,30 @@ pub struct Campaign {
 }
 
 impl Campaign {
+    /// `Ok` if no seed failed and every kind fired; else what went wrong,
+    /// each failure with the command that replays it.
+    pub fn verdict(&self) -> Result<(), String> {
+        let mut problems: Vec<String> = self
+            .failures
+            .iter()
+            .map(|f| {
+                format!(
+                    "seed {} failed: {}\n  replay: {}",
+                    f.seed, f.message, f.replay
+                )
+            })
+            .collect();
+        let never = self.never_fired();
+        if !never.is_empty() {
+            problems.push(format!("never fired: {}", never.join(", ")));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("\n"))
+        }
+    }
+
     /// The kinds that never fired.
     pub fn never_fired(&self) -> Vec<&'static str> {
         self.fired
@@ -235,6 +259,20 @@ pub fn run(
     campaign
 }
 
+/// The first seed of `seeds` whose checks catch `canary` planted in
+/// `world` (one worker, stopping there); `None` if none does.
+pub fn first_catch(world: World, canary: Canary, seeds: Range<u64>) -> Option<Failure> {
+    let options = Options {
+        canary,
+        jobs: 1,
+        max_failures: 1,
+    };
+    run(world, seeds, options, &|_| {})
+        .failures
+        .into_iter()
+        .next()
+}
+
 /// Runs `seed` with `canary` planted on this thread (removed after).
 fn run_one(world: World, seed: u64, canary: Canary) -> Result<Outcome, Failure> {
     canary::plant(canary);
@@ -297,6 +335,9 @@ mod tests {
         assert_eq!(c.fired, vec![("a", 5), ("b", 0)]);
         assert_eq!((c.polls, c.simulated), (20, Duration::from_secs(2)));
         assert_eq!(c.never_fired(), vec!["b"]);
+        assert_eq!(c.verdict(), Err("never fired: b".to_string()));
+        c.add(&outcome(3, 0, 1));
+        assert_eq!(c.verdict(), Ok(()));
     }
 
     #[test]

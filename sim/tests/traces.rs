@@ -1,8 +1,6 @@
 //! The traces world (`metropolis_sim::traces`): 200 seeds in every test
 //! run, the determinism check, and the planted teardown bug caught.
 
-#![allow(clippy::unwrap_used)]
-
 use metropolis_sim::World;
 use metropolis_sim::campaign::{self, Options};
 
@@ -10,18 +8,9 @@ use metropolis_sim::campaign::{self, Options};
 fn seeds_0_to_199() {
     let c = campaign::run(World::Traces, 0..200, Options::default(), &|_| {});
     println!("seeds 0..200: fired {:?}", c.fired);
-    for f in &c.failures {
-        eprintln!(
-            "seed {} failed: {}\n  replay: {}",
-            f.seed, f.message, f.replay
-        );
+    if let Err(problems) = c.verdict() {
+        panic!("{problems}");
     }
-    assert!(c.failures.is_empty(), "{} seeds failed", c.failures.len());
-    assert!(
-        c.never_fired().is_empty(),
-        "never fired: {:?}",
-        c.never_fired()
-    );
 }
 
 /// The same seed gives the same trace; another seed another.
@@ -41,19 +30,12 @@ fn the_same_seed_gives_the_same_trace() {
 #[test]
 fn a_skipped_teardown_is_caught() {
     for &planted in World::Traces.catches() {
-        let options = Options {
-            canary: planted,
-            max_failures: 1,
-            ..Options::default()
-        };
-        let c = campaign::run(World::Traces, 0..1000, options, &|_| {});
-        let caught = c
-            .failures
-            .first()
-            .unwrap_or_else(|| panic!("{planted:?} was not caught in 1,000 seeds"));
-        println!(
-            "{planted:?} caught at seed {}: {}",
-            caught.seed, caught.message
-        );
+        match campaign::first_catch(World::Traces, planted, 0..1000) {
+            Some(caught) => println!(
+                "{planted:?} caught at seed {}: {}",
+                caught.seed, caught.message
+            ),
+            None => panic!("{planted:?} was not caught in 1,000 seeds"),
+        }
     }
 }
