@@ -18,6 +18,9 @@ use tonic::body::Body;
 use crate::runtime::{NodeId, Runtime};
 use crate::upstream::{Routers, deliver};
 
+/// The most a client's request takes to reach its target.
+pub const CLIENT_LATENCY: Duration = Duration::from_millis(3);
+
 /// How a call ended: its response message, or the status code.
 pub type CallResult = Result<Bytes, tonic::Code>;
 
@@ -64,7 +67,10 @@ pub async fn server_stream(
     message: Vec<u8>,
 ) -> Result<Messages, tonic::Code> {
     let request = framed(path, identity, message).ok_or(tonic::Code::Internal)?;
-    let delivered = deliver(runtime, routers, from, target, request, Duration::ZERO);
+    // Each call is a connection of its own to the network: one sent later
+    // may arrive first.
+    let delay = runtime.network_delay(CLIENT_LATENCY);
+    let delivered = deliver(runtime, routers, from, target, request, delay);
     let Ok(response) = delivered.await else {
         return Err(tonic::Code::Unavailable);
     };

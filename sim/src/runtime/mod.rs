@@ -63,6 +63,9 @@ struct State {
     /// Global time, µs since the run began.
     now_us: u64,
     rng: Rng,
+    /// The network's draws ([`Runtime::network_delay`]), apart from the
+    /// scheduler's.
+    network: Rng,
     tasks: BTreeMap<u64, Slot>,
     next_task: u64,
     /// Timers by (global due time, registration order).
@@ -149,6 +152,7 @@ impl Runtime {
             state: Arc::new(Mutex::new(State {
                 now_us: 0,
                 rng: Rng::new(seed),
+                network: Rng::new(seed ^ 0x6e74_776b),
                 tasks: BTreeMap::new(),
                 next_task: 0,
                 timers: BTreeMap::new(),
@@ -178,6 +182,13 @@ impl Runtime {
     /// Global time since the run began.
     pub fn now(&self) -> Duration {
         Duration::from_micros(self.state().now_us)
+    }
+
+    /// A seeded delay below `max` for one message crossing the network:
+    /// calls on different connections sent at once arrive in either order.
+    pub fn network_delay(&self, max: Duration) -> Duration {
+        let max = u64::try_from(max.as_micros()).unwrap_or(u64::MAX).max(1);
+        Duration::from_micros(self.state().network.below(max))
     }
 
     /// How many task polls ran so far.
