@@ -20,6 +20,8 @@
 //! seed is deterministic only because the client waits for each write;
 //! the store does not yet run on the simulator's runtime.
 
+// The checks panic on what breaks an invariant, and what this module
+// unwraps is the simulation's own.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
