@@ -112,7 +112,8 @@ pub struct Outcome {
     /// Every recorded call, answer and backlog, folded: equal for equal
     /// seeds (the determinism check).
     pub trace: u64,
-    /// Tasks the runtime polled: the run's events.
+    /// The run's events: tasks the runtime polled (disk ops in the
+    /// storage world, which has no simulated runtime).
     pub polls: u64,
     /// Simulated time the run covered.
     pub simulated: Duration,

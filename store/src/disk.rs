@@ -88,7 +88,9 @@ pub struct OsDisk;
 
 /// A lock held with `flock`, released with the file.
 #[derive(Debug)]
-struct OsLock(#[allow(dead_code)] File);
+struct OsLock {
+    _file: File,
+}
 
 impl LockGuard for OsLock {}
 
@@ -113,7 +115,7 @@ impl Disk for OsDisk {
             .mode(0o600)
             .open(path)?;
         match file.try_lock() {
-            Ok(()) => Ok(Some(Box::new(OsLock(file)))),
+            Ok(()) => Ok(Some(Box::new(OsLock { _file: file }))),
             Err(std::fs::TryLockError::WouldBlock) => Ok(None),
             Err(std::fs::TryLockError::Error(e)) => Err(e),
         }

@@ -269,8 +269,8 @@ impl State {
                 then(self);
                 Ok(())
             }
-            Some(DiskFault::NoSpace | DiskFault::Eio) => Err(eio()),
-            Some(DiskFault::PowerLoss) => Err(eio()),
+            // A sync knows no ENOSPC: every failure is EIO.
+            Some(_) => Err(eio()),
         }
     }
 
