@@ -18,7 +18,9 @@
 //! does a store at rest. A batch that reaches the target size is written
 //! at once.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use metropolis_core::time::Instant;
 
 /// The delay is taken only if at least this many more records are
 /// expected to arrive within it.
@@ -53,11 +55,6 @@ impl CommitPolicy {
         }
     }
 
-    /// The batch size at which a held batch is written at once.
-    pub(super) fn target(&self) -> usize {
-        self.target
-    }
-
     /// Until when to hold a batch of `queued` records, the first of which
     /// was queued at `first`; `None`: write it now.
     pub(super) fn hold_until(&self, queued: usize, first: Instant) -> Option<Instant> {
@@ -74,7 +71,8 @@ impl CommitPolicy {
     /// the arrival rate over that interval.
     pub(super) fn taken(&mut self, records: usize, now: Instant) {
         if let Some(last) = self.last_take.replace(now) {
-            let elapsed = u64::try_from(now.duration_since(last).as_nanos()).unwrap_or(u64::MAX);
+            let elapsed =
+                u64::try_from(now.saturating_duration_since(last).as_nanos()).unwrap_or(u64::MAX);
             let sample = elapsed / u64::try_from(records.max(1)).unwrap_or(u64::MAX);
             self.interval_ns = if self.interval_ns == u64::MAX {
                 sample
@@ -94,10 +92,10 @@ mod tests {
     /// A policy that saw batches of `records` every `every`, `n` times.
     fn after(records: usize, every: Duration, n: u32) -> (CommitPolicy, Instant) {
         let mut p = CommitPolicy::new(DELAY, 32);
-        let mut t = Instant::now();
+        let mut t = Instant::ZERO;
         for _ in 0..n {
             p.taken(records, t);
-            t += every;
+            t = t + every;
         }
         (p, t)
     }
@@ -105,7 +103,7 @@ mod tests {
     #[test]
     fn a_fresh_or_idle_store_writes_at_once() {
         let p = CommitPolicy::new(DELAY, 32);
-        assert_eq!(p.hold_until(1, Instant::now()), None);
+        assert_eq!(p.hold_until(1, Instant::ZERO), None);
         // One record per millisecond: fewer than two expected in 200 µs.
         let (p, t) = after(1, Duration::from_millis(1), 20);
         assert_eq!(p.hold_until(1, t), None);
@@ -133,7 +131,7 @@ mod tests {
         assert!(p.hold_until(1, t).is_some());
         for _ in 0..20 {
             p.taken(1, t);
-            t += Duration::from_millis(2);
+            t = t + Duration::from_millis(2);
         }
         assert_eq!(p.hold_until(1, t), None);
     }
@@ -141,10 +139,10 @@ mod tests {
     #[test]
     fn a_zero_delay_never_holds() {
         let mut p = CommitPolicy::new(Duration::ZERO, 32);
-        let mut t = Instant::now();
+        let mut t = Instant::ZERO;
         for _ in 0..50 {
             p.taken(10, t);
-            t += Duration::from_micros(10);
+            t = t + Duration::from_micros(10);
         }
         assert_eq!(p.hold_until(1, t), None);
     }

@@ -30,7 +30,11 @@
 //! the I/O error, and nothing unsynced is ever acknowledged.
 //!
 //! The writer thread also expires leases (sleeping until the model's next
-//! lease deadline) and logs their revocations. History for watches is kept
+//! lease deadline) and logs their revocations. The writer is a
+//! [`StoreWriter`] stepped by its thread; [`EmbeddedStore::open_stepped`]
+//! hands it to the caller instead, to drive on its own tasks by the
+//! contract of [`StoreWriter::step`] (the simulator does, on its virtual
+//! time: leases and the commit policy read [`StoreOptions::clock`]). History for watches is kept
 //! for the last [`StoreOptions::history_revisions`] revisions; compactions
 //! are logged records too.
 //!
@@ -95,7 +99,9 @@ mod aligned;
 mod commit;
 mod crc;
 pub mod disk;
+pub mod drive;
 mod error;
+mod recover;
 mod snapshot;
 mod wal;
 mod wal_read;
@@ -104,7 +110,7 @@ mod writer;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -113,7 +119,7 @@ use futures::FutureExt;
 use futures::channel::oneshot;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use metropolis_core::ports::{KvStore, WatchBatch};
+use metropolis_core::ports::{KvStore, MonotonicClock, WatchBatch};
 use metropolis_core::service::Readiness;
 use metropolis_core::store::{
     CompactedHistory, KeyRange, KeyValue, LeaseId, LeaseInfo, MemStore, Op, Record, Revision,
@@ -122,7 +128,9 @@ use metropolis_core::store::{
 use metropolis_core::time::Instant;
 
 pub use disk::{Disk, OsDisk};
+pub use drive::HostClock;
 pub use error::{Corruption, OpenError};
+pub use writer::{StoreWriter, WriterStep};
 
 /// Name of the lock file in the store directory.
 const LOCK_FILE: &str = "LOCK";
@@ -130,7 +138,7 @@ const LOCK_FILE: &str = "LOCK";
 /// Tuning of an [`EmbeddedStore`]: start from [`StoreOptions::default`]
 /// and change what you need with the `with_*` methods (new fields may be
 /// added, so the struct cannot be written out in full outside this crate).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct StoreOptions {
     /// WAL size in bytes past which a snapshot is written and the WAL
@@ -156,6 +164,22 @@ pub struct StoreOptions {
     /// What the store's files are written to. Default [`OsDisk`], the
     /// operating system's file system; a simulator gives a disk of its own.
     pub disk: Arc<dyn Disk>,
+    /// The clock of leases and of the commit policy. Default
+    /// [`HostClock`]; a simulator gives its virtual time.
+    pub clock: Arc<dyn MonotonicClock>,
+}
+
+impl std::fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("snapshot_threshold", &self.snapshot_threshold)
+            .field("history_revisions", &self.history_revisions)
+            .field("commit_delay", &self.commit_delay)
+            .field("commit_batch", &self.commit_batch)
+            .field("direct_io", &self.direct_io)
+            .field("disk", &self.disk)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for StoreOptions {
@@ -167,6 +191,7 @@ impl Default for StoreOptions {
             commit_batch: 64,
             direct_io: true,
             disk: Arc::new(OsDisk),
+            clock: Arc::new(HostClock::new()),
         }
     }
 }
@@ -207,17 +232,27 @@ impl StoreOptions {
         self.disk = disk;
         self
     }
+
+    /// Sets [`clock`](Self::clock).
+    pub fn with_clock(mut self, clock: Arc<dyn MonotonicClock>) -> Self {
+        self.clock = clock;
+        self
+    }
 }
 
-/// Converts the host's monotonic clock into the model's [`Instant`].
-#[derive(Debug)]
-struct Clock {
-    base: std::time::Instant,
-}
+/// The store's clock ([`StoreOptions::clock`]).
+#[derive(Clone)]
+struct Clock(Arc<dyn MonotonicClock>);
 
 impl Clock {
     fn now(&self) -> Instant {
-        Instant::from_offset(self.base.elapsed())
+        self.0.now()
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Clock")
     }
 }
 
@@ -235,17 +270,20 @@ struct Queued {
 /// Everything shared between callers, watch streams and the writer.
 #[derive(Debug)]
 struct State {
-    /// Whether the writer thread is parked waiting for work: only then is
-    /// it worth a wake-up (a busy writer re-checks the queue after each
-    /// batch), which saves a futex call per transaction under load.
-    writer_idle: bool,
+    /// The writer's waker while it waits for work (set by
+    /// [`StoreWriter::step`]): only then is it worth a wake-up (a busy
+    /// writer re-checks the queue after each batch), which saves a futex
+    /// call per transaction under load.
+    writer_waker: Option<Waker>,
     /// Whether the writer is holding a batch open for more records: it is
     /// woken only once the batch reaches `commit_batch`.
     writer_gathering: bool,
     /// See [`StoreOptions::commit_batch`].
     commit_batch: usize,
+    /// The store's clock.
+    clock: Clock,
     /// When the first record of the current queue was queued.
-    first_queued: std::time::Instant,
+    first_queued: Instant,
     mem: MemStore,
     /// Applied to `mem`, not yet taken by the writer, in order.
     queue: Vec<Queued>,
@@ -294,7 +332,7 @@ impl State {
     /// sequence number.
     fn queue_frame(&mut self, frame: Vec<u8>) -> u64 {
         if self.queue.is_empty() {
-            self.first_queued = std::time::Instant::now();
+            self.first_queued = self.clock.now();
         }
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -306,20 +344,33 @@ impl State {
         seq
     }
 
-    /// Whether the writer needs a wake-up for what is queued: it is parked,
-    /// or it holds a batch that has now reached its target size. Clears
-    /// the flag it answers from, so that the changes queued before the
-    /// writer runs again do not signal it once each.
-    fn take_writer_wake(&mut self) -> bool {
-        if self.writer_idle {
-            self.writer_idle = false;
-            return true;
-        }
-        if self.writer_gathering && self.queue.len() >= self.commit_batch {
+    /// The writer's waker if it needs a wake-up for what is queued: it
+    /// waits for work, or it holds a batch that has now reached its target
+    /// size. Takes the waker, so that the changes queued before the writer
+    /// runs again do not wake it once each.
+    fn take_writer_wake(&mut self) -> Option<Waker> {
+        if self.writer_gathering {
+            if self.queue.len() < self.commit_batch {
+                return None;
+            }
             self.writer_gathering = false;
-            return true;
         }
-        false
+        self.writer_waker.take()
+    }
+
+    /// The writer's waker, whatever it waits for (a lease changed, the
+    /// store closes).
+    fn take_writer_waker(&mut self) -> Option<Waker> {
+        self.writer_gathering = false;
+        self.writer_waker.take()
+    }
+
+    /// Keeps `waker` as the writer's, to wake once there is work.
+    fn park_writer(&mut self, waker: &Waker) {
+        match &mut self.writer_waker {
+            Some(kept) => kept.clone_from(waker),
+            None => self.writer_waker = Some(waker.clone()),
+        }
     }
 
     /// A receiver resolving once record `seq` is durable (`None`: it is).
@@ -431,13 +482,11 @@ impl Completions {
     }
 }
 
-/// State, the writer's wake-up, and the clock.
+/// The state shared by the store's handles, its watch streams and its
+/// writer.
 #[derive(Debug)]
 struct Shared {
     state: Mutex<State>,
-    /// Signalled when records are queued, leases change, or on close.
-    writer_wake: Condvar,
-    clock: Clock,
 }
 
 impl Shared {
@@ -472,10 +521,10 @@ async fn durable(rx: Option<oneshot::Receiver<Result<(), StoreError>>>) -> Resul
 #[derive(Debug)]
 pub struct EmbeddedStore {
     shared: Arc<Shared>,
+    /// The writer's thread; `None` when the caller drives the writer
+    /// ([`open_stepped`](Self::open_stepped)).
     writer: Mutex<Option<JoinHandle<()>>>,
     dir: PathBuf,
-    /// Holds the directory's lock until the store is dropped.
-    _lock: Box<dyn disk::LockGuard>,
 }
 
 impl EmbeddedStore {
@@ -484,9 +533,27 @@ impl EmbeddedStore {
     /// the writer thread. Fails without changing anything acknowledged if
     /// a file is damaged, or if another process has the store open.
     pub fn open(dir: &Path, options: StoreOptions) -> Result<EmbeddedStore, OpenError> {
-        let clock = Clock {
-            base: std::time::Instant::now(),
-        };
+        let clock = options.clock.clone();
+        let (mut store, writer) = Self::open_stepped(dir, options)?;
+        let handle = std::thread::Builder::new()
+            .name("embedded-store-writer".into())
+            .spawn(move || drive::on_this_thread(writer, clock))
+            .map_err(error::io_err(dir, "start the writer thread for"))?;
+        store.writer = Mutex::new(Some(handle));
+        Ok(store)
+    }
+
+    /// [`open`](Self::open) without the writer thread: the caller drives
+    /// the [`StoreWriter`] by the contract of [`StoreWriter::step`] (for
+    /// example with [`drive::drive`] on its own runtime). Nothing becomes
+    /// durable, and no lease expires, while it is not driven. Dropping
+    /// the store does not wait for the writer: the caller steps it until
+    /// [`WriterStep::Stopped`] (or drops it, as a crash does).
+    pub fn open_stepped(
+        dir: &Path,
+        options: StoreOptions,
+    ) -> Result<(EmbeddedStore, StoreWriter), OpenError> {
+        let clock = Clock(options.clock.clone());
         let disk = options.disk.clone();
         disk.create_dir(dir)
             .map_err(error::io_err(dir, "create directory"))?;
@@ -505,7 +572,7 @@ impl EmbeddedStore {
             }
         }
 
-        let recovered = writer::recover(disk.as_ref(), dir, clock.now(), options.direct_io)?;
+        let recovered = recover::recover(disk.as_ref(), dir, clock.now(), options.direct_io)?;
         let mem = recovered.mem;
         tracing::info!(
             "opened embedded store {}: revision {}, {} WAL records replayed, WAL written {}",
@@ -519,10 +586,11 @@ impl EmbeddedStore {
             }
         );
         let state = State {
-            writer_idle: false,
+            writer_waker: None,
             writer_gathering: false,
             commit_batch: options.commit_batch.max(1),
-            first_queued: std::time::Instant::now(),
+            first_queued: clock.now(),
+            clock,
             durable_revision: mem.revision(),
             mem,
             queue: Vec::new(),
@@ -537,21 +605,18 @@ impl EmbeddedStore {
         };
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
-            writer_wake: Condvar::new(),
-            clock,
         });
-        let thread_shared = shared.clone();
-        let writer = writer::Writer::new(disk, dir.to_path_buf(), recovered.wal, options);
-        let handle = std::thread::Builder::new()
-            .name("embedded-store-writer".into())
-            .spawn(move || writer.run(&thread_shared))
-            .map_err(error::io_err(dir, "start the writer thread for"))?;
-        Ok(EmbeddedStore {
+        let writer = StoreWriter::new(
+            shared.clone(),
+            (dir.to_path_buf(), recovered.wal, lock),
+            options,
+        );
+        let store = EmbeddedStore {
             shared,
-            writer: Mutex::new(Some(handle)),
+            writer: Mutex::new(None),
             dir: dir.to_path_buf(),
-            _lock: lock,
-        })
+        };
+        Ok((store, writer))
     }
 
     /// The store's directory.
@@ -611,7 +676,7 @@ impl EmbeddedStore {
             Ok(r) => r,
             Err(e) => return futures::future::ready(Err(e)).boxed(),
         };
-        let mut wake_writer = false;
+        let mut wake_writer = None;
         let rx = match frame {
             Some(frame) if state.mem.revision() != before => {
                 let seq = state.queue_frame(frame);
@@ -625,8 +690,8 @@ impl EmbeddedStore {
         // Signalled after unlocking: the writer checks its queue under the
         // lock, so it cannot miss the record, and it does not wake up only
         // to wait for the lock this thread still holds.
-        if wake_writer {
-            self.shared.writer_wake.notify_one();
+        if let Some(waker) = wake_writer {
+            waker.wake();
         }
         drop(compacted);
         async move {
@@ -656,13 +721,16 @@ impl EmbeddedStore {
     ) -> BoxFuture<'static, Result<LeaseId, StoreError>> {
         let mut state = self.shared.lock();
         let result = state.check_open().and_then(|()| {
-            let now = self.shared.clock.now();
+            let now = state.clock.now();
             let id = state.mem.lease_grant(id, ttl, now)?;
             let seq = state.queue_record(&Record::LeaseGrant { id, ttl });
             Ok((id, state.wait_for(seq)))
         });
-        self.shared.writer_wake.notify_one();
+        let writer = state.take_writer_waker();
         drop(state);
+        if let Some(waker) = writer {
+            waker.wake();
+        }
         async move {
             let (id, rx) = result?;
             durable(rx).await?;
@@ -680,7 +748,8 @@ impl EmbeddedStore {
     ) -> BoxFuture<'static, Result<Duration, StoreError>> {
         let mut state = self.shared.lock();
         let result = state.check_open().and_then(|()| {
-            let ttl = state.mem.lease_keep_alive(id, self.shared.clock.now())?;
+            let now = state.clock.now();
+            let ttl = state.mem.lease_keep_alive(id, now)?;
             Ok((ttl, state.barrier()))
         });
         drop(state);
@@ -702,8 +771,11 @@ impl EmbeddedStore {
             drop(state.maybe_compact());
             Ok((revision, state.wait_for(seq)))
         });
-        self.shared.writer_wake.notify_one();
+        let writer = state.take_writer_waker();
         drop(state);
+        if let Some(waker) = writer {
+            waker.wake();
+        }
         async move {
             let (revision, rx) = result?;
             durable(rx).await?;
@@ -716,7 +788,7 @@ impl EmbeddedStore {
     pub fn lease_time_to_live(&self, id: LeaseId) -> Result<LeaseInfo, StoreError> {
         let state = self.shared.lock();
         state.check_open()?;
-        state.mem.lease_time_to_live(id, self.shared.clock.now())
+        state.mem.lease_time_to_live(id, state.clock.now())
     }
 
     /// Writes what is queued, stops the writer thread and releases the
@@ -731,21 +803,26 @@ impl EmbeddedStore {
     }
 
     fn shutdown(&self) {
-        {
+        let writer = {
             let mut state = self.shared.lock();
             state.closed = true;
             state.wake_watchers();
             state.wake_health();
+            state.take_writer_waker()
+        };
+        if let Some(waker) = writer {
+            waker.wake();
         }
-        self.shared.writer_wake.notify_one();
         let handle = self
             .writer
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(handle) = handle
-            && handle.join().is_err()
-        {
+        // A stepped writer is its driver's to finish (or drop).
+        let Some(handle) = handle else {
+            return;
+        };
+        if handle.join().is_err() {
             tracing::error!("the embedded store's writer thread panicked");
         }
         // Anyone still waiting (only possible if the writer panicked) is

@@ -1,132 +1,49 @@
-//! Recovery at open, and the writer thread: group commit, snapshots and WAL
-//! rotation, lease expiry.
+//! The store's writer: group commit, snapshots and WAL rotation, lease
+//! expiry, one [`StoreWriter::step`] at a time.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, MutexGuard};
+use std::task::Waker;
 
-use metropolis_core::store::{MemStore, Record, Snapshot};
+use metropolis_core::store::{Record, Snapshot};
 use metropolis_core::time::Instant;
 
 use super::commit::CommitPolicy;
-use super::disk::Disk;
-use super::error::{Corruption, OpenError, io_err};
-use super::wal::{self, FORMAT_VERSION_1, KEEP_BUFFER_BYTES, Wal};
-use super::wal_read;
+use super::disk::{Disk, LockGuard};
+use super::wal::{self, KEEP_BUFFER_BYTES, Wal};
 use super::{Completions, Queued, Shared, State, StoreOptions, snapshot};
 
-/// The state rebuilt from the directory.
-pub(super) struct Recovered {
-    pub(super) mem: MemStore,
-    /// Sequence number of the last record in the state.
-    pub(super) last_seq: u64,
-    /// The WAL, open for appending.
-    pub(super) wal: Wal,
-    /// Number of WAL records applied.
-    pub(super) replayed: usize,
+/// What one [`StoreWriter::step`] did, and when the writer wants the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WriterStep {
+    /// It wrote a batch (and completed its callers): step again.
+    Wrote,
+    /// Nothing to write now: step again once the waker given to `step`
+    /// is woken, or at `until` on the store's clock (a lease to expire, a
+    /// batch held open for more records), whichever comes first.
+    Wait {
+        /// The deadline, if there is one.
+        until: Option<Instant>,
+    },
+    /// The store was closed and everything queued is written: the writer
+    /// is done and can be dropped. (A failed store's writer waits for the
+    /// close like an idle one.)
+    Stopped,
 }
 
-/// Loads the snapshot and replays the WAL of `dir`; zeroes a torn final
-/// batch (or, in a version 1 WAL, ignores a torn tail); creates the WAL of
-/// a fresh directory.
-/// A version 1 WAL is replaced by a snapshot and a fresh version 2 WAL.
-/// `direct`: see [`StoreOptions::direct_io`].
-pub(super) fn recover(
-    disk: &dyn Disk,
-    dir: &Path,
-    now: Instant,
-    direct: bool,
-) -> Result<Recovered, OpenError> {
-    let snap = snapshot::read(disk, dir)?;
-    let (mut mem, snapshot_seq) = match snap {
-        Some((seq, snap)) => (MemStore::from_snapshot(snap, now), seq),
-        None => (MemStore::new(), 0),
-    };
-    let wal_path = wal::path(dir);
-    let Some(data) = disk.read(&wal_path).map_err(io_err(&wal_path, "read"))? else {
-        if snapshot_seq != 0 {
-            return Err(OpenError::Corrupt {
-                path: wal_path,
-                offset: 0,
-                problem: Corruption::MissingWal,
-            });
-        }
-        let wal = Wal::create(disk, dir, 1, direct).map_err(io_err(&wal_path, "create"))?;
-        return Ok(Recovered {
-            mem,
-            last_seq: 0,
-            wal,
-            replayed: 0,
-        });
-    };
-    let contents = wal_read::read(&wal_path, &data)?;
-    drop(data);
-    if contents.first_seq == 0 || contents.first_seq > snapshot_seq + 1 {
-        return Err(OpenError::Corrupt {
-            path: wal_path,
-            offset: 0,
-            problem: Corruption::MissingRecords {
-                snapshot_seq,
-                wal_first_seq: contents.first_seq,
-            },
-        });
-    }
-    let mut replayed = 0;
-    let mut seq = contents.first_seq;
-    for (offset, record) in &contents.records {
-        if seq > snapshot_seq {
-            mem.apply(record, now).map_err(|e| OpenError::Corrupt {
-                path: wal_path.clone(),
-                offset: *offset,
-                problem: Corruption::Inconsistent(e),
-            })?;
-            replayed += 1;
-        }
-        seq += 1;
-    }
-    let last_in_wal = seq - 1;
-    if contents.torn_len > 0 {
-        tracing::warn!(
-            "{}: discarding {} bytes at offset {}: an unfinished write from a crash, never acknowledged",
-            wal_path.display(),
-            contents.torn_len,
-            contents.valid_len
-        );
-    }
-    let wal = if last_in_wal <= snapshot_seq {
-        // Everything in the WAL is in the snapshot (a crash between writing
-        // a snapshot and starting the next WAL): start the next WAL now.
-        Wal::create(disk, dir, snapshot_seq + 1, direct).map_err(io_err(&wal_path, "create"))?
-    } else if contents.version == FORMAT_VERSION_1 {
-        // A WAL of the first format: its records go into a snapshot, and
-        // the log continues in the current format.
-        snapshot::write(disk, dir, last_in_wal, &mem.snapshot())
-            .map_err(io_err(&snapshot::path(dir), "write"))?;
-        tracing::info!(
-            "{}: converted a version 1 WAL (records up to {last_in_wal}) into a snapshot and a version {} WAL",
-            wal_path.display(),
-            wal::FORMAT_VERSION
-        );
-        Wal::create(disk, dir, last_in_wal + 1, direct).map_err(io_err(&wal_path, "create"))?
-    } else {
-        Wal::reopen(
-            disk,
-            &wal_path,
-            contents.valid_len,
-            contents.valid_len + contents.torn_len,
-            direct,
-        )
-        .map_err(io_err(&wal_path, "reopen"))?
-    };
-    Ok(Recovered {
-        mem,
-        last_seq: last_in_wal.max(snapshot_seq),
-        wal,
-        replayed,
-    })
-}
-
-/// The writer thread's own state.
-pub(super) struct Writer {
+/// The writer of an [`EmbeddedStore`](super::EmbeddedStore): the only code
+/// that writes its files after open.
+///
+/// [`EmbeddedStore::open`](super::EmbeddedStore::open) runs it on a
+/// thread of its own. [`EmbeddedStore::open_stepped`](super::EmbeddedStore::open_stepped)
+/// hands it to the caller, who drives it by the contract of
+/// [`step`](Self::step): a simulator does, on its own tasks and clock
+/// ([`drive`](super::drive::drive) is that loop over core's `Timer`).
+/// It holds the directory's lock: dropping it (a finished writer, or a
+/// simulated crash) releases the directory.
+pub struct StoreWriter {
+    shared: Arc<Shared>,
     disk: Arc<dyn Disk>,
     dir: PathBuf,
     wal: Wal,
@@ -140,19 +57,30 @@ pub(super) struct Writer {
     done: Completions,
     /// When to hold a batch open for more records.
     policy: CommitPolicy,
+    /// Holds the directory's lock while the writer exists.
+    _lock: Box<dyn LockGuard>,
 }
 
-impl Writer {
+impl std::fmt::Debug for StoreWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreWriter")
+            .field("dir", &self.dir)
+            .field("wal_size", &self.wal.size())
+            .finish_non_exhaustive()
+    }
+}
+
+impl StoreWriter {
     pub(super) fn new(
-        disk: Arc<dyn Disk>,
-        dir: PathBuf,
-        wal: Wal,
+        shared: Arc<Shared>,
+        (dir, wal, lock): (PathBuf, Wal, Box<dyn LockGuard>),
         options: StoreOptions,
-    ) -> Writer {
+    ) -> StoreWriter {
         let snapshot_at = options.snapshot_threshold;
         let policy = CommitPolicy::new(options.commit_delay, options.commit_batch);
-        Writer {
-            disk,
+        StoreWriter {
+            shared,
+            disk: options.disk.clone(),
             policy,
             dir,
             wal,
@@ -160,89 +88,66 @@ impl Writer {
             snapshot_at,
             spare: Vec::new(),
             done: Completions::default(),
+            _lock: lock,
         }
     }
 
-    /// The thread's body: until the store is closed and its queue drained,
-    /// write what is queued, expire leases, rotate the WAL.
-    pub(super) fn run(mut self, shared: &Shared) {
-        loop {
-            let mut state = shared.lock();
-            // Wait for records to write (or the close).
-            loop {
-                if state.failure.is_none() && !state.closed {
-                    let revoked = state.mem.handle_timeout(shared.clock.now());
-                    for id in &revoked {
-                        state.queue_record(&Record::LeaseRevoke(*id));
-                    }
-                    if !revoked.is_empty() {
-                        tracing::debug!("leases expired: {revoked:?}");
-                        drop(state.maybe_compact());
-                    }
-                }
-                if !state.queue.is_empty() {
-                    break;
-                }
-                if state.closed {
-                    return;
-                }
-                let deadline = if state.failure.is_none() {
-                    state.mem.poll_timeout()
-                } else {
-                    None
-                };
-                state.writer_idle = true;
-                state = match deadline {
-                    Some(deadline) => {
-                        let wait = deadline.saturating_duration_since(shared.clock.now());
-                        shared
-                            .writer_wake
-                            .wait_timeout(state, wait)
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .0
-                    }
-                    None => shared
-                        .writer_wake
-                        .wait(state)
-                        .unwrap_or_else(std::sync::PoisonError::into_inner),
-                };
-                state.writer_idle = false;
+    /// Does what is due now, on the store's clock: revokes the leases
+    /// whose time ran out, then writes the queued records as one batch
+    /// (one synchronous write) and completes their callers, unless the
+    /// commit policy holds the batch open for more.
+    ///
+    /// The driving contract: call `step` until it returns
+    /// [`WriterStep::Wait`]; then call it again once `waker` is woken (a
+    /// record queued, a lease granted or revoked, the store closed) or
+    /// `until` has passed, whichever is first, until it returns
+    /// [`WriterStep::Stopped`]. A spurious call does no harm. The waker is
+    /// the one kept for the next wake-up: pass the current task's (or
+    /// thread's) each time.
+    pub fn step(&mut self, waker: &Waker) -> WriterStep {
+        let shared = self.shared.clone();
+        let mut state = shared.lock();
+        let now = state.clock.now();
+        if state.failure.is_none() && !state.closed {
+            let revoked = state.mem.handle_timeout(now);
+            for id in &revoked {
+                state.queue_record(&Record::LeaseRevoke(*id));
             }
-            state = self.gather(shared, state);
-            self.policy
-                .taken(state.queue.len(), std::time::Instant::now());
-            self.write_batch(shared, state);
+            if !revoked.is_empty() {
+                tracing::debug!("leases expired: {revoked:?}");
+                drop(state.maybe_compact());
+            }
         }
-    }
-
-    /// Holds the queued batch open while the policy expects more records
-    /// soon: until it reaches the target size, the delay has passed since
-    /// its first record, or the store closes or fails.
-    fn gather<'a>(
-        &self,
-        shared: &'a Shared,
-        mut state: MutexGuard<'a, State>,
-    ) -> MutexGuard<'a, State> {
-        let Some(until) = self
+        if state.queue.is_empty() {
+            if state.closed {
+                return WriterStep::Stopped;
+            }
+            let until = if state.failure.is_none() {
+                state.mem.poll_timeout()
+            } else {
+                None
+            };
+            state.writer_gathering = false;
+            state.park_writer(waker);
+            return WriterStep::Wait { until };
+        }
+        if let Some(until) = self
             .policy
             .hold_until(state.queue.len(), state.first_queued)
-        else {
-            return state;
-        };
-        state.writer_gathering = true;
-        while !state.closed && state.failure.is_none() && state.queue.len() < self.policy.target() {
-            let now = std::time::Instant::now();
-            if now >= until {
-                break;
-            }
-            state = shared
-                .writer_wake
-                .wait_timeout(state, until - now)
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .0;
+            && !state.closed
+            && now < until
+        {
+            // Held open: woken at `until`, or once the batch reaches its
+            // target size (`State::take_writer_wake`), or on close.
+            state.writer_gathering = true;
+            state.park_writer(waker);
+            return WriterStep::Wait { until: Some(until) };
         }
         state.writer_gathering = false;
-        state
+        state.writer_waker = None;
+        self.policy.taken(state.queue.len(), now);
+        self.write_batch(&shared, state);
+        WriterStep::Wrote
     }
 
     /// Writes everything queued with one sync, completes its waiters, and
