@@ -10,6 +10,8 @@
 //!   (`metropolis_node::tracefs::HostTracefs` for the kernel's tracefs).
 //! - [`run_session`]: runs a session against the port as a stream of
 //!   events; what the service calls.
+//! - [`LineSplitter`]: `trace_pipe`'s bytes as lines (partial lines kept
+//!   up to [`MAX_LINE`], invalid UTF-8 replaced).
 //! - [`TraceError`]: every failure, with its gRPC code.
 //!
 //! For the service:
@@ -36,6 +38,7 @@
 mod action;
 mod buffers;
 mod error;
+mod lines;
 mod port;
 mod run;
 mod session;
@@ -44,6 +47,7 @@ mod validate;
 pub use action::{Action, StepFailure};
 pub use buffers::{BufferClaim, INSTANCE_PREFIX, Target, TraceBuffers, remove_stale_instances};
 pub use error::TraceError;
+pub use lines::{LineSplitter, MAX_LINE};
 pub use port::{FailureKind, TracePipe, Tracefs, TracefsFailure, WriteMode};
 pub use run::{TraceStream, run_session};
 pub use session::{State, TraceSession};

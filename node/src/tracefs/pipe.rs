@@ -37,6 +37,8 @@ use std::time::Duration;
 use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
 use metropolis_core::trace::{FailureKind, TracePipe, TracefsFailure};
+// The splitter is core's (pure); re-exported where it was.
+pub use metropolis_core::trace::{LineSplitter, MAX_LINE};
 use rustix::event::{PollFd, PollFlags, Timespec};
 
 /// How long the reader waits in `poll` before reading anyway.
@@ -45,55 +47,11 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Lines queued towards the consumer before the reader pauses.
 pub const QUEUE_LINES: usize = 1024;
 
-/// Longest line kept waiting for its newline, in bytes.
-pub const MAX_LINE: usize = 64 * 1024;
-
 /// How long the reader waits before retrying a full queue.
 const FULL_RETRY: Duration = Duration::from_millis(10);
 
 /// One item for the consumer.
 type Item = Result<String, TracefsFailure>;
-
-/// Splits a byte stream into lines, keeping a partial last line.
-#[derive(Debug, Default)]
-pub struct LineSplitter {
-    partial: Vec<u8>,
-}
-
-impl LineSplitter {
-    /// A splitter with nothing pending.
-    pub fn new() -> LineSplitter {
-        LineSplitter::default()
-    }
-
-    /// Adds `bytes`; calls `line` with each completed line (without its
-    /// newline), in order. Bytes after the last newline stay pending,
-    /// unless they exceed [`MAX_LINE`].
-    pub fn push(&mut self, bytes: &[u8], mut line: impl FnMut(String)) {
-        let mut rest = bytes;
-        while let Some(i) = rest.iter().position(|&b| b == b'\n') {
-            self.partial.extend_from_slice(&rest[..i]);
-            line(String::from_utf8_lossy(&self.partial).into_owned());
-            self.partial.clear();
-            rest = &rest[i + 1..];
-        }
-        self.partial.extend_from_slice(rest);
-        if self.partial.len() > MAX_LINE {
-            line(String::from_utf8_lossy(&self.partial).into_owned());
-            self.partial.clear();
-        }
-    }
-
-    /// The pending partial line, if any (at the end of the input).
-    pub fn finish(&mut self) -> Option<String> {
-        if self.partial.is_empty() {
-            return None;
-        }
-        let s = String::from_utf8_lossy(&self.partial).into_owned();
-        self.partial.clear();
-        Some(s)
-    }
-}
 
 /// Why [`HostPipe::open`] failed.
 #[derive(Debug)]
@@ -299,37 +257,6 @@ impl Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn split(chunks: &[&[u8]]) -> (Vec<String>, Option<String>) {
-        let mut s = LineSplitter::new();
-        let mut lines = Vec::new();
-        for c in chunks {
-            s.push(c, |l| lines.push(l));
-        }
-        (lines, s.finish())
-    }
-
-    #[test]
-    fn partial_lines_wait_for_their_newline() {
-        let (lines, rest) = split(&[b"ab", b"c\nde", b"f\n\ng", b"h"]);
-        assert_eq!(lines, ["abc", "def", ""]);
-        assert_eq!(rest.as_deref(), Some("gh"));
-        let (lines, rest) = split(&[b"x\n"]);
-        assert_eq!(lines, ["x"]);
-        assert_eq!(rest, None);
-    }
-
-    #[test]
-    fn overlong_and_invalid_lines() {
-        let long = vec![b'a'; MAX_LINE + 1];
-        let (lines, rest) = split(&[&long, b"b\n"]);
-        assert_eq!(lines.len(), 2);
-        assert_eq!(lines[0].len(), MAX_LINE + 1);
-        assert_eq!(lines[1], "b");
-        assert_eq!(rest, None);
-        let (lines, _) = split(&[b"\xff\xfe ok\n"]);
-        assert_eq!(lines, ["\u{fffd}\u{fffd} ok"]);
-    }
 
     /// A FIFO stands in for trace_pipe: lines split across writes arrive
     /// whole, the end of the writer becomes an error after the partial
