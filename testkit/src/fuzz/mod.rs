@@ -14,8 +14,12 @@
 
 pub mod agent;
 pub mod archive;
+pub mod certificate;
+pub mod election_value;
 pub mod input;
+pub mod lines;
 pub mod logs;
+pub mod records;
 pub mod rpc;
 pub mod seeds;
 pub mod store_open;
@@ -27,7 +31,7 @@ pub type Harness = fn(&[u8]);
 
 /// Every target: its name (the cargo-fuzz binary and corpus directory)
 /// and its harness.
-pub const TARGETS: [(&str, Harness); 7] = [
+pub const TARGETS: [(&str, Harness); 11] = [
     ("rpc", rpc::run),
     ("watch_machine", watch::run),
     ("trace_session", trace::run),
@@ -35,4 +39,8 @@ pub const TARGETS: [(&str, Harness); 7] = [
     ("log_queries", logs::run),
     ("agent_loop", agent::run),
     ("store_open", store_open::run),
+    ("leader_election_value", election_value::run),
+    ("peer_certificate", certificate::run),
+    ("stored_records", records::run),
+    ("trace_pipe_lines", lines::run),
 ];

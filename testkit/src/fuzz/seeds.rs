@@ -18,6 +18,8 @@ use prost::Message;
 use serde_json::json;
 
 use super::input::Writer;
+
+mod decoders;
 use super::rpc::{AGENT_KEY, MACHINE_A, MACHINE_B, METHODS, Method, NODE_KEYS};
 
 /// Seeds of one target: `(name, input)`.
@@ -33,6 +35,9 @@ pub fn all() -> Vec<(&'static str, Seeds)> {
         ("log_queries", logs()),
         ("agent_loop", agent_loop()),
         ("store_open", store_open()),
+        ("leader_election_value", decoders::election()),
+        ("stored_records", decoders::records()),
+        ("trace_pipe_lines", decoders::lines()),
     ]
 }
 
