@@ -53,6 +53,9 @@ const NODE_ID_KEY_BYTES: usize = NODE_ID_HEX_LEN / 2;
 /// a hostile argument cannot flood a log.
 const MAX_QUOTED_CHARS: usize = 80;
 
+/// How many values of a certificate's attribute an error lists at most.
+const MAX_LISTED: usize = 4;
+
 /// The identifier of a node: `metropolis-` followed by the lowercase hex of
 /// the first 16 bytes of the node's Ed25519 public key (32 characters).
 ///
@@ -356,8 +359,14 @@ pub fn identity_from_certificate(der: &[u8]) -> Result<Identity, CertIdentityErr
     if common_name == OWNER_COMMON_NAME {
         let organizations = all_strings(cert.subject(), Attr::Organization)?;
         if organizations != [OWNER_ORGANIZATION] {
+            // Quoted like every name from the certificate: cut, and only
+            // the first few.
             return Err(CertIdentityError::OwnerOrganization {
-                found: organizations,
+                found: organizations
+                    .iter()
+                    .take(MAX_LISTED)
+                    .map(|o| quote(o))
+                    .collect(),
             });
         }
         return Ok(Identity::Owner);
@@ -521,7 +530,7 @@ fn ed25519_public_key(
     if spki.algorithm.algorithm != OID_SIG_ED25519 {
         return Err(CertIdentityError::NodeKeyNotEd25519 {
             node_id: node_id.clone(),
-            algorithm: spki.algorithm.algorithm.to_id_string(),
+            algorithm: quote(&spki.algorithm.algorithm.to_id_string()),
         });
     }
     let bits = &spki.subject_public_key;
@@ -560,7 +569,8 @@ pub enum CertIdentityError {
     /// The common name `owner` comes with another organization than
     /// [`OWNER_ORGANIZATION`], or none, or several.
     OwnerOrganization {
-        /// The organizations found.
+        /// The organizations found: the first 4, each cut to 80
+        /// characters.
         found: Vec<String>,
     },
     /// The common name starts like a node ID but is not one.
@@ -569,7 +579,7 @@ pub enum CertIdentityError {
     NodeKeyNotEd25519 {
         /// The node ID in the common name.
         node_id: NodeId,
-        /// The dotted OID of the key's algorithm.
+        /// The dotted OID of the key's algorithm (cut to 80 characters).
         algorithm: String,
     },
     /// A node certificate's common name names another node than its key.
@@ -912,6 +922,24 @@ mod tests {
                 found: vec!["acme".to_owned()]
             })
         );
+
+        // Found by review for the `peer_certificate` fuzz target (its
+        // message bound; fuzz/regressions/peer_certificate/): a long
+        // organization is quoted cut, not whole.
+        let long = "o".repeat(3000);
+        let der = cert(
+            &key,
+            &[
+                (DnType::OrganizationName, long.as_str()),
+                (DnType::CommonName, "owner"),
+            ],
+        );
+        let err = identity_from_certificate(&der).unwrap_err();
+        let CertIdentityError::OwnerOrganization { found } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(found, &[format!("{}…", "o".repeat(80))]);
+        assert!(err.to_string().len() < 300, "{err}");
     }
 
     #[test]
