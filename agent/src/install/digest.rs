@@ -12,18 +12,21 @@ impl Digest {
     /// Parses `sha256:<64 lowercase hex>` (the only form the OCI image
     /// specification allows for SHA-256); the error says what is wrong.
     pub(crate) fn parse(text: &str) -> Result<Digest, String> {
+        // Quoted cut: the text comes from a registry.
+        let quoted = super::http::bounded(text);
         let Some((algorithm, encoded)) = text.split_once(':') else {
-            return Err(format!("{text:?} is not a digest (algorithm:hex)"));
+            return Err(format!("{quoted:?} is not a digest (algorithm:hex)"));
         };
         if algorithm != "sha256" {
             return Err(format!(
-                "{text:?}: only sha256 digests are supported, not {algorithm:?}"
+                "{quoted:?}: only sha256 digests are supported, not {:?}",
+                super::http::bounded(algorithm)
             ));
         }
         let bytes = encoded.as_bytes();
         if bytes.len() != 64 {
             return Err(format!(
-                "{text:?}: a sha256 digest has 64 hexadecimal digits, not {}",
+                "{quoted:?}: a sha256 digest has 64 hexadecimal digits, not {}",
                 bytes.len()
             ));
         }
@@ -33,7 +36,7 @@ impl Digest {
                 (Some(high), Some(low)) => digest[i] = high << 4 | low,
                 _ => {
                     return Err(format!(
-                        "{text:?}: a sha256 digest is lowercase hexadecimal"
+                        "{quoted:?}: a sha256 digest is lowercase hexadecimal"
                     ));
                 }
             }

@@ -13,7 +13,7 @@ use super::auth::Session;
 use super::credentials::RegistryCredentials;
 use super::device::Device;
 use super::digest::{Digest, digest_of};
-use super::http::{Client, HttpError, Response};
+use super::http::{Client, HttpError, Response, bounded};
 use super::layer::write_layer;
 use super::manifest::{
     DOCKER_MANIFEST, INDEX_TYPES, Layer, Manifest, ManifestProblem, OCI_MANIFEST, Platform,
@@ -408,8 +408,12 @@ pub(super) fn http_error(e: HttpError) -> InstallError {
     }
 }
 
+/// How many entries of a registry's error document an error quotes.
+const MAX_ERRORS_LISTED: usize = 4;
+
 /// The error for an unexpected status, with the registry's error codes
-/// when its body is an OCI error document.
+/// when its body is an OCI error document (the first few, each code and
+/// message cut, as is the reason phrase: the registry wrote them).
 pub(super) fn status_error(mut response: Response) -> InstallError {
     let detail = response
         .read_body(64 * 1024)
@@ -421,10 +425,13 @@ pub(super) fn status_error(mut response: Response) -> InstallError {
                 .errors
                 .iter()
                 .map(|e| match (&e.code, &e.message) {
-                    (Some(code), Some(message)) => format!("{code}: {message}"),
-                    (Some(text), None) | (None, Some(text)) => text.clone(),
+                    (Some(code), Some(message)) => {
+                        format!("{}: {}", bounded(code), bounded(message))
+                    }
+                    (Some(text), None) | (None, Some(text)) => bounded(text),
                     (None, None) => "unspecified error".to_string(),
                 })
+                .take(MAX_ERRORS_LISTED)
                 .collect::<Vec<_>>()
                 .join("; ")
         })
@@ -432,7 +439,7 @@ pub(super) fn status_error(mut response: Response) -> InstallError {
     InstallError::Status {
         url: response.url.to_string(),
         status: response.status,
-        reason: response.reason.clone(),
+        reason: bounded(&response.reason),
         detail,
     }
 }
