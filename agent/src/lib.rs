@@ -35,6 +35,8 @@ use metropolis_core::ports::MonotonicClock;
 use metropolis_core::provisioning::{AgentConfig, AgentLoop};
 use metropolis_core::service::agent_driver::drive_agent;
 use metropolis_node::clock::ProcessClock;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod hardware;
 pub mod install;
 pub mod ports;

@@ -1,10 +1,12 @@
 //! Writes the seeds of the `peer_certificate` fuzz target
 //! (`fuzz/seeds/peer_certificate/`): real certificates made by this
-//! crate (cluster CA, node, curator node, owner, agent) and by `rcgen`
-//! with subjects the cluster CA never issues (another organization, an
-//! ECDSA node key, a node name for another key, long names; `rcgen` keeps one value per attribute type). The test kit cannot make them itself: it does not depend
-//! on the PKI. Run by hand:
-//! `cargo test -p metropolis-pki --test fuzz_seeds -- --ignored`.
+//! crate (cluster CA, node, curator node, owner, agent; Ed25519 and
+//! P-256) and by `rcgen` with subjects the cluster CA never issues
+//! (another organization, an ECDSA node key, a node name for another
+//! key, long names; `rcgen` keeps one value per attribute type). The
+//! test kit cannot make them itself: it does not depend on the PKI. Run
+//! by hand: `cargo test -p metropolis-pki --test fuzz_seeds -- --ignored`
+//! (which also writes `fuzz/regressions/peer_certificate/`).
 
 #![allow(clippy::unwrap_used)]
 

@@ -208,31 +208,7 @@ impl Client {
         request.push_str("\r\n");
         stream.write_all(request.as_bytes()).map_err(io_error)?;
         stream.flush().map_err(io_error)?;
-        let mut reader = BufReader::with_capacity(64 * 1024, stream);
-        loop {
-            let head = read_head(&mut reader).map_err(io_error)?;
-            let (status, reason, headers) =
-                parse_head(&head).map_err(|problem| HttpError::Protocol {
-                    url: url.to_string(),
-                    problem,
-                })?;
-            // Interim responses precede the real one (101 is not expected:
-            // nothing asks to switch protocols).
-            if (100..200).contains(&status) && status != 101 {
-                continue;
-            }
-            let framing = framing(status, &headers).map_err(|problem| HttpError::Protocol {
-                url: url.to_string(),
-                problem,
-            })?;
-            return Ok(Response {
-                url: url.clone(),
-                status,
-                reason,
-                headers,
-                body: Body::new(reader, framing),
-            });
-        }
+        read_response(url, BufReader::with_capacity(64 * 1024, stream))
     }
 
     fn connect(&self, url: &Url, deadline: Deadline) -> Result<Box<dyn Stream>, HttpError> {
@@ -294,6 +270,42 @@ impl Client {
                 Ok(Box::new(stream))
             }
         }
+    }
+}
+
+/// Reads the response to a request sent on `reader`'s stream for `url`:
+/// the head (interim `1xx` responses skipped), and the body's framing.
+pub(crate) fn read_response(
+    url: &Url,
+    mut reader: BufReader<Box<dyn Stream>>,
+) -> Result<Response, HttpError> {
+    let io_error = |source| HttpError::Io {
+        url: url.to_string(),
+        source,
+    };
+    loop {
+        let head = read_head(&mut reader).map_err(io_error)?;
+        let (status, reason, headers) =
+            parse_head(&head).map_err(|problem| HttpError::Protocol {
+                url: url.to_string(),
+                problem,
+            })?;
+        // Interim responses precede the real one (101 is not expected:
+        // nothing asks to switch protocols).
+        if (100..200).contains(&status) && status != 101 {
+            continue;
+        }
+        let framing = framing(status, &headers).map_err(|problem| HttpError::Protocol {
+            url: url.to_string(),
+            problem,
+        })?;
+        return Ok(Response {
+            url: url.clone(),
+            status,
+            reason,
+            headers,
+            body: Body::new(reader, framing),
+        });
     }
 }
 

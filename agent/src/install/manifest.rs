@@ -15,8 +15,8 @@ pub(super) const INDEX_TYPES: [&str; 2] = [
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
 ];
-const LAYER_RAW: &str = "application/vnd.oci.image.layer.v1.tar";
-const LAYER_ZSTD: &str = "application/vnd.oci.image.layer.v1.tar+zstd";
+pub(super) const LAYER_RAW: &str = "application/vnd.oci.image.layer.v1.tar";
+pub(super) const LAYER_ZSTD: &str = "application/vnd.oci.image.layer.v1.tar+zstd";
 
 /// How many of an index's platforms an error lists.
 const MAX_PLATFORMS_LISTED: usize = 10;
@@ -151,7 +151,8 @@ pub(super) fn parse_manifest(
         && media_type != DOCKER_MANIFEST
     {
         return Err(Invalid(format!(
-            "mediaType {media_type:?} is not an image manifest"
+            "mediaType {:?} is not an image manifest",
+            super::http::bounded(media_type)
         )));
     }
     if document.schema_version != Some(2) {
@@ -174,7 +175,8 @@ pub(super) fn parse_manifest(
         LAYER_ZSTD => true,
         other => {
             return Err(Unsupported(format!(
-                "image layer media type {other:?} (accepted: {LAYER_RAW}, {LAYER_ZSTD})"
+                "image layer media type {:?} (accepted: {LAYER_RAW}, {LAYER_ZSTD})",
+                super::http::bounded(other)
             )));
         }
     };
@@ -317,6 +319,32 @@ mod tests {
                 Err(ManifestProblem::Invalid(p) | ManifestProblem::Unsupported(p)) => p,
             };
             assert!(problem.contains(expected), "{problem:?} lacks {expected:?}");
+        }
+    }
+
+    /// Found by the `registry_responses` fuzz target
+    /// (fuzz/regressions/registry_responses/long-digest-text): a digest
+    /// or media type the registry wrote was quoted whole in the problem.
+    #[test]
+    fn problems_quote_registry_text_cut() {
+        let long = "Z".repeat(50_000);
+        let bodies = [
+            manifest(
+                OCI_MANIFEST,
+                &LAYER.replace("sha256:", &format!("sha256:{long}")),
+            ),
+            manifest(OCI_MANIFEST, &LAYER.replace("+zstd", &long)),
+            manifest(&long, LAYER),
+            String::from_utf8_lossy(&index(&[("linux/amd64", OCI_MANIFEST)]))
+                .replace("sha256:", &format!("{long}:"))
+                .into_bytes(),
+        ];
+        for body in bodies {
+            let problem = match parse(&body) {
+                Err(ManifestProblem::Invalid(p) | ManifestProblem::Unsupported(p)) => p,
+                Ok(_) => panic!("accepted"),
+            };
+            assert!(problem.len() < 600, "a {}-byte problem", problem.len());
         }
     }
 

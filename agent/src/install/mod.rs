@@ -20,6 +20,8 @@ mod deadline;
 mod device;
 mod digest;
 mod error;
+pub(crate) mod fuzz;
+mod fuzz_seeds;
 mod http;
 mod layer;
 mod manifest;
