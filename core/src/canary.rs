@@ -35,11 +35,21 @@ pub enum Canary {
     ForgetLastActed,
     /// A cancelled trace session leaves tracefs as it set it (no teardown).
     SkipTeardown,
+    /// The embedded store tells the callers of a batch whose write failed
+    /// that it is durable (`metropolis-store`, `State::fail`).
+    AckFailedWrite,
+    /// The embedded store's watches deliver changes applied but not yet
+    /// durable (`metropolis-store`, `WatchStream`).
+    WatchPastDurable,
+    /// The embedded store reads a damaged WAL batch followed by a whole
+    /// one as a torn final write, and opens without it (`metropolis-store`,
+    /// `wal_read`).
+    DamageReadAsTorn,
 }
 
 impl Canary {
     /// Every canary, planted ones only.
-    pub const ALL: [Canary; 8] = [
+    pub const ALL: [Canary; 11] = [
         Canary::DropFence,
         Canary::SkipCacheFailure,
         Canary::DropTombstones,
@@ -48,6 +58,9 @@ impl Canary {
         Canary::AcceptUnregisteredAgentKey,
         Canary::ForgetLastActed,
         Canary::SkipTeardown,
+        Canary::AckFailedWrite,
+        Canary::WatchPastDurable,
+        Canary::DamageReadAsTorn,
     ];
 
     /// The canary's name on a command line (`drop-fence`, ...; `none`).
@@ -62,6 +75,9 @@ impl Canary {
             Canary::AcceptUnregisteredAgentKey => "accept-unregistered-agent-key",
             Canary::ForgetLastActed => "forget-last-acted",
             Canary::SkipTeardown => "skip-teardown",
+            Canary::AckFailedWrite => "ack-failed-write",
+            Canary::WatchPastDurable => "watch-past-durable",
+            Canary::DamageReadAsTorn => "damage-read-as-torn",
         }
     }
 

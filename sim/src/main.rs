@@ -40,9 +40,11 @@ const EVERY_KIND_FROM: u64 = 100;
 #[command(version)]
 struct Args {
     /// The world to run: `cluster` (curators, store, writers, watchers,
-    /// provisioning), `traces` (debug trace sessions) or `storage` (the
+    /// provisioning), `traces` (debug trace sessions), `storage` (the
     /// embedded store over a simulated disk, crashed mid-write; no
-    /// simulated time, so its simulated/wall figure is 0).
+    /// simulated time, so its simulated/wall figure is 0) or `embedded`
+    /// (a curator over the embedded store on that disk, serving node
+    /// writers and a watcher, crashed and restarted mid-commit).
     #[arg(long, default_value = "cluster")]
     world: World,
     /// Run this many seeds, starting at --from.
@@ -57,8 +59,10 @@ struct Args {
     /// Plant a bug in the production code: drop-fence,
     /// skip-cache-failure, drop-tombstones, skip-read-your-writes,
     /// forward-forwarded, accept-unregistered-agent-key,
-    /// forget-last-acted (cluster); skip-teardown (traces). A campaign
-    /// with a canary passes only if some seed catches it.
+    /// forget-last-acted (cluster); skip-teardown (traces);
+    /// ack-failed-write, damage-read-as-torn (storage, embedded);
+    /// watch-past-durable (embedded). A campaign with a canary passes only if some seed
+    /// catches it.
     #[arg(long, default_value = "none", value_parser = parse_canary)]
     canary: Canary,
     /// Worker threads, each running one seed at a time (each seed is

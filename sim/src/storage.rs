@@ -9,6 +9,11 @@
 //! at sectors, what was not synced lost), or a write or sync failing with
 //! EIO or ENOSPC. A small snapshot threshold makes the store write
 //! snapshots and rotate its WAL, through the renames a power loss can undo.
+//! Between lives, now and then, the disk's fault atlas corrupts a byte of
+//! the WAL or the snapshot where it damages what the store acknowledged
+//! ([`atlas`]): the next open must refuse, naming that file and
+//! an offset before the end of the damaged sector; the byte is then put
+//! back and the store must open with everything.
 //!
 //! Checked at every open, against every key the client sent: acknowledged
 //! ⊆ recovered ⊆ issued, and what is recovered is a prefix of what was
@@ -16,9 +21,8 @@
 //! acknowledges nothing more (its documented policy: it fails and accepts
 //! no more requests) and the next open recovers every acknowledged write.
 //!
-//! The store's writer is still its own thread on the host's clock, so a
-//! seed is deterministic only because the client waits for each write;
-//! the store does not yet run on the simulator's runtime.
+//! The store's writer is stepped by the client ([`stepped_store`]) on a
+//! clock that never moves: no thread, no host clock.
 
 // The checks panic on what breaks an invariant, and what this module
 // unwraps is the simulation's own.
@@ -30,12 +34,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use metropolis_core::store::{KeyRange, Op, OpResult, StoreError, Txn};
+use metropolis_core::store::{Op, StoreError, Txn};
 use metropolis_store::{EmbeddedStore, StoreOptions};
 
 use crate::Outcome;
+use crate::atlas;
 use crate::hash::TraceHash;
 use crate::rng::Rng;
+use crate::stepped_store::{self, FrozenClock};
 use metropolis_testkit::disk::{DiskFault, SimDisk};
 
 /// The store's directory on the simulated disk.
@@ -64,20 +70,6 @@ fn put(n: u64, len: usize) -> Txn {
             lease: 0,
         }],
         failure: Vec::new(),
-    }
-}
-
-/// Every key of the store and its value.
-fn contents(store: &EmbeddedStore) -> BTreeMap<Bytes, Bytes> {
-    let read = Txn {
-        compares: Vec::new(),
-        success: vec![Op::Range(KeyRange::Prefix(Bytes::from_static(b"k/")))],
-        failure: Vec::new(),
-    };
-    let response = futures::executor::block_on(store.txn(read)).unwrap();
-    match response.results.into_iter().next() {
-        Some(OpResult::Range(kvs)) => kvs.into_iter().map(|kv| (kv.key, kv.value)).collect(),
-        other => panic!("a range read answered {other:?}"),
     }
 }
 
@@ -127,16 +119,23 @@ pub fn run(seed: u64) -> Outcome {
     let options = StoreOptions::default()
         .with_snapshot_threshold(16 << 10)
         .with_commit_delay(Duration::ZERO)
-        .with_disk(Arc::new(disk.clone()));
+        .with_disk(Arc::new(disk.clone()))
+        .with_clock(Arc::new(FrozenClock));
     let dir = Path::new(DIR);
     let mut history = History::default();
     let mut trace = TraceHash::default();
     let mut next = 0u64;
     let mut refused_after_failure = 0u64;
+    let mut refused_as_corrupt = 0u64;
     for life in 0..=LIVES {
-        let store = EmbeddedStore::open(dir, options.clone())
+        if life > 0 && rng.chance(0.3) {
+            refused_as_corrupt +=
+                u64::from(atlas::damage_is_refused(seed, life, &disk, dir, &mut rng));
+            trace.bytes(format!("corrupt {}", disk.counts().corruptions).as_bytes());
+        }
+        let (store, mut writer) = EmbeddedStore::open_stepped(dir, options.clone())
             .unwrap_or_else(|e| panic!("seed {seed}, life {life}: the store did not open: {e}"));
-        let recovered = contents(&store);
+        let recovered = stepped_store::range(&store, b"k/");
         history.check(seed, life, &recovered);
         trace.bytes(format!("{life} {}", recovered.len()).as_bytes());
         // Forget what was lost for good: the next lives start after it.
@@ -165,7 +164,7 @@ pub fn run(seed: u64) -> Outcome {
                 rng.range(1, 300) as usize
             };
             history.issued.insert(n, len);
-            match futures::executor::block_on(store.txn(put(n, len))) {
+            match stepped_store::commit(&store, &mut writer, put(n, len)) {
                 Ok(_) => {
                     assert!(
                         !failed,
@@ -183,7 +182,11 @@ pub fn run(seed: u64) -> Outcome {
                 Err(other) => panic!("seed {seed}, life {life}: write {n}: {other:?}"),
             }
         }
+        // Closed: the writer writes what is queued (nothing: each write
+        // was waited for) and stops.
         drop(store);
+        stepped_store::settle(&mut writer);
+        drop(writer);
         if disk.is_dead() {
             disk.power_cycle();
         } else {
@@ -204,6 +207,7 @@ pub fn run(seed: u64) -> Outcome {
             ("EIO injected", counts.eio),
             ("ENOSPC injected", counts.no_space),
             ("writes refused after a failure", refused_after_failure),
+            ("sector corruptions refused", refused_as_corrupt),
             ("writes acknowledged", history.acknowledged.len() as u64),
         ],
     }

@@ -15,6 +15,22 @@ fn seeds_0_to_299() {
     }
 }
 
+/// A store that acknowledges a failed write, and one that opens over an
+/// acknowledged batch the atlas damaged (reading it as a torn write), are
+/// each caught within 1,000 seeds.
+#[test]
+fn the_stores_planted_bugs_are_caught() {
+    for &planted in World::Storage.catches() {
+        match campaign::first_catch(World::Storage, planted, 0..1000) {
+            Some(caught) => println!(
+                "{planted:?} caught at seed {}: {}",
+                caught.seed, caught.message
+            ),
+            None => panic!("{planted:?} was not caught in 1,000 seeds"),
+        }
+    }
+}
+
 /// The same seed gives the same disk ops and the same recovered state at
 /// every open; another seed another.
 #[test]

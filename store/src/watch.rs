@@ -53,7 +53,11 @@ impl Stream for WatchStream {
             return Poll::Ready(None);
         };
         let mut state = this.shared.lock();
-        let durable = state.durable_revision;
+        let durable = if canary_planted!(WatchPastDurable) {
+            state.mem.revision()
+        } else {
+            state.durable_revision
+        };
         match state.mem.poll_watch_up_to(id, durable) {
             Some(Ok(batch)) => Poll::Ready(Some(Ok(batch))),
             Some(Err(e)) => {

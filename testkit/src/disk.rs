@@ -10,6 +10,12 @@
 //!   is synced: a power loss before undoes them.
 //! - Injected failures: a write or sync that fails with EIO or ENOSPC and
 //!   changes nothing (the process lives on, the disk too).
+//! - Latent sector corruption ([`SimDisk::corrupt`]): one byte of a file
+//!   changed while the power was off, only where the fault atlas allows
+//!   it: in a byte a finished write put there which no later write
+//!   covered, and, in a log, only before the last finished write (damage
+//!   to the last one reads as a torn write, by design). So a store must
+//!   refuse to open over every corruption the atlas makes.
 //!
 //! Ops are counted; a test arms a fault at an op number
 //! ([`SimDisk::arm`]), and after a crash every op fails until
@@ -25,17 +31,22 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use metropolis_store::disk::{Disk, LockGuard, SyncFile};
 
-/// SplitMix64: which sectors a torn write keeps.
+/// SplitMix64: which sectors a torn write keeps, which byte the atlas
+/// corrupts.
 #[derive(Debug)]
 struct Rng(u64);
 
 impl Rng {
-    fn coin(&mut self) -> bool {
+    fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) & 1 == 1
+        z ^ (z >> 31)
+    }
+
+    fn coin(&mut self) -> bool {
+        self.next() & 1 == 1
     }
 }
 
@@ -69,6 +80,19 @@ pub struct DiskCounts {
     pub eio: u64,
     /// ENOSPC failures injected.
     pub no_space: u64,
+    /// Bytes corrupted by the fault atlas.
+    pub corruptions: u64,
+}
+
+/// One write of a file, for the fault atlas.
+#[derive(Clone, Copy, Debug)]
+struct Written {
+    start: usize,
+    end: usize,
+    /// It returned (rather than being torn by a power loss).
+    finished: bool,
+    /// It wrote a byte other than zero.
+    nonzero: bool,
 }
 
 #[derive(Debug, Default)]
@@ -77,6 +101,35 @@ struct Contents {
     current: Vec<u8>,
     /// What survives a power loss.
     durable: Vec<u8>,
+    /// Every write since the file was created, in order.
+    writes: Vec<Written>,
+}
+
+/// How a file is checked by what reads it, which decides where the fault
+/// atlas may corrupt it ([`SimDisk::corrupt`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Appended by writes, the last of which may be torn (a WAL): only
+    /// non-zero bytes of finished writes, before the last finished write
+    /// that wrote something other than zeros, and not covered by a later
+    /// write.
+    Log,
+    /// Written once, whole, and checked whole (a snapshot): any byte.
+    Whole,
+}
+
+/// A byte the fault atlas corrupted ([`SimDisk::corrupt`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// The file.
+    pub path: PathBuf,
+    /// The byte's offset.
+    pub offset: u64,
+    /// The end of the 512-byte sector holding it: a reader that finds the
+    /// damage names an offset before this.
+    pub sector_end: u64,
+    inode: u64,
+    before: u8,
 }
 
 #[derive(Debug)]
@@ -205,6 +258,80 @@ impl SimDisk {
     pub fn counts(&self) -> DiskCounts {
         self.lock().counts
     }
+
+    /// Corrupts one byte of the file at `path`, read as `layout`, where the
+    /// fault atlas allows it (see [`Layout`]), `pick` choosing which; none
+    /// if the file has no such byte. The byte changes in what a read sees
+    /// and in what survives; [`SimDisk::repair`] puts it back.
+    pub fn corrupt(&self, path: &Path, layout: Layout, pick: u64) -> Option<Damage> {
+        let mut s = self.lock();
+        let inode = *s.names.get(path)?;
+        let contents = s.inodes.get_mut(&inode)?;
+        let mut rng = Rng(pick);
+        let offset = match layout {
+            Layout::Whole => {
+                if contents.durable.is_empty() || contents.writes.iter().any(|w| !w.finished) {
+                    return None;
+                }
+                (rng.next() % contents.durable.len() as u64) as usize
+            }
+            Layout::Log => log_byte(contents, &mut rng)?,
+        };
+        let before = contents.durable[offset];
+        let after = before ^ ((rng.next() as u8) | 1);
+        contents.durable[offset] = after;
+        if let Some(b) = contents.current.get_mut(offset) {
+            *b = after;
+        }
+        s.counts.corruptions += 1;
+        Some(Damage {
+            path: path.to_path_buf(),
+            offset: offset as u64,
+            sector_end: (offset / SECTOR * SECTOR + SECTOR) as u64,
+            inode,
+            before,
+        })
+    }
+
+    /// Undoes `damage`, if its file is still there.
+    pub fn repair(&self, damage: &Damage) {
+        let mut s = self.lock();
+        if let Some(contents) = s.inodes.get_mut(&damage.inode) {
+            let at = damage.offset as usize;
+            for bytes in [&mut contents.durable, &mut contents.current] {
+                if let Some(b) = bytes.get_mut(at) {
+                    *b = damage.before;
+                }
+            }
+        }
+    }
+}
+
+/// A byte of a log the atlas may corrupt (see [`Layout::Log`]): a few
+/// tries at a random byte of a random eligible write.
+fn log_byte(contents: &Contents, rng: &mut Rng) -> Option<usize> {
+    let last = contents
+        .writes
+        .iter()
+        .rposition(|w| w.finished && w.nonzero)?;
+    let eligible: Vec<usize> = (0..last)
+        .filter(|&i| contents.writes[i].finished && contents.writes[i].nonzero)
+        .collect();
+    if eligible.is_empty() {
+        return None;
+    }
+    for _ in 0..64 {
+        let i = eligible[(rng.next() % eligible.len() as u64) as usize];
+        let w = contents.writes[i];
+        let offset = w.start + (rng.next() % (w.end - w.start) as u64) as usize;
+        let covered_later = contents.writes[i + 1..]
+            .iter()
+            .any(|later| (later.start..later.end).contains(&offset));
+        if !covered_later && contents.durable.get(offset).is_some_and(|&b| b != 0) {
+            return Some(offset);
+        }
+    }
+    None
 }
 
 impl State {
@@ -246,15 +373,26 @@ impl State {
         let Some(contents) = inodes.get_mut(&inode) else {
             return Err(eio());
         };
+        let mut written = Written {
+            start: offset,
+            end: offset + data.len(),
+            finished: true,
+            nonzero: data.iter().any(|&b| b != 0),
+        };
         match fault {
             None => {
                 put(&mut contents.current, data, offset, &mut |_| true);
                 put(&mut contents.durable, data, offset, &mut |_| true);
+                if !data.is_empty() {
+                    contents.writes.push(written);
+                }
                 Ok(())
             }
             Some(DiskFault::PowerLoss) => {
                 counts.torn_writes += 1;
                 put(&mut contents.durable, data, offset, &mut |_| rng.coin());
+                written.finished = false;
+                contents.writes.push(written);
                 Err(eio())
             }
             Some(DiskFault::Eio) => Err(eio()),
@@ -457,6 +595,54 @@ mod tests {
             (counts.power_losses, counts.torn_writes, counts.undone_names),
             (1, 1, 1)
         );
+    }
+
+    #[test]
+    fn the_atlas_corrupts_a_log_only_before_its_last_write_and_repairs() {
+        let disk = SimDisk::new(3);
+        let (log, whole) = (Path::new("/d/log"), Path::new("/d/whole"));
+        let mut f = disk.open_synchronous(log, true, true).unwrap();
+        disk.sync_dir(Path::new("/d")).unwrap();
+        assert_eq!(disk.corrupt(log, Layout::Log, 1), None, "nothing written");
+        f.write_at(&[7; 2 * SECTOR], 0).unwrap();
+        assert_eq!(
+            disk.corrupt(log, Layout::Log, 1),
+            None,
+            "one write: may be torn"
+        );
+        // Zeros (preallocation) are not a later write that makes the first
+        // one safe to damage.
+        f.write_at(&[0; 4 * SECTOR], 2 * SECTOR as u64).unwrap();
+        assert_eq!(disk.corrupt(log, Layout::Log, 1), None);
+        // A later write covering the first one's second sector.
+        f.write_at(&[9; 2 * SECTOR], SECTOR as u64).unwrap();
+        for pick in 0..200 {
+            let damage = disk.corrupt(log, Layout::Log, pick).unwrap();
+            assert!(damage.offset < SECTOR as u64, "{damage:?}");
+            assert_eq!(damage.sector_end, SECTOR as u64);
+            let bytes = disk.read(log).unwrap().unwrap();
+            assert_ne!(bytes[damage.offset as usize], 7);
+            disk.power_cycle();
+            assert_ne!(disk.read(log).unwrap().unwrap()[damage.offset as usize], 7);
+            disk.repair(&damage);
+            assert_eq!(
+                disk.read(log).unwrap().unwrap(),
+                bytes_before(&bytes, &damage)
+            );
+        }
+        disk.write_synced(whole, &[b"snapshot"]).unwrap();
+        let damage = disk.corrupt(whole, Layout::Whole, 5).unwrap();
+        assert!(damage.offset < 8);
+        assert_ne!(disk.read(whole).unwrap().unwrap(), b"snapshot");
+        disk.repair(&damage);
+        assert_eq!(disk.read(whole).unwrap().unwrap(), b"snapshot");
+        assert_eq!(disk.counts().corruptions, 201);
+    }
+
+    fn bytes_before(after: &[u8], damage: &Damage) -> Vec<u8> {
+        let mut bytes = after.to_vec();
+        bytes[damage.offset as usize] = damage.before;
+        bytes
     }
 
     #[test]
