@@ -20,7 +20,7 @@ use metropolis_core::images::ImageStore;
 use metropolis_core::logtree::LogTreeConfig;
 use metropolis_core::ports::KubeconfigIssuer;
 use metropolis_core::ports::{CertIssuer, KvStore, WallClock};
-use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub};
+use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub, TraceWait};
 use metropolis_core::service::node::{NodeOptions, NodePorts, NodeServiceSet};
 use metropolis_core::service::{HealthMonitor, Readiness, Router, WatchCache, WatchCacheOptions};
 use metropolis_core::trace::Tracefs;
@@ -34,7 +34,7 @@ use metropolis_pki::{
 use metropolis_store::{EmbeddedStore, StoreOptions};
 use metropolis_transport::connect::Dialer;
 use metropolis_transport::peer::PeerClassifier;
-use metropolis_transport::runtime::SharedRuntime;
+use metropolis_transport::runtime::{RuntimeTime, SharedRuntime};
 use metropolis_transport::upstream::Dial;
 
 /// The async runtime the daemon runs on.
@@ -662,6 +662,10 @@ impl NodeServices {
                     kubeconfig,
                     tracefs: Some(tracefs),
                     trace_instances: config.trace_instances,
+                    trace_wait: Some({
+                        let time = RuntimeTime::new(runtime.as_ref());
+                        TraceWait::new(Arc::new(time.clone()), Arc::new(time))
+                    }),
                     images: Some(image_store(config, &runtime)?),
                     archive_limits: ArchiveLimits {
                         max_total_size: config.image_max_bytes,

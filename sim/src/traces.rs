@@ -48,7 +48,7 @@ use metropolis_core::identity::Identity;
 use metropolis_core::logtree::LogTreeConfig;
 use metropolis_core::ports::{MonotonicClock, Timer};
 use metropolis_core::service::Router;
-use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub};
+use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub, TraceWait};
 use metropolis_core::trace::{FailureKind, TracePipe, Tracefs, TracefsFailure, WriteMode};
 use metropolis_proto::prelude::debug;
 use metropolis_testkit::tracefs::{FakeBuffer, FakePort, FakeTracefs};
@@ -240,6 +240,10 @@ impl World {
         let debug = DebugService::with_ports(DebugPorts {
             tracefs: Some(Arc::new(tracefs)),
             trace_instances: i == INSTANCES_NODE,
+            trace_wait: Some({
+                let node = self.rt.node(i);
+                TraceWait::new(Arc::new(node.clone()), Arc::new(node))
+            }),
             ..DebugPorts::new(LogHub::new(LogTreeConfig::default()))
         });
         self.routers

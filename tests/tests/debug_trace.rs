@@ -88,11 +88,18 @@ async fn nop_trace_streams_markers_and_one_session_per_buffer(runtime: RuntimeKi
     write("trace_marker", &marker);
     expect_marker(&mut stream, &marker).await;
 
-    // A second session on the global buffer while the first runs.
+    // A second session on the global buffer while the first runs: it
+    // waits a while for the first to end, then fails.
+    let asked = Instant::now();
     let e = d.debug_client().await.trace(nop()).await.unwrap_err();
+    assert!(
+        asked.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
     assert!(
-        e.message().contains("already in progress"),
+        e.message().contains("already in progress") && e.message().contains("waited 2s"),
         "{}",
         e.message()
     );
@@ -100,21 +107,19 @@ async fn nop_trace_streams_markers_and_one_session_per_buffer(runtime: RuntimeKi
     write("trace_marker", &format!("{marker}-again"));
     expect_marker(&mut stream, &format!("{marker}-again")).await;
 
-    // Client cancel: the daemon restores tracefs.
+    // Client cancel, and a new session at once (Ctrl-C in `metroctl
+    // trace`, then again): the call reaches the daemon before it has seen
+    // the cancel; it waits for the old session's teardown and starts.
     drop(stream);
-    restored("").await;
-    // And the buffer is free again once the teardown finished (tracing
-    // goes off first, the buffer is released last).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let stream = loop {
-        match client.trace(nop()).await {
-            Ok(stream) => break stream.into_inner(),
-            Err(e) if e.code() == tonic::Code::FailedPrecondition && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(e) => panic!("the buffer was not released: {e:?}"),
-        }
-    };
+    let mut stream = client
+        .trace(nop())
+        .await
+        .unwrap_or_else(|e| panic!("a session right after a cancel: {e:?}"))
+        .into_inner();
+    let marker = format!("{marker}-next");
+    write("trace_marker", &marker);
+    expect_marker(&mut stream, &marker).await;
+    // Client cancel: the daemon restores tracefs.
     drop(stream);
     restored("").await;
 }

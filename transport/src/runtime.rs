@@ -21,7 +21,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
-use metropolis_core::ports::Spawner;
+use metropolis_core::ports::{MonotonicClock, Spawner, Timer};
+use metropolis_core::time::Instant;
 use rustls::pki_types::{CertificateDer, ServerName};
 
 use crate::edge::SharedTimer;
@@ -56,6 +57,38 @@ pub trait Runtime: Spawner + Send + Sync + 'static {
 
 /// A runtime shared by the tasks of a node.
 pub type SharedRuntime = Arc<dyn Runtime>;
+
+/// The host's monotonic clock and a runtime's timer as the service layer's
+/// [`MonotonicClock`] and [`Timer`] ports: instants are offsets from the
+/// moment it was made (clones share it), sleeps run on the runtime's
+/// timer.
+#[derive(Clone)]
+pub struct RuntimeTime {
+    origin: std::time::Instant,
+    timer: SharedTimer,
+}
+
+impl RuntimeTime {
+    /// Time on `runtime`'s timer, from now.
+    pub fn new(runtime: &dyn Runtime) -> RuntimeTime {
+        RuntimeTime {
+            origin: std::time::Instant::now(),
+            timer: runtime.timer(),
+        }
+    }
+}
+
+impl MonotonicClock for RuntimeTime {
+    fn now(&self) -> Instant {
+        Instant::from_offset(self.origin.elapsed())
+    }
+}
+
+impl Timer for RuntimeTime {
+    fn sleep_until(&self, deadline: Instant) -> BoxFuture<'static, ()> {
+        Box::pin(self.timer.sleep_until(self.origin + deadline.offset()))
+    }
+}
 
 /// An accepted connection and, for TCP, the peer's address.
 pub type Accepted = (Box<dyn Socket>, Option<SocketAddr>);

@@ -1,9 +1,12 @@
 //! Trace buffers (the global one, or an instance) and the registry that
 //! keeps one session per buffer.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 
 use super::TraceError;
 use super::port::Tracefs;
@@ -52,6 +55,11 @@ impl fmt::Display for Target {
 struct Registry {
     claimed: BTreeSet<Target>,
     next_instance: u64,
+    /// The tasks waiting for a claim to be released ([`Released`]), by
+    /// waiter: woken (and removed) at every release, removed when their
+    /// future is dropped, so they are never more than the waiting calls.
+    waiters: BTreeMap<u64, Waker>,
+    next_waiter: u64,
 }
 
 /// The registry of buffers in use, shared by every session of a process
@@ -97,6 +105,19 @@ impl TraceBuffers {
     /// Whether a session holds `target`.
     pub fn is_claimed(&self, target: &Target) -> bool {
         self.lock().claimed.contains(target)
+    }
+
+    /// Resolves once no session holds `target` (at once if none does):
+    /// a session ending releases its claim after its teardown, so a
+    /// caller refused with [`TraceError::AlreadyInProgress`] can wait for
+    /// a session that is ending rather than fail. Bound the wait with a
+    /// timer: a session that runs on never releases it.
+    pub fn released(&self, target: Target) -> Released {
+        Released {
+            buffers: self.clone(),
+            target,
+            waiter: None,
+        }
     }
 
     /// A fresh instance name, `metropolis-trace-<n>`, not held by any
@@ -167,6 +188,81 @@ impl BufferClaim {
 
 impl Drop for BufferClaim {
     fn drop(&mut self) {
-        self.buffers.lock().claimed.remove(&self.target);
+        let waiters = {
+            let mut reg = self.buffers.lock();
+            reg.claimed.remove(&self.target);
+            std::mem::take(&mut reg.waiters)
+        };
+        waiters.into_values().for_each(Waker::wake);
+    }
+}
+
+/// The future of [`TraceBuffers::released`].
+#[derive(Debug)]
+#[must_use = "a future does nothing unless polled"]
+pub struct Released {
+    buffers: TraceBuffers,
+    target: Target,
+    /// This future's key in the registry's waiters, once it waited.
+    waiter: Option<u64>,
+}
+
+impl Future for Released {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let mut reg = this.buffers.lock();
+        if !reg.claimed.contains(&this.target) {
+            if let Some(id) = this.waiter.take() {
+                reg.waiters.remove(&id);
+            }
+            return Poll::Ready(());
+        }
+        let id = *this.waiter.get_or_insert_with(|| {
+            reg.next_waiter = reg.next_waiter.wrapping_add(1);
+            reg.next_waiter
+        });
+        reg.waiters.insert(id, cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        if let Some(id) = self.waiter {
+            self.buffers.lock().waiters.remove(&id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn poll(f: &mut Released) -> Poll<()> {
+        Pin::new(f).poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    #[test]
+    fn released_resolves_at_the_release_and_waiters_do_not_pile_up() {
+        let buffers = TraceBuffers::new();
+        assert!(poll(&mut buffers.released(Target::Global)).is_ready());
+        let claim = buffers.claim(Target::Global).unwrap();
+        // Callers that gave up leave nothing behind.
+        for _ in 0..100 {
+            let mut gave_up = buffers.released(Target::Global);
+            assert!(poll(&mut gave_up).is_pending());
+            assert!(poll(&mut gave_up).is_pending());
+        }
+        assert_eq!(buffers.lock().waiters.len(), 0);
+        let mut waiting = buffers.released(Target::Global);
+        assert!(poll(&mut waiting).is_pending());
+        assert_eq!(buffers.lock().waiters.len(), 1);
+        drop(claim);
+        assert!(buffers.lock().waiters.is_empty());
+        assert!(poll(&mut waiting).is_ready());
     }
 }

@@ -45,7 +45,9 @@ mod session;
 mod validate;
 
 pub use action::{Action, StepFailure};
-pub use buffers::{BufferClaim, INSTANCE_PREFIX, Target, TraceBuffers, remove_stale_instances};
+pub use buffers::{
+    BufferClaim, INSTANCE_PREFIX, Released, Target, TraceBuffers, remove_stale_instances,
+};
 pub use error::TraceError;
 pub use lines::{LineSplitter, MAX_LINE};
 pub use port::{FailureKind, TracePipe, Tracefs, TracefsFailure, WriteMode};

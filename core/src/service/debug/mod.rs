@@ -10,6 +10,7 @@ mod kubeconfig;
 mod logs;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use metropolis_proto::prelude::debug;
 use metropolis_proto::prelude::debug::node_debug_service_server::{
@@ -19,7 +20,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::archive::ArchiveLimits;
 use crate::images::ImageStore;
-use crate::ports::KubeconfigIssuer;
+use crate::ports::{KubeconfigIssuer, MonotonicClock, Timer};
 use crate::trace::{Target, TraceBuffers, TraceError, Tracefs};
 
 pub use closer::{Closable, Closer};
@@ -29,6 +30,38 @@ pub use logs::{LogHub, LogStream, MAX_ENTRIES_PER_RESPONSE, MAX_RESPONSE_BYTES};
 /// How many taken instance names one Trace call skips before it gives up
 /// (FailedPrecondition, naming the last).
 pub const INSTANCE_NAMES_TRIED: usize = 8;
+
+/// How long a Trace call waits, by default, for the session holding its
+/// buffer to end ([`TraceWait`]).
+pub const TRACE_WAIT: Duration = Duration::from_secs(2);
+
+/// How a Trace call on a buffer another session holds waits for that
+/// session to end before failing with FailedPrecondition ("a trace is
+/// already in progress"). A client that cancels a session and starts the
+/// next at once (`metroctl trace`, Ctrl-C, again) reaches the server
+/// before the server has seen the cancel and run the old session's
+/// teardown; waiting for the buffer's release, up to `bound`, makes that
+/// next session start rather than fail.
+#[derive(Clone)]
+pub struct TraceWait {
+    /// The clock the bound is measured on.
+    pub clock: Arc<dyn MonotonicClock>,
+    /// Timers on that clock.
+    pub timer: Arc<dyn Timer>,
+    /// The longest wait; then the call fails.
+    pub bound: Duration,
+}
+
+impl TraceWait {
+    /// A wait of [`TRACE_WAIT`] on `clock` and `timer`.
+    pub fn new(clock: Arc<dyn MonotonicClock>, timer: Arc<dyn Timer>) -> TraceWait {
+        TraceWait {
+            clock,
+            timer,
+            bound: TRACE_WAIT,
+        }
+    }
+}
 
 /// The `NodeDebugService` implementation. Cheap to clone.
 #[derive(Clone)]
@@ -45,12 +78,14 @@ struct Inner {
     closer: Closer,
 }
 
-/// Kernel tracing: the port, the one-session-per-buffer registry, and
-/// whether each session gets its own tracefs instance.
+/// Kernel tracing: the port, the one-session-per-buffer registry,
+/// whether each session gets its own tracefs instance, and how a call
+/// waits for a buffer in use.
 struct Tracing {
     tracefs: Arc<dyn Tracefs>,
     buffers: TraceBuffers,
     per_session_instances: bool,
+    wait: Option<TraceWait>,
 }
 
 /// What a [`DebugService`] serves, beyond its logs.
@@ -67,6 +102,9 @@ pub struct DebugPorts {
     /// concurrently; otherwise sessions use the global buffer, one at a
     /// time.
     pub trace_instances: bool,
+    /// How a Trace call waits for the session holding its buffer to end;
+    /// None: it fails at once.
+    pub trace_wait: Option<TraceWait>,
     /// The node's image store LoadImage imports into; None: LoadImage
     /// fails with FailedPrecondition.
     pub images: Option<Arc<dyn ImageStore>>,
@@ -82,6 +120,7 @@ impl DebugPorts {
             kubeconfig: None,
             tracefs: None,
             trace_instances: false,
+            trace_wait: None,
             images: None,
             archive_limits: ArchiveLimits::default(),
         }
@@ -123,6 +162,7 @@ impl DebugService {
             tracefs,
             buffers: TraceBuffers::new(),
             per_session_instances: ports.trace_instances,
+            wait: ports.trace_wait,
         });
         DebugService {
             inner: Arc::new(Inner {
@@ -200,6 +240,7 @@ impl NodeDebugService for DebugService {
         // exist in tracefs (one a killed run left that could not be
         // removed, or another program's): the next names are tried.
         let mut names_tried = 0;
+        let deadline = t.wait.as_ref().map(|w| w.clock.now() + w.bound);
         let stream = loop {
             let target = if t.per_session_instances {
                 Target::Instance(t.buffers.fresh_instance_name())
@@ -214,6 +255,26 @@ impl NodeDebugService for DebugService {
             ) {
                 Err(TraceError::InstanceExists { .. }) if names_tried < INSTANCE_NAMES_TRIED => {
                     names_tried += 1;
+                }
+                Err(TraceError::AlreadyInProgress { target }) => {
+                    // Wait for the session holding the buffer to end, up
+                    // to the deadline, and try again.
+                    let waited = match (&t.wait, deadline) {
+                        (Some(wait), Some(deadline)) if wait.clock.now() < deadline => {
+                            let released = t.buffers.released(target);
+                            let expired = wait.timer.sleep_until(deadline);
+                            futures::future::select(released, expired).await;
+                            continue;
+                        }
+                        (wait, _) => wait.as_ref().map(|w| w.bound),
+                    };
+                    let e = TraceError::AlreadyInProgress { target };
+                    return Err(match waited {
+                        Some(bound) => Status::failed_precondition(format!(
+                            "{e} (waited {bound:?} for it to end)"
+                        )),
+                        None => e.into(),
+                    });
                 }
                 started => break started?,
             }
