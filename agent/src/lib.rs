@@ -35,6 +35,7 @@ use metropolis_core::ports::MonotonicClock;
 use metropolis_core::provisioning::{AgentConfig, AgentLoop};
 use metropolis_core::service::agent_driver::drive_agent;
 use metropolis_node::clock::ProcessClock;
+use metropolis_node::daemon::LogFormat;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod hardware;
@@ -114,6 +115,10 @@ pub struct AgentArgs {
     /// Log filter (tracing EnvFilter syntax).
     #[arg(long, env = "METROPOLIS_LOG", default_value = "info")]
     pub log: String,
+    /// Log format on stderr: `text` (plain unless stderr is a terminal)
+    /// or `json` (one object per line, with tracing's fields).
+    #[arg(long, env = "METROPOLIS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 }
 
 /// An agent failure that stops it (bad flags, unreadable key or state).
@@ -272,7 +277,7 @@ pub fn main() -> std::process::ExitCode {
         max_bytes: 1024 * 1024,
         ..Default::default()
     };
-    let _ = metropolis_node::daemon::init_logging(&args.log, tree);
+    let _ = metropolis_node::daemon::init_logging(&args.log, args.log_format, tree);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -64,7 +64,11 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
 pub fn main() -> std::process::ExitCode {
     use clap::Parser;
     let mut config = Config::parse();
-    config.logs = Some(init_logging(&config.log, config.log_tree_config()));
+    config.logs = Some(init_logging(
+        &config.log,
+        config.log_format,
+        config.log_tree_config(),
+    ));
     match run(config) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

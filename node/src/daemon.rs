@@ -37,6 +37,18 @@ use metropolis_transport::peer::PeerClassifier;
 use metropolis_transport::runtime::{RuntimeTime, SharedRuntime};
 use metropolis_transport::upstream::Dial;
 
+/// How logs are written to stderr ([`init_logging`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines; colours only when stderr is a terminal (so
+    /// journald and files get plain text).
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`,
+    /// `fields` (the message and the event's fields), `span` and `spans`.
+    Json,
+}
+
 /// The async runtime the daemon runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RuntimeKind {
@@ -117,6 +129,10 @@ pub struct Config {
     /// Log filter (tracing EnvFilter syntax), e.g. "info" or "metropolis=debug".
     #[arg(long, env = "METROPOLIS_LOG", default_value = "info")]
     pub log: String,
+    /// Log format on stderr: `text` (plain unless stderr is a terminal)
+    /// or `json` (one object per line, with tracing's fields).
+    #[arg(long, env = "METROPOLIS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// Memory cap of the retained logs served by GetLogs, in bytes (the
     /// oldest entries are evicted first).
     #[arg(long, default_value_t = 16 * 1024 * 1024, value_name = "BYTES")]
@@ -887,10 +903,13 @@ fn kubeconfig_issuer(
     ))))
 }
 
-/// Sets up logging with `filter` (falling back to "info") to stderr and
-/// into a log tree with `tree` limits, which it returns for the debug
-/// service's GetLogs (put it in [`Config::logs`]).
-pub fn init_logging(filter: &str, tree: LogTreeConfig) -> LogHub {
+/// Sets up logging with `filter` (falling back to "info") to stderr in
+/// `format` and into a log tree with `tree` limits, which it returns for
+/// the debug service's GetLogs (put it in [`Config::logs`]); the tree is
+/// the same whatever the format.
+pub fn init_logging(filter: &str, format: LogFormat, tree: LogTreeConfig) -> LogHub {
+    use std::io::IsTerminal;
+    use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let env_filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
@@ -898,9 +917,14 @@ pub fn init_logging(filter: &str, tree: LogTreeConfig) -> LogHub {
         tracing_subscriber::EnvFilter::new("info")
     });
     let hub = LogHub::new(tree);
+    let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let stderr = match format {
+        LogFormat::Text => stderr.with_ansi(std::io::stderr().is_terminal()).boxed(),
+        LogFormat::Json => stderr.json().with_current_span(true).boxed(),
+    };
     let _ = tracing_subscriber::registry()
         .with(env_filter)
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(stderr)
         .with(crate::logs::LogTreeLayer::new(hub.clone()))
         .try_init();
     hub

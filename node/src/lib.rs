@@ -4,7 +4,8 @@
 //!   its flags), its PKI, and [`NodeServices`](daemon::NodeServices): the
 //!   services of `metropolis-core` wired to their host ports.
 //! - [`serving`]: the node's listeners started on a runtime and the
-//!   daemon's run loop.
+//!   daemon's run loop; [`notify`], its readiness and watchdog for
+//!   systemd.
 //! - [`cluster`], [`join`], [`etcd_access`]: curators elected over etcd,
 //!   joining a cluster, reaching etcd.
 //! - The host ports of the debug service and the daemon's own logs:
@@ -21,5 +22,6 @@ pub mod etcd_access;
 pub mod images;
 pub mod join;
 pub mod logs;
+pub mod notify;
 pub mod serving;
 pub mod tracefs;
