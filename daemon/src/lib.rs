@@ -62,8 +62,10 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
 /// Entry point of the `metropolisd` binary: parses flags, sets up logging,
 /// runs the daemon, and exits non-zero with the error on failure.
 pub fn main() -> std::process::ExitCode {
-    use clap::Parser;
-    let mut config = Config::parse();
+    let mut config = match metropolis_node::settings::parse(std::env::args_os()) {
+        Ok(config) => config,
+        Err(e) => e.exit(),
+    };
     config.logs = Some(init_logging(
         &config.log,
         config.log_format,

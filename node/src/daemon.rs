@@ -94,6 +94,11 @@ pub const DEFAULT_DEBUG_LISTEN: &str = "127.0.0.1:7837";
         acknowledged only once it is on disk. A corrupt store refuses to start, naming the file."
 )]
 pub struct Config {
+    /// A TOML file of settings: keys are flag names without the dashes
+    /// (`listen = "0.0.0.0:7835"`, `san = ["a", "b"]`, `trace-instances =
+    /// true`). A flag beats its environment variable, which beats the file.
+    #[arg(long, env = "METROPOLIS_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Directory holding the store, the PKI and the owner credential.
     #[arg(
         long,

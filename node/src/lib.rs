@@ -1,7 +1,7 @@
 //! A Metropolis node assembled from its parts.
 //!
 //! - [`daemon`]: the daemon's configuration ([`Config`](daemon::Config),
-//!   its flags), its PKI, and [`NodeServices`](daemon::NodeServices): the
+//!   its flags; [`settings`]: from flags, the environment and a file), its PKI, and [`NodeServices`](daemon::NodeServices): the
 //!   services of `metropolis-core` wired to their host ports.
 //! - [`serving`]: the node's listeners started on a runtime and the
 //!   daemon's run loop; [`notify`], its readiness and watchdog for
@@ -24,4 +24,5 @@ pub mod join;
 pub mod logs;
 pub mod notify;
 pub mod serving;
+pub mod settings;
 pub mod tracefs;

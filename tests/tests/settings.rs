@@ -1,0 +1,88 @@
+//! The daemon's settings from a file, the environment and flags, over the
+//! real binary: a flag beats its variable, which beats the `--config`
+//! file, which beats the default; `--help` names every variable.
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use metropolis_tests::{daemon_bin, free_port};
+
+#[test]
+fn a_flag_beats_the_environment_which_beats_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = |_| format!("127.0.0.1:{}", free_port());
+    let [from_file, agent_from_file, agent_from_env, from_flag] = [0, 1, 2, 3].map(port);
+    let config = dir.path().join("metropolisd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "data-dir = {:?}\nlisten = {from_file:?}\nagent-listen = {agent_from_file:?}\n\
+             log-format = \"json\"\n",
+            dir.path().join("data")
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("daemon.log");
+    let mut child = Command::new(daemon_bin())
+        .args(["--listen", &from_flag])
+        .env("METROPOLIS_CONFIG", &config)
+        .env("METROPOLIS_AGENT_LISTEN", &agent_from_env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let serving = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if let Some(line) = text.lines().find(|l| l.contains("curator serving")) {
+            break serde_json::from_str::<serde_json::Value>(line).unwrap();
+        }
+        assert!(child.try_wait().unwrap().is_none(), "exited:\n{text}");
+        assert!(Instant::now() < deadline, "not serving after 30 s:\n{text}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let fields = &serving["fields"];
+    assert_eq!(fields["listen"], from_flag.as_str(), "{serving}");
+    assert_eq!(fields["agent_listen"], agent_from_env.as_str(), "{serving}");
+    assert!(
+        dir.path().join("data/pki/ca.pem").exists(),
+        "data-dir from the file"
+    );
+}
+
+#[test]
+fn help_names_every_variable_and_a_bad_file_is_a_usage_error() {
+    let help = Command::new(daemon_bin()).arg("--help").output().unwrap();
+    assert!(help.status.success());
+    let text = String::from_utf8_lossy(&help.stdout);
+    for variable in [
+        "METROPOLIS_CONFIG",
+        "METROPOLIS_LISTEN",
+        "METROPOLIS_AGENT_LISTEN",
+        "METROPOLIS_ETCD",
+        "METROPOLIS_DEBUG_LISTEN",
+    ] {
+        assert!(
+            text.contains(&format!("[env: {variable}=")),
+            "{variable} in:\n{text}"
+        );
+    }
+    assert!(text.contains("A flag beats its variable"), "{text}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bad.toml");
+    std::fs::write(&config, "lisen = \"127.0.0.1:1\"\n").unwrap();
+    let out = Command::new(daemon_bin())
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown key \"lisen\""), "{stderr}");
+}
