@@ -48,6 +48,13 @@ pub struct LogsArgs {
     json: bool,
 }
 
+impl LogsArgs {
+    /// Whether it streams new entries until interrupted (`-f`).
+    pub fn follows(&self) -> bool {
+        self.follow
+    }
+}
+
 /// A minimum severity.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum SeverityArg {
@@ -116,7 +123,12 @@ pub struct KubeconfigArgs {
 async fn client(endpoint: &str) -> Result<NodeDebugServiceClient<Channel>, CliError> {
     let channel = connect::plain(&TokioRuntime::shared(), endpoint)
         .await
-        .map_err(|e| format!("{e} (is metropolisd running with --debug-listen {endpoint}?)"))?;
+        .map_err(|e| {
+            super::failed(
+                super::Exit::Unavailable,
+                format!("{e} (is metropolisd running with --debug-listen {endpoint}?)"),
+            )
+        })?;
     Ok(
         NodeDebugServiceClient::with_origin(channel, Channel::origin())
             .max_decoding_message_size(8 * 1024 * 1024),

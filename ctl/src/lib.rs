@@ -12,13 +12,18 @@ macro_rules! outln {
 }
 
 mod debug;
+mod exit;
 mod machines;
 mod output;
 
+pub(crate) use exit::status_error;
+use exit::{EXIT_HELP, Exit, failed, usage};
+
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use futures::StreamExt;
 use metropolis_core::identity::NodeId;
 use metropolis_pki::{Credentials, client_config};
@@ -40,8 +45,10 @@ use metropolis_transport::connect as dial;
     about = "Talk to a Metropolis curator",
     long_about = "Talk to a Metropolis curator.\n\n\
         By default metroctl connects to the local UNIX socket of the daemon (as this node). \
-        With --endpoint it connects over mutual TLS with a credential directory (default: the \
-        owner credential <data-dir>/owner, or a node bundle written by `metroctl node add`)."
+        With --endpoints it connects over mutual TLS, to the first of them that answers, with a \
+        credential directory (default: the owner credential <data-dir>/owner, or a node bundle \
+        written by `metroctl node add`).",
+    after_help = EXIT_HELP
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -61,15 +68,39 @@ struct ConnectionArgs {
     )]
     data_dir: PathBuf,
     /// Local UNIX socket of the curator. Default: <data-dir>/curator.sock.
-    #[arg(long, global = true, conflicts_with = "endpoint")]
+    #[arg(
+        long,
+        global = true,
+        env = "METROCTL_SOCKET",
+        conflicts_with = "endpoints"
+    )]
     socket: Option<PathBuf>,
-    /// host:port of a curator's TLS listener; uses --credentials.
-    #[arg(long, global = true)]
-    endpoint: Option<String>,
-    /// Credential directory for --endpoint (holding owner.pem or node.pem,
+    /// host:port of curators' TLS listeners, comma-separated or repeated
+    /// (`--endpoint` too): tried in order, the first that answers is used.
+    /// Uses --credentials.
+    #[arg(
+        long,
+        visible_alias = "endpoint",
+        global = true,
+        env = "METROCTL_ENDPOINTS",
+        value_delimiter = ','
+    )]
+    endpoints: Vec<String>,
+    /// Credential directory for --endpoints (holding owner.pem or node.pem,
     /// its -key.pem, and ca.pem). Default: <data-dir>/owner.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, env = "METROCTL_CREDENTIALS")]
     credentials: Option<PathBuf>,
+    /// Seconds a command may take: connecting, and the whole of a command
+    /// that is not a stream (watch, logs -f, trace and load-image are
+    /// bounded only while connecting). Then it fails with exit status 3.
+    #[arg(
+        long,
+        global = true,
+        env = "METROCTL_TIMEOUT",
+        default_value_t = 30,
+        value_name = "SECONDS"
+    )]
+    timeout: u64,
     /// host:port of a node's debug service (metropolisd --debug-listen),
     /// used by logs, trace, load-image and kubeconfig. Plain HTTP/2, no
     /// credentials: the debug service is unauthenticated.
@@ -110,6 +141,14 @@ enum Command {
     LoadImage(debug::LoadImageArgs),
     /// Get a kubeconfig for any Kubernetes identity (debug service).
     Kubeconfig(debug::KubeconfigArgs),
+    /// Print a completion script for a shell: `source <(metroctl
+    /// completion bash)`, or write it where the shell looks (e.g.
+    /// /usr/share/bash-completion/completions/metroctl,
+    /// ~/.zfunc/_metroctl, ~/.config/fish/completions/metroctl.fish).
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -194,7 +233,7 @@ fn credential_prefix(dir: &Path) -> &'static str {
 }
 
 async fn connect(args: &ConnectionArgs) -> Result<Connection, CliError> {
-    if let Some(endpoint) = &args.endpoint {
+    if !args.endpoints.is_empty() {
         let dir = args
             .credentials
             .clone()
@@ -210,14 +249,30 @@ async fn connect(args: &ConnectionArgs) -> Result<Connection, CliError> {
             None
         };
         let config = client_config(Some(&creds), &creds.ca_pem)?;
-        let channel = dial::tls(&TokioRuntime::shared(), endpoint, config).await?;
-        return Ok(Connection { channel, node_id });
+        let mut problems = Vec::new();
+        for endpoint in &args.endpoints {
+            match dial::tls(&TokioRuntime::shared(), endpoint, config.clone()).await {
+                Ok(channel) => return Ok(Connection { channel, node_id }),
+                Err(e) => problems.push(format!("{endpoint}: {e}")),
+            }
+        }
+        return Err(failed(
+            Exit::Unavailable,
+            format!("no curator answered: {}", problems.join("; ")),
+        ));
     }
     let socket = args
         .socket
         .clone()
         .unwrap_or_else(|| args.data_dir.join("curator.sock"));
-    let channel = dial::unix(&TokioRuntime::shared(), &socket).await?;
+    let channel = dial::unix(&TokioRuntime::shared(), &socket)
+        .await
+        .map_err(|e| {
+            failed(
+                Exit::Unavailable,
+                format!("{}: {e} (is metropolisd running?)", socket.display()),
+            )
+        })?;
     let node_id = Credentials::read_from_dir(&args.data_dir.join("pki"), "node")
         .ok()
         .and_then(|c| c.ed25519_public_key().ok())
@@ -225,17 +280,45 @@ async fn connect(args: &ConnectionArgs) -> Result<Connection, CliError> {
     Ok(Connection { channel, node_id })
 }
 
-fn status_error(s: tonic::Status) -> CliError {
-    format!("{:?}: {}", s.code(), s.message()).into()
+/// Runs `cli`'s command, bounded by `--timeout` unless it is a stream.
+async fn run(cli: Cli) -> Result<(), CliError> {
+    let limit = Duration::from_secs(cli.conn.timeout);
+    let streaming = matches!(
+        &cli.command,
+        Command::Watch(_) | Command::Trace(_) | Command::LoadImage(_)
+    ) || matches!(&cli.command, Command::Logs(l) if l.follows());
+    let timed_out = || {
+        failed(
+            Exit::Unavailable,
+            format!("timed out after {limit:?} (--timeout)"),
+        )
+    };
+    if streaming {
+        return run_command(cli, Some(limit)).await;
+    }
+    tokio::time::timeout(limit, run_command(cli, None))
+        .await
+        .unwrap_or_else(|_| Err(timed_out()))
 }
 
-async fn run(cli: Cli) -> Result<(), CliError> {
+/// Runs `cli`'s command; `connect_limit` bounds connecting to the curator
+/// (the whole command is bounded by the caller otherwise).
+async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), CliError> {
     let endpoint = cli.conn.debug_endpoint.as_str();
     let command = match cli.command {
         Command::Logs(args) => return debug::logs(endpoint, args).await,
         Command::Trace(args) => return debug::trace(endpoint, args).await,
         Command::LoadImage(args) => return debug::load_image(endpoint, args).await,
         Command::Kubeconfig(args) => return debug::kubeconfig(endpoint, args).await,
+        Command::Completion { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "metroctl", &mut out);
+            use std::io::Write as _;
+            if std::io::stdout().write_all(&out).is_err() {
+                std::process::exit(0);
+            }
+            return Ok(());
+        }
         Command::Node(NodeCommand::Add { out, curator: true }) => {
             let ca = metropolis_node::join::write_bundle(&cli.conn.data_dir.join("pki"), &out)?;
             outln!(
@@ -249,7 +332,17 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
         other => other,
     };
-    let conn = connect(&cli.conn).await?;
+    let conn = match connect_limit {
+        Some(limit) => tokio::time::timeout(limit, connect(&cli.conn))
+            .await
+            .unwrap_or_else(|_| {
+                Err(failed(
+                    Exit::Unavailable,
+                    format!("no curator answered within {limit:?} (--timeout)"),
+                ))
+            })?,
+        None => connect(&cli.conn).await?,
+    };
     let mut curator = CuratorClient::with_origin(conn.channel.clone(), Channel::origin());
     match command {
         Command::Machine(m) => machines::machine(conn.channel, m).await,
@@ -261,7 +354,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                     json,
                 ),
                 WatchCommand::Node { id, json } => {
-                    let id = NodeId::parse(&id).map_err(|e| format!("ID: {e}"))?;
+                    let id = NodeId::parse(&id).map_err(|e| usage(format!("ID: {e}")))?;
                     let n = curator::watch_request::NodeInCluster {
                         node_id: id.to_string(),
                     };
@@ -284,13 +377,17 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             node_id,
         }) => {
             external_address.parse::<IpAddr>().map_err(|_| {
-                format!("--external-address: {external_address:?} is not an IPv4 or IPv6 address")
+                usage(format!(
+                    "--external-address: {external_address:?} is not an IPv4 or IPv6 address"
+                ))
             })?;
             let node_id = match node_id {
                 Some(id) => id,
                 None => conn
                     .node_id
-                    .ok_or("--node-id: needed, as this connection does not speak for a node")?
+                    .ok_or_else(|| {
+                        usage("--node-id: needed, as this connection does not speak for a node")
+                    })?
                     .to_string(),
             };
             let status = common::NodeStatus {
@@ -352,7 +449,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Node(NodeCommand::Rm { id }) => {
-            let id = NodeId::parse(&id).map_err(|e| format!("ID: {e}"))?;
+            let id = NodeId::parse(&id).map_err(|e| usage(format!("ID: {e}")))?;
             let mut mgmt = NodeManagementClient::with_origin(conn.channel, Channel::origin());
             mgmt.remove_node(RemoveNodeRequest {
                 node_id: id.to_string(),
@@ -362,8 +459,12 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             outln!("node {id} removed");
             Ok(())
         }
-        Command::Logs(_) | Command::Trace(_) | Command::LoadImage(_) | Command::Kubeconfig(_) => {
-            unreachable!("debug commands returned above")
+        Command::Logs(_)
+        | Command::Trace(_)
+        | Command::LoadImage(_)
+        | Command::Kubeconfig(_)
+        | Command::Completion { .. } => {
+            unreachable!("debug commands and completion returned above")
         }
     }
 }
@@ -385,7 +486,7 @@ pub fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("metroctl: {e}");
-            std::process::ExitCode::FAILURE
+            std::process::ExitCode::from(exit::exit_of(e.as_ref()) as u8)
         }
     }
 }

@@ -179,6 +179,125 @@ fn the_tour_works_and_errors_name_the_field() {
     );
 }
 
+/// metroctl with `args` and `env`, not bound to a daemon.
+fn metroctl(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(daemon_bin().with_file_name("metroctl-under-test"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn code_and_stderr(out: &Output) -> (Option<i32>, String) {
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Exit statuses tell the kinds of failure apart; several endpoints are
+/// tried in order, from the flag or METROCTL_ENDPOINTS; --timeout bounds a
+/// curator that never answers; completions for three shells.
+#[test]
+fn exit_statuses_endpoints_timeout_and_completions() {
+    let dir = tempfile::tempdir().unwrap();
+    let nothing = dir.path().join("nothing");
+    let (code, e) = code_and_stderr(&metroctl(
+        &["--data-dir", nothing.to_str().unwrap(), "node", "list"],
+        &[],
+    ));
+    assert_eq!(code, Some(3), "nothing listening: {e}");
+    assert!(e.contains("is metropolisd running?"), "{e}");
+    let (code, e) = code_and_stderr(&metroctl(&["node", "frob"], &[]));
+    assert_eq!(code, Some(2), "an unknown command: {e}");
+
+    let d = Daemon::start(&dir.path().join("d"), RuntimeKind::Tokio);
+    let data = d.data_dir.to_str().unwrap();
+    let ctl = Ctl { d: &d };
+    let me = d.node_id().to_string();
+    // A bad argument: 2; not found: 5; permission denied: 4.
+    assert_eq!(
+        ctl.run(false, &["node", "rm", "metropolis-zz"])
+            .status
+            .code(),
+        Some(2)
+    );
+    let unknown = "3b241101-e2bb-4255-8caf-4136c566a962";
+    let out = ctl.run(true, &["machine", "show", unknown]);
+    assert_eq!(out.status.code(), Some(5), "{:?}", code_and_stderr(&out));
+    let out = ctl.run(false, &["machine", "list"]);
+    assert_eq!(out.status.code(), Some(4), "{:?}", code_and_stderr(&out));
+
+    // The first endpoint refuses, the second answers.
+    let dead = format!("127.0.0.1:{}", metropolis_tests::free_port());
+    let both = format!("{dead},{}", d.addr);
+    let out = metroctl(
+        &["--data-dir", data, "--endpoints", &both, "node", "list"],
+        &[],
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&me),
+        "{:?}",
+        code_and_stderr(&out)
+    );
+    let out = metroctl(
+        &["--data-dir", data, "node", "list"],
+        &[("METROCTL_ENDPOINTS", &both)],
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&me),
+        "{:?}",
+        code_and_stderr(&out)
+    );
+    let out = metroctl(
+        &["--data-dir", data, "--endpoints", &dead, "node", "list"],
+        &[],
+    );
+    let (code, e) = code_and_stderr(&out);
+    assert_eq!(code, Some(3), "{e}");
+    assert!(
+        e.contains("no curator answered") && e.contains(&dead),
+        "{e}"
+    );
+
+    // A listener that accepts and never answers: --timeout.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+    let started = std::time::Instant::now();
+    let out = metroctl(
+        &[
+            "--data-dir",
+            data,
+            "--endpoints",
+            &silent_addr,
+            "--timeout",
+            "1",
+            "node",
+            "list",
+        ],
+        &[],
+    );
+    let (code, e) = code_and_stderr(&out);
+    assert_eq!(code, Some(3), "{e}");
+    assert!(e.contains("--timeout"), "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    drop(silent);
+
+    for shell in ["bash", "zsh", "fish"] {
+        let out = metroctl(&["completion", shell], &[]);
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && script.contains("metroctl"),
+            "{shell}"
+        );
+        assert!(
+            script.contains("machine") && script.contains("--endpoints"),
+            "{shell}"
+        );
+    }
+}
+
 fn debug_ctl(d: &Daemon, args: &[&str]) -> Output {
     Command::new(daemon_bin().with_file_name("metroctl-under-test"))
         .arg("--debug-endpoint")

@@ -1,0 +1,100 @@
+//! How `metroctl` fails: a message and an exit status that tells a script
+//! what kind of failure it was (as etcdctl's do), rather than 1 for all.
+
+use std::fmt;
+
+/// The exit status of a kind of failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Exit {
+    /// Any other failure: 1.
+    Failure = 1,
+    /// A bad command line or argument (clap's own errors too): 2.
+    Usage = 2,
+    /// No curator answered: nothing listens, a timeout, Unavailable: 3.
+    Unavailable = 3,
+    /// The credential is not allowed to do this (PermissionDenied,
+    /// Unauthenticated): 4.
+    Denied = 4,
+    /// What was named does not exist (NotFound): 5.
+    NotFound = 5,
+}
+
+/// The exit statuses, for `--help`.
+pub const EXIT_HELP: &str = "Exit status: 0 success, 1 any other failure, 2 a usage error, \
+     3 no curator answered (not running, unreachable, --timeout, Unavailable), 4 permission \
+     denied, 5 not found.";
+
+/// A failure of one kind.
+#[derive(Debug)]
+pub struct Failed {
+    /// The kind, and so the exit status.
+    pub exit: Exit,
+    /// What to print after `metroctl: `.
+    pub message: String,
+}
+
+impl fmt::Display for Failed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failed {}
+
+/// A failure of kind `exit`.
+pub fn failed(exit: Exit, message: impl Into<String>) -> super::CliError {
+    Box::new(Failed {
+        exit,
+        message: message.into(),
+    })
+}
+
+/// A usage error: a bad argument, named in `message`.
+pub fn usage(message: impl Into<String>) -> super::CliError {
+    failed(Exit::Usage, message)
+}
+
+/// The failure a gRPC status is, by its code.
+pub fn status_error(s: tonic::Status) -> super::CliError {
+    use tonic::Code;
+    let exit = match s.code() {
+        Code::Unavailable | Code::DeadlineExceeded => Exit::Unavailable,
+        Code::PermissionDenied | Code::Unauthenticated => Exit::Denied,
+        Code::NotFound => Exit::NotFound,
+        Code::InvalidArgument => Exit::Usage,
+        _ => Exit::Failure,
+    };
+    failed(exit, format!("{:?}: {}", s.code(), s.message()))
+}
+
+/// The exit status of `error`: its kind if it is a [`Failed`], else 1.
+pub fn exit_of(error: &(dyn std::error::Error + 'static)) -> Exit {
+    error
+        .downcast_ref::<Failed>()
+        .map_or(Exit::Failure, |f| f.exit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_map_to_their_kinds() {
+        let cases = [
+            (tonic::Code::Unavailable, Exit::Unavailable),
+            (tonic::Code::PermissionDenied, Exit::Denied),
+            (tonic::Code::Unauthenticated, Exit::Denied),
+            (tonic::Code::NotFound, Exit::NotFound),
+            (tonic::Code::InvalidArgument, Exit::Usage),
+            (tonic::Code::FailedPrecondition, Exit::Failure),
+        ];
+        for (code, exit) in cases {
+            let e = status_error(tonic::Status::new(code, "why"));
+            assert_eq!(exit_of(e.as_ref()), exit, "{code:?}");
+            assert!(e.to_string().ends_with(": why"));
+        }
+        let plain: super::super::CliError = "plain".into();
+        assert_eq!(exit_of(plain.as_ref()), Exit::Failure);
+    }
+}
