@@ -12,7 +12,6 @@ use metropolis_proto::prelude::debug::{self, node_debug_service_client::NodeDebu
 use metropolis_transport::grpc::Channel;
 use tokio::io::AsyncReadExt;
 
-use super::output::json_str;
 use super::{CliError, status_error};
 use metropolis_runtime_tokio::rt::TokioRuntime;
 use metropolis_transport::connect;
@@ -230,29 +229,26 @@ pub fn format_entry(entry: &common::LogEntry, json: bool) -> String {
             lines.join("\n")
         }
         (Some(log_entry::Kind::Raw(r)), false) => format!("{} R] {}", entry.dn, r.data),
-        (Some(log_entry::Kind::Leveled(l)), true) => {
-            let lines: Vec<String> = l.lines.iter().map(|s| json_str(s)).collect();
-            format!(
-                "{{\"dn\":{},\"kind\":\"leveled\",\"timestamp\":{},\"severity\":{},\"location\":{},\"lines\":[{}]}}",
-                json_str(&entry.dn),
-                json_str(&l.timestamp.as_ref().map(rfc3339).unwrap_or_default()),
-                json_str(
-                    common::LeveledLogSeverity::try_from(l.severity)
-                        .map(|s| s.as_str_name())
-                        .unwrap_or("INVALID")
-                ),
-                json_str(&l.location),
-                lines.join(",")
-            )
-        }
-        (Some(log_entry::Kind::Raw(r)), true) => format!(
-            "{{\"dn\":{},\"kind\":\"raw\",\"data\":{},\"original_length\":{}}}",
-            json_str(&entry.dn),
-            json_str(&r.data),
-            r.original_length
-        ),
+        (Some(log_entry::Kind::Leveled(l)), true) => serde_json::json!({
+            "dn": entry.dn,
+            "kind": "leveled",
+            "timestamp": l.timestamp.as_ref().map(rfc3339).unwrap_or_default(),
+            "severity": common::LeveledLogSeverity::try_from(l.severity)
+                .map(|s| s.as_str_name())
+                .unwrap_or("INVALID"),
+            "location": l.location,
+            "lines": l.lines,
+        })
+        .to_string(),
+        (Some(log_entry::Kind::Raw(r)), true) => serde_json::json!({
+            "dn": entry.dn,
+            "kind": "raw",
+            "data": r.data,
+            "original_length": r.original_length,
+        })
+        .to_string(),
         (None, false) => format!("{} ?] (entry without payload)", entry.dn),
-        (None, true) => format!("{{\"dn\":{},\"kind\":null}}", json_str(&entry.dn)),
+        (None, true) => serde_json::json!({ "dn": entry.dn, "kind": null }).to_string(),
     }
 }
 

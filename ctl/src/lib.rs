@@ -13,6 +13,7 @@ macro_rules! outln {
 
 mod debug;
 mod exit;
+mod machine_view;
 mod machines;
 mod output;
 
@@ -201,6 +202,10 @@ enum NodeCommand {
         /// holds the CA key: carry it safely, delete it once joined.
         #[arg(long)]
         curator: bool,
+        /// Print one JSON object: the node ID and where its credentials
+        /// (or the join bundle) are.
+        #[arg(long)]
+        json: bool,
     },
     /// List the nodes of the cluster.
     List {
@@ -319,12 +324,25 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
             }
             return Ok(());
         }
-        Command::Node(NodeCommand::Add { out, curator: true }) => {
+        Command::Node(NodeCommand::Add {
+            out,
+            curator: true,
+            json,
+        }) => {
             let ca = metropolis_node::join::write_bundle(&cli.conn.data_dir.join("pki"), &out)?;
+            let fingerprint = metropolis_node::join::fingerprint(&ca);
+            if json {
+                let value = serde_json::json!({
+                    "join_bundle": out.display().to_string(),
+                    "ca_sha256": fingerprint,
+                });
+                outln!("{value}");
+                return Ok(());
+            }
             outln!(
                 "join bundle of the cluster CA (SHA-256 {}) in {}; on the new instance's host: \
                  metropolisd --join {} --etcd ... with an empty --data-dir, then delete the bundle",
-                metropolis_node::join::fingerprint(&ca),
+                fingerprint,
                 out.display(),
                 out.display()
             );
@@ -424,7 +442,7 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
             output::print_nodes(&nodes, json);
             Ok(())
         }
-        Command::Node(NodeCommand::Add { out, .. }) => {
+        Command::Node(NodeCommand::Add { out, json, .. }) => {
             // PKCS#8 v1: OpenSSL and BoringSSL read it too.
             let (key_pem, public) = metropolis_pki::generate_ed25519_key()?;
             let mut mgmt = NodeManagementClient::with_origin(conn.channel, Channel::origin());
@@ -441,6 +459,14 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
                 String::from_utf8(resp.ca_certificate.to_vec())?,
             );
             creds.write_to_dir(&out, "node")?;
+            if json {
+                let value = serde_json::json!({
+                    "node_id": resp.node_id,
+                    "credentials": out.display().to_string(),
+                });
+                outln!("{value}");
+                return Ok(());
+            }
             outln!(
                 "node {} added; credentials in {}",
                 resp.node_id,

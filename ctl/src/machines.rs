@@ -12,7 +12,7 @@ use metropolis_proto::prelude::{agent, debug as api};
 use metropolis_transport::grpc::Channel;
 use prost::Message;
 
-use super::{CliError, status_error};
+use super::{CliError, machine_view, status_error};
 
 /// `metroctl machine …`
 #[derive(Subcommand, Debug)]
@@ -35,11 +35,18 @@ pub enum MachineCommand {
     },
     /// List machines: last heartbeat age, lost flag, hardware summary,
     /// current generation and latest report.
-    List,
+    List {
+        /// One JSON object per machine and line (times in RFC 3339).
+        #[arg(long)]
+        json: bool,
+    },
     /// Show one machine with its full hardware report.
     Show {
         /// The machine's ID.
         id: String,
+        /// One JSON object, the hardware report included.
+        #[arg(long)]
+        json: bool,
     },
     /// Remove a machine: its agent key, reports and installation request.
     /// Its agent's heartbeats are refused from then on.
@@ -76,6 +83,9 @@ pub enum InstallCommand {
     Status {
         /// The machine's ID.
         id: String,
+        /// One JSON object: the request, its times and the reports.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -253,12 +263,18 @@ pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), Cl
                 .map_err(status_error)?;
             outln!("machine {id} added (agent key {})", hex(&key));
         }
-        MachineCommand::List => {
+        MachineCommand::List { json } => {
             let machines = client
                 .list_machines(ListMachinesRequest {})
                 .await
                 .map_err(status_error)?
                 .into_inner();
+            if json {
+                for m in &machines.machines {
+                    outln!("{}", machine_view::machine_json(m, false));
+                }
+                return Ok(());
+            }
             let now = now_ms();
             for m in &machines.machines {
                 outln!(
@@ -273,24 +289,37 @@ pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), Cl
             }
             outln!("{} machine(s)", machines.machines.len());
         }
-        MachineCommand::Show { id } => {
+        MachineCommand::Show { id, json } => {
             let m = client
                 .get_machine(GetMachineRequest { machine_id: id })
                 .await
                 .map_err(status_error)?
                 .into_inner();
+            if json {
+                outln!("{}", machine_view::machine_json(&m, true));
+                return Ok(());
+            }
             outln!("machine          {}", m.machine_id);
             outln!("agent key        {}", hex(&m.agent_public_key));
             outln!(
-                "last heartbeat   {}{}",
+                "last heartbeat   {}{}{}",
                 age(now_ms(), m.last_heartbeat_unix_ms),
-                if m.lost { " (LOST)" } else { "" }
+                match machine_view::unix_ms(m.last_heartbeat_unix_ms) {
+                    serde_json::Value::String(t) => format!(" ({t})"),
+                    _ => String::new(),
+                },
+                if m.lost { ", LOST" } else { "" }
             );
             outln!("generation       {}", m.current_generation);
             outln!("latest report    {}", latest_report(&m));
             outln!("summary          {}", hardware_summary(&m));
             match &m.hardware_report {
-                Some(r) => outln!("hardware report  {r:#?}"),
+                Some(r) => {
+                    outln!("hardware report");
+                    for line in machine_view::hardware_lines(r) {
+                        outln!("{line}");
+                    }
+                }
                 None => outln!("hardware report  none yet"),
             }
         }
@@ -355,12 +384,27 @@ pub async fn install(channel: Channel, command: InstallCommand) -> Result<(), Cl
                 response.generation
             );
         }
-        InstallCommand::Status { id } => {
+        InstallCommand::Status { id, json } => {
             let m = client
                 .get_machine(GetMachineRequest { machine_id: id })
                 .await
                 .map_err(status_error)?
                 .into_inner();
+            if json {
+                let mut value = machine_view::machine_json(&m, false);
+                let done = m
+                    .reports
+                    .iter()
+                    .any(|r| r.generation == m.current_generation);
+                value["state"] = match (m.current_generation, done) {
+                    (0, _) => "none",
+                    (_, true) => "reported",
+                    (_, false) => "pending",
+                }
+                .into();
+                outln!("{value}");
+                return Ok(());
+            }
             if m.current_generation == 0 {
                 outln!("no installation request");
             } else {

@@ -1,29 +1,9 @@
 //! Human-readable and JSON output of nodes and watch events.
 
-use std::fmt::Write as _;
-
 use metropolis_proto::prelude::curator;
+use serde_json::{Value, json};
 
-/// A JSON string literal.
-pub(super) fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
+use super::debug::rfc3339;
 
 fn roles(node: &curator::Node) -> Vec<&'static str> {
     let mut out = Vec::new();
@@ -48,28 +28,16 @@ fn address(node: &curator::Node) -> &str {
         .unwrap_or("")
 }
 
-/// A node as one JSON object.
-pub fn node_json(node: &curator::Node) -> String {
-    let roles: Vec<String> = roles(node).iter().map(|r| json_str(r)).collect();
-    let status = match &node.status {
-        None => "null".to_string(),
-        Some(s) => {
-            let ts = s
-                .timestamp
-                .as_ref()
-                .map(|t| format!("{}.{:09}", t.seconds, t.nanos))
-                .unwrap_or_else(|| "null".into());
-            format!(
-                "{{\"external_address\":{},\"timestamp\":{ts}}}",
-                json_str(&s.external_address)
-            )
-        }
-    };
-    format!(
-        "{{\"id\":{},\"roles\":[{}],\"status\":{status}}}",
-        json_str(&node.id),
-        roles.join(",")
-    )
+/// A node as one JSON object (its status time in RFC 3339).
+pub fn node_json(node: &curator::Node) -> Value {
+    json!({
+        "id": node.id,
+        "roles": roles(node),
+        "status": node.status.as_ref().map(|s| json!({
+            "external_address": s.external_address,
+            "timestamp": s.timestamp.as_ref().map(rfc3339),
+        })),
+    })
 }
 
 fn node_line(node: &curator::Node) -> String {
@@ -87,17 +55,12 @@ fn node_line(node: &curator::Node) -> String {
 pub fn print_event(event: &curator::WatchEvent, json: bool) {
     let backlogged = event.progress == curator::watch_event::Progress::LastBacklogged as i32;
     if json {
-        let nodes: Vec<String> = event.nodes.iter().map(node_json).collect();
-        let tombstones: Vec<String> = event
-            .node_tombstones
-            .iter()
-            .map(|t| json_str(&t.node_id))
-            .collect();
-        outln!(
-            "{{\"nodes\":[{}],\"tombstones\":[{}],\"last_backlogged\":{backlogged}}}",
-            nodes.join(","),
-            tombstones.join(",")
-        );
+        let value = json!({
+            "nodes": event.nodes.iter().map(node_json).collect::<Vec<_>>(),
+            "tombstones": event.node_tombstones.iter().map(|t| &t.node_id).collect::<Vec<_>>(),
+            "last_backlogged": backlogged,
+        });
+        outln!("{value}");
         return;
     }
     for n in &event.nodes {
@@ -130,7 +93,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn json_escapes() {
-        assert_eq!(json_str("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
+    fn a_node_is_json_with_an_rfc3339_time() {
+        let node = curator::Node {
+            id: "metropolis-\"x\"\n".into(),
+            status: Some(metropolis_proto::prelude::common::NodeStatus {
+                external_address: "10.0.0.1".into(),
+                timestamp: Some(prost_types::Timestamp {
+                    seconds: 86_400,
+                    nanos: 5_000,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let back: Value = serde_json::from_str(&node_json(&node).to_string()).unwrap_or_default();
+        assert_eq!(back["id"], "metropolis-\"x\"\n");
+        assert_eq!(back["status"]["timestamp"], "1970-01-02T00:00:00.000005Z");
+        assert_eq!(back["roles"], json!([]));
     }
 }

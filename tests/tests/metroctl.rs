@@ -298,6 +298,78 @@ fn exit_statuses_endpoints_timeout_and_completions() {
     }
 }
 
+/// Each JSON line of `text`, parsed.
+fn json_lines(args: &[&str], text: &str) -> Vec<serde_json::Value> {
+    assert!(!text.trim().is_empty(), "metroctl {args:?} printed nothing");
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("metroctl {args:?}: {e}: {l}")))
+        .collect()
+}
+
+fn is_rfc3339(value: &serde_json::Value) -> bool {
+    let t = value.as_str().unwrap_or_default();
+    t.len() >= 20 && t.as_bytes()[4] == b'-' && t.as_bytes()[10] == b'T' && t.ends_with('Z')
+}
+
+/// `--json` of every command that prints data parses, line by line, with
+/// RFC 3339 times; `machine show` for people lists the hardware report.
+#[test]
+fn every_json_output_parses() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("d"), RuntimeKind::Tokio);
+    let ctl = Ctl { d: &d };
+    let machine = "3b241101-e2bb-4255-8caf-4136c566a962";
+    let key = dir.path().join("agent.key");
+    ctl.ok(
+        true,
+        &[
+            "machine",
+            "add",
+            machine,
+            "--generate-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    ctl.ok(false, &["status", "set", "--external-address", "192.0.2.7"]);
+    let out = dir.path().join("n1");
+    let cases: [&[&str]; 5] = [
+        &["node", "list", "--json"],
+        &["machine", "list", "--json"],
+        &["machine", "show", machine, "--json"],
+        &["install", "status", machine, "--json"],
+        &["node", "add", "--out", out.to_str().unwrap(), "--json"],
+    ];
+    for args in cases {
+        let values = json_lines(args, &ctl.ok(true, args));
+        match (args[0], args[1]) {
+            ("node", "list") => {
+                let me = values.iter().find(|v| v["id"] == d.node_id().to_string());
+                let me = me.unwrap_or_else(|| panic!("{values:?}"));
+                assert_eq!(me["status"]["external_address"], "192.0.2.7");
+                assert!(is_rfc3339(&me["status"]["timestamp"]), "{me}");
+            }
+            ("machine", _) => {
+                assert_eq!(values[0]["machine_id"], machine);
+                assert_eq!(values[0]["agent_public_key"].as_str().unwrap().len(), 64);
+                assert!(values[0]["last_heartbeat"].is_null(), "never heartbeated");
+            }
+            ("install", _) => assert_eq!(values[0]["state"], "none"),
+            _ => assert!(
+                values[0]["node_id"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("metropolis-")
+            ),
+        }
+    }
+    let show = ctl.ok(true, &["machine", "show", machine]);
+    assert!(show.contains("hardware report  none yet"), "{show}");
+    assert!(
+        !show.contains("AgentHardwareReport {"),
+        "Debug output: {show}"
+    );
+}
+
 fn debug_ctl(d: &Daemon, args: &[&str]) -> Output {
     Command::new(daemon_bin().with_file_name("metroctl-under-test"))
         .arg("--debug-endpoint")
