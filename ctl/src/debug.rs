@@ -1,9 +1,8 @@
 //! `metroctl logs | trace | load-image | kubeconfig`: clients of a node's
 //! NodeDebugService (plain HTTP/2 on `--debug-endpoint`, no credentials).
 
-use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use futures::StreamExt;
@@ -309,86 +308,20 @@ pub async fn trace(endpoint: &str, args: TraceArgs) -> Result<(), CliError> {
     }
 }
 
-/// Progress of an upload on standard error: bytes, rate and (with a known
-/// total) percentage and ETA. Redrawn in place on a terminal, a line every
-/// few seconds otherwise.
-struct Progress {
-    total: Option<u64>,
-    sent: u64,
-    start: Instant,
-    last: Instant,
-    tty: bool,
-}
-
-fn human(bytes: f64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
+/// Progress of an upload on standard error (indicatif): bytes, rate and,
+/// with a known total, a bar, percentage and ETA. Drawn only when stderr
+/// is a terminal; scripts and logs get the final line on stdout only.
+fn progress_bar(total: Option<u64>) -> indicatif::ProgressBar {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
+    let template = match total {
+        Some(_) => "{bar:30} {bytes}/{total_bytes} ({percent}%), {binary_bytes_per_sec}, ETA {eta}",
+        None => "{spinner} {bytes}, {binary_bytes_per_sec}",
+    };
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style);
     }
-    format!("{value:.1} {}", UNITS[unit])
-}
-
-impl Progress {
-    fn new(total: Option<u64>) -> Progress {
-        let now = Instant::now();
-        Progress {
-            total,
-            sent: 0,
-            start: now,
-            last: now,
-            tty: std::io::stderr().is_terminal(),
-        }
-    }
-
-    fn line(&self) -> String {
-        let elapsed = self.start.elapsed().as_secs_f64().max(1e-3);
-        let rate = self.sent as f64 / elapsed;
-        match self.total {
-            Some(total) if total > 0 => {
-                let pct = self.sent as f64 * 100.0 / total as f64;
-                let eta = if rate > 0.0 {
-                    format!("{:.0} s", (total.saturating_sub(self.sent)) as f64 / rate)
-                } else {
-                    "?".into()
-                };
-                format!(
-                    "{} / {} ({pct:.0}%), {}/s, ETA {eta}",
-                    human(self.sent as f64),
-                    human(total as f64),
-                    human(rate)
-                )
-            }
-            _ => format!("{}, {}/s", human(self.sent as f64), human(rate)),
-        }
-    }
-
-    fn advance(&mut self, n: usize) {
-        self.sent += n as u64;
-        let every = if self.tty {
-            Duration::from_millis(200)
-        } else {
-            Duration::from_secs(5)
-        };
-        if self.last.elapsed() >= every {
-            self.last = Instant::now();
-            if self.tty {
-                eprint!("\r\x1b[K{}", self.line());
-            } else {
-                eprintln!("{}", self.line());
-            }
-        }
-    }
-
-    fn finish(&self) {
-        if self.tty {
-            eprintln!("\r\x1b[K{}", self.line());
-        } else {
-            eprintln!("{}", self.line());
-        }
-    }
+    bar
 }
 
 /// `metroctl load-image`.
@@ -419,7 +352,7 @@ pub async fn load_image(endpoint: &str, args: LoadImageArgs) -> Result<(), CliEr
     let reader_task = tokio::spawn(async move {
         let mut reader = reader;
         let mut tx = tx;
-        let mut progress = Progress::new(total);
+        let progress = progress_bar(total);
         loop {
             let mut buf = vec![0u8; chunk_size];
             let mut filled = 0;
@@ -432,7 +365,7 @@ pub async fn load_image(endpoint: &str, args: LoadImageArgs) -> Result<(), CliEr
             }
             if filled == 0 {
                 progress.finish();
-                return Ok(progress.sent);
+                return Ok(progress.position());
             }
             buf.truncate(filled);
             use futures::SinkExt;
@@ -444,9 +377,10 @@ pub async fn load_image(endpoint: &str, args: LoadImageArgs) -> Result<(), CliEr
                 .is_err()
             {
                 // The call ended early; its status says why.
-                return Ok(progress.sent);
+                progress.abandon();
+                return Ok(progress.position());
             }
-            progress.advance(filled);
+            progress.inc(filled as u64);
         }
     });
     let result = client(endpoint).await?.load_image(rx).await;
