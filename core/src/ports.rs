@@ -92,6 +92,15 @@ pub trait MonotonicClock: Send + Sync + 'static {
     fn now(&self) -> crate::time::Instant;
 }
 
+/// A store that backs itself up (the embedded store): what the
+/// Maintenance service's `Snapshot` streams.
+pub trait StoreBackup: Send + Sync + 'static {
+    /// A backup at the latest revision, returned once every change it
+    /// holds is durable: the bytes of a snapshot file the store's restore
+    /// reads, and the revision.
+    fn backup(&self) -> BoxFuture<'static, Result<(Vec<u8>, Revision), StoreError>>;
+}
+
 /// Timers on the [`MonotonicClock`]'s timeline (the runtime's, or the
 /// simulator's virtual time).
 pub trait Timer: Send + Sync + 'static {

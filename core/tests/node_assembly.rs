@@ -48,6 +48,7 @@ fn build(kv: &MemKv, leadership: Option<SharedLeadership>) -> NodeServiceSet {
         issuer: None,
         wall_clock: Arc::new(ManualClock::new()),
         readiness: Arc::new(Ready),
+        backup: None,
     };
     block_on(assemble(ports, NodeOptions::default(), &id, &key)).unwrap()
 }

@@ -16,6 +16,7 @@ mod exit;
 mod machine_view;
 mod machines;
 mod output;
+mod snapshot;
 
 pub(crate) use exit::status_error;
 use exit::{EXIT_HELP, Exit, failed, usage};
@@ -92,8 +93,8 @@ struct ConnectionArgs {
     #[arg(long, global = true, env = "METROCTL_CREDENTIALS")]
     credentials: Option<PathBuf>,
     /// Seconds a command may take: connecting, and the whole of a command
-    /// that is not a stream (watch, logs -f, trace and load-image are
-    /// bounded only while connecting). Then it fails with exit status 3.
+    /// that is not a stream (watch, logs -f, trace, load-image and
+    /// snapshot save are bounded only while connecting). Then it fails with exit status 3.
     #[arg(
         long,
         global = true,
@@ -142,6 +143,10 @@ enum Command {
     LoadImage(debug::LoadImageArgs),
     /// Get a kubeconfig for any Kubernetes identity (debug service).
     Kubeconfig(debug::KubeconfigArgs),
+    /// Back up the embedded store of a running curator, or restore a
+    /// backup into an empty data directory (as `etcdctl snapshot`).
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCommand),
     /// Print a completion script for a shell: `source <(metroctl
     /// completion bash)`, or write it where the shell looks (e.g.
     /// /usr/share/bash-completion/completions/metroctl,
@@ -290,7 +295,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     let limit = Duration::from_secs(cli.conn.timeout);
     let streaming = matches!(
         &cli.command,
-        Command::Watch(_) | Command::Trace(_) | Command::LoadImage(_)
+        Command::Watch(_) | Command::Trace(_) | Command::LoadImage(_) | Command::Snapshot(_)
     ) || matches!(&cli.command, Command::Logs(l) if l.follows());
     let timed_out = || {
         failed(
@@ -315,6 +320,9 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
         Command::Trace(args) => return debug::trace(endpoint, args).await,
         Command::LoadImage(args) => return debug::load_image(endpoint, args).await,
         Command::Kubeconfig(args) => return debug::kubeconfig(endpoint, args).await,
+        Command::Snapshot(s) if !snapshot::connects(&s) => {
+            return snapshot::restore_into(&cli.conn.data_dir, s);
+        }
         Command::Completion { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "metroctl", &mut out);
@@ -364,6 +372,7 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
     let mut curator = CuratorClient::with_origin(conn.channel.clone(), Channel::origin());
     match command {
         Command::Machine(m) => machines::machine(conn.channel, m).await,
+        Command::Snapshot(s) => snapshot::save(conn.channel, s).await,
         Command::Install(i) => machines::install(conn.channel, i).await,
         Command::Watch(w) => {
             let (kind, json) = match w {

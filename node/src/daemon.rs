@@ -645,6 +645,9 @@ impl NodeServices {
                 issuer: Some(Arc::new(Issuer(pki.ca.clone()))),
                 wall_clock: Arc::new(SystemClock),
                 readiness,
+                backup: embedded
+                    .clone()
+                    .map(|s| s as Arc<dyn metropolis_core::ports::StoreBackup>),
             },
             NodeOptions {
                 group_commit: config.cluster.group_commit(),

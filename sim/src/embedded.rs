@@ -174,6 +174,7 @@ impl World {
             issuer: None,
             wall_clock: Arc::new(node.clone()),
             readiness: Arc::new(store.health()),
+            backup: Some(store.clone()),
         };
         drop(store);
         let routers = self.routers.clone();

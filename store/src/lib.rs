@@ -109,6 +109,7 @@ macro_rules! canary_planted {
 }
 
 mod aligned;
+mod backup;
 mod commit;
 mod crc;
 pub mod disk;
@@ -140,6 +141,7 @@ use metropolis_core::store::{
 };
 use metropolis_core::time::Instant;
 
+pub use backup::{Backup, RestoreError, Restored, restore};
 pub use disk::{Disk, OsDisk};
 pub use drive::HostClock;
 pub use error::{Corruption, OpenError};

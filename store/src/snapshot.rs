@@ -40,6 +40,16 @@ pub(crate) fn write(
     last_seq: u64,
     snapshot: &Snapshot,
 ) -> io::Result<()> {
+    let (header, payload) = encode(last_seq, snapshot);
+    let tmp = dir.join(SNAPSHOT_TMP_FILE);
+    disk.write_synced(&tmp, &[&header, &payload])?;
+    disk.rename(&tmp, &path(dir))?;
+    disk.sync_dir(dir)
+}
+
+/// The snapshot file of `snapshot`, which holds every record up to
+/// `last_seq`: its header (with the checksum) and its payload.
+pub(crate) fn encode(last_seq: u64, snapshot: &Snapshot) -> (Vec<u8>, Vec<u8>) {
     let payload = encode_snapshot(snapshot);
     let mut header = Vec::with_capacity(HEADER_LEN + 4);
     header.extend_from_slice(&MAGIC);
@@ -48,11 +58,7 @@ pub(crate) fn write(
     header.extend_from_slice(&(payload.len() as u64).to_le_bytes());
     let crc = Crc32c::new().update(&header).update(&payload).finish();
     header.extend_from_slice(&crc.to_le_bytes());
-
-    let tmp = dir.join(SNAPSHOT_TMP_FILE);
-    disk.write_synced(&tmp, &[&header, &payload])?;
-    disk.rename(&tmp, &path(dir))?;
-    disk.sync_dir(dir)
+    (header, payload)
 }
 
 /// Reads the snapshot of `dir`, if there is one: the sequence number of the
@@ -62,8 +68,14 @@ pub(crate) fn read(disk: &dyn Disk, dir: &Path) -> Result<Option<(u64, Snapshot)
     let Some(data) = disk.read(&path).map_err(io_err(&path, "read"))? else {
         return Ok(None);
     };
+    decode(&path, &data).map(Some)
+}
+
+/// Checks and decodes the snapshot file `data`, read from `path`: the
+/// sequence number of the last record it contains, and the state.
+pub(crate) fn decode(path: &Path, data: &[u8]) -> Result<(u64, Snapshot), OpenError> {
     let corrupt = |offset: u64, problem| OpenError::Corrupt {
-        path: path.clone(),
+        path: path.to_path_buf(),
         offset,
         problem,
     };
@@ -115,5 +127,5 @@ pub(crate) fn read(disk: &dyn Disk, dir: &Path) -> Result<Option<(u64, Snapshot)
     }
     let snapshot = decode_snapshot(payload)
         .map_err(|e| corrupt((HEADER_LEN + 4) as u64, Corruption::Undecodable(e)))?;
-    Ok(Some((last_seq, snapshot)))
+    Ok((last_seq, snapshot))
 }

@@ -35,6 +35,7 @@ const AGENT: &str = "cloud.bmaas.server.api.AgentCallback";
 const DEBUG: &str = "metropolis.proto.api.NodeDebugService";
 const MACHINES: &str = "metropolis.node.core.curator.proto.private.MachineManagement";
 const MANAGEMENT: &str = "metropolis.node.core.curator.proto.private.NodeManagement";
+const MAINTENANCE: &str = "metropolis.node.core.curator.proto.private.Maintenance";
 
 /// Check of `service`, retried while NOT_SERVING (an elected daemon may
 /// not have won its election yet) for at most 20 s.
@@ -134,8 +135,8 @@ async fn every_listener_answers_health_and_reflection(runtime: RuntimeKind) {
     // An elected instance's curator port also takes the agents' calls
     // that followers forward.
     let curator: &[&str] = match d.elected {
-        false => &[CURATOR, MACHINES, MANAGEMENT],
-        true => &[CURATOR, MACHINES, MANAGEMENT, AGENT],
+        false => &[CURATOR, MACHINES, MAINTENANCE, MANAGEMENT],
+        true => &[CURATOR, MACHINES, MAINTENANCE, MANAGEMENT, AGENT],
     };
     let tls = connect::tls(&TokioRuntime::shared(), &d.addr, anonymous.clone())
         .await

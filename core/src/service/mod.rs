@@ -18,6 +18,7 @@ pub mod forward;
 mod group_commit;
 mod health;
 mod introspection;
+pub mod maintenance;
 pub mod node;
 mod reflection;
 mod remote_addr;

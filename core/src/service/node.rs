@@ -10,7 +10,7 @@
 //!   different records grouped ([`GroupCommit`]) below the leader's fence
 //!   ([`FencedStore`]); then the watch cache's read-your-writes tracking;
 //! - the watch cache over the store as is (reads need no fence);
-//! - the Curator and MachineManagement services and this node's
+//! - the Curator, MachineManagement and Maintenance services and this node's
 //!   create-only registration (it needs no leadership: every instance
 //!   registers itself once);
 //! - AgentCallback on its own router; an elected instance also serves it
@@ -33,7 +33,7 @@ use super::{
     RequestLimits, Router, WatchCache, WatchCacheOptions,
 };
 use crate::identity::NodeId;
-use crate::ports::{CertIssuer, KvStore, Spawner, WallClock};
+use crate::ports::{CertIssuer, KvStore, Spawner, StoreBackup, WallClock};
 
 /// What a node's services reach the world through.
 #[derive(Clone)]
@@ -51,6 +51,9 @@ pub struct NodePorts {
     pub wall_clock: Arc<dyn WallClock>,
     /// Whether the node can serve, for health checks.
     pub readiness: Arc<dyn Readiness>,
+    /// Backups of the store for the Maintenance service (the embedded
+    /// store's; None over etcd).
+    pub backup: Option<Arc<dyn StoreBackup>>,
 }
 
 /// How a node's services are tuned.
@@ -136,7 +139,8 @@ pub async fn assemble(
         .with_limits(options.curator_limits)
         .with_service(curator.curator_server())
         .with_service(curator.management_server())
-        .with_service(provisioning.machine_management_server());
+        .with_service(provisioning.machine_management_server())
+        .with_service(super::maintenance::MaintenanceService::new(ports.backup).server());
     let mut agent_router = Router::new()
         .with_limits(options.agent_limits)
         .with_service(provisioning.agent_callback_server());

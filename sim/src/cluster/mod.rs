@@ -292,6 +292,7 @@ impl Cluster {
             issuer: None,
             wall_clock: Arc::new(node.clone()),
             readiness: Arc::new(shared),
+            backup: None,
         };
         let routers = self.routers.clone();
         let serving = node.clone();

@@ -1,0 +1,248 @@
+//! Backup and restore of the embedded store with `metroctl snapshot`, as
+//! an operator runs them: saved from a running daemon under write load,
+//! restored into an empty data directory, and served by a new daemon,
+//! which holds every write acknowledged before the save began; on both
+//! runtimes. A node's credential may not save one, nor may a restore go
+//! over a data directory with a store.
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use futures::StreamExt;
+use metropolis_proto::prelude::{common, curator};
+use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, curator, daemon_bin};
+
+fn metroctl(args: &[&str]) -> Output {
+    Command::new(daemon_bin().with_file_name("metroctl-under-test"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Every node's status sequence number, from a fresh Watch.
+async fn seqs(d: &Daemon) -> std::collections::BTreeMap<String, i64> {
+    let kind = curator::watch_request::Kind::NodesInCluster(Default::default());
+    let mut s = curator(d.unix().await)
+        .watch(curator::WatchRequest { kind: Some(kind) })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut out = std::collections::BTreeMap::new();
+    loop {
+        let ev = s.next().await.unwrap().unwrap();
+        for n in ev.nodes {
+            let seq = n.status.and_then(|s| s.timestamp).map_or(0, |t| t.seconds);
+            out.insert(n.id, seq);
+        }
+        if ev.progress != 0 {
+            return out;
+        }
+    }
+}
+
+async fn saved_under_load_and_restored(runtime: RuntimeKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old");
+    let d = Daemon::start(&old, runtime);
+    let data = old.to_str().unwrap();
+    let machine = "3b241101-e2bb-4255-8caf-4136c566a962";
+    let key = dir.path().join("agent.key");
+    let out = metroctl(&[
+        "--data-dir",
+        data,
+        "--endpoints",
+        &d.addr,
+        "machine",
+        "add",
+        machine,
+        "--generate-key",
+        key.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Two nodes update their status as fast as the daemon acknowledges.
+    let mut writers = Vec::new();
+    let mut acked = Vec::new();
+    for i in 0..2 {
+        let cdir = dir.path().join(format!("n{i}"));
+        let id = d.add_node(&cdir).await;
+        let mut c = curator(d.tls(&cdir, "node").await);
+        let last = Arc::new(AtomicI64::new(0));
+        acked.push((id.to_string(), last.clone()));
+        writers.push(tokio::spawn(async move {
+            for seq in 1..=100_000 {
+                let req = curator::UpdateNodeStatusRequest {
+                    node_id: id.to_string(),
+                    status: Some(common::NodeStatus {
+                        external_address: "10.1.1.1".into(),
+                        timestamp: Some(prost_types::Timestamp {
+                            seconds: seq,
+                            nanos: 0,
+                        }),
+                        ..Default::default()
+                    }),
+                };
+                if c.update_node_status(req).await.is_err() {
+                    return;
+                }
+                last.store(seq, Ordering::SeqCst);
+            }
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+
+    // A node's credential may not take a backup.
+    let node_dir = dir.path().join("n0");
+    let out = metroctl(&[
+        "--data-dir",
+        data,
+        "--endpoints",
+        &d.addr,
+        "--credentials",
+        node_dir.to_str().unwrap(),
+        "snapshot",
+        "save",
+        "/dev/null/x",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+
+    let before: Vec<(String, i64)> = acked
+        .iter()
+        .map(|(id, last)| (id.clone(), last.load(Ordering::SeqCst)))
+        .collect();
+    let file = dir.path().join("backup.snap");
+    let out = tokio::task::spawn_blocking({
+        let (data, addr, file) = (data.to_owned(), d.addr.clone(), file.clone());
+        move || {
+            metroctl(&[
+                "--data-dir",
+                &data,
+                "--endpoints",
+                &addr,
+                "snapshot",
+                "save",
+                file.to_str().unwrap(),
+                "--json",
+            ])
+        }
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let saved: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(saved["bytes"].as_u64().unwrap() > 0 && saved["revision"].as_i64().unwrap() > 0);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let during: Vec<i64> = acked
+        .iter()
+        .map(|(_, l)| l.load(Ordering::SeqCst))
+        .collect();
+    drop(d);
+    for w in writers {
+        w.await.unwrap();
+    }
+
+    // Restore into an empty data directory, with the old one's PKI and
+    // owner credential so the cluster keeps its CA and this node its name.
+    let new = dir.path().join("new");
+    std::fs::create_dir_all(&new).unwrap();
+    for sub in ["pki", "owner"] {
+        let status = Command::new("cp")
+            .args(["-a"])
+            .arg(old.join(sub))
+            .arg(new.join(sub))
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let out = metroctl(&[
+        "--data-dir",
+        new.to_str().unwrap(),
+        "snapshot",
+        "restore",
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("restored revision"), "{text}");
+    // Not twice.
+    let out = metroctl(&[
+        "--data-dir",
+        new.to_str().unwrap(),
+        "snapshot",
+        "restore",
+        file.to_str().unwrap(),
+    ]);
+    assert!(
+        !out.status.success() && stderr(&out).contains("empty data directory"),
+        "{}",
+        stderr(&out)
+    );
+
+    let d = Daemon::start(&new, runtime);
+    let restored = seqs(&d).await;
+    for ((id, was), now) in before.iter().zip(&during) {
+        let got = restored[id];
+        assert!(
+            got >= *was && got <= *now + 1,
+            "node {id}: acknowledged {was} before the save, {now} after it; restored {got}"
+        );
+    }
+    let out = metroctl(&[
+        "--data-dir",
+        new.to_str().unwrap(),
+        "--endpoints",
+        &d.addr,
+        "machine",
+        "list",
+        "--json",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(machine),
+        "{}",
+        stderr(&out)
+    );
+    // And it takes writes.
+    let out = metroctl(&[
+        "--data-dir",
+        new.to_str().unwrap(),
+        "status",
+        "set",
+        "--external-address",
+        "192.0.2.9",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// A damaged or foreign file is refused before anything is written.
+#[test]
+fn a_damaged_backup_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("junk.snap");
+    std::fs::write(&file, b"MTRPSNAP but not really a snapshot file at all").unwrap();
+    let data = dir.path().join("d");
+    let out = metroctl(&[
+        "--data-dir",
+        data.to_str().unwrap(),
+        "snapshot",
+        "restore",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not a backup this build restores"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!data.join("store/wal").exists());
+}
+
+against_both_runtimes!(saved_under_load_and_restored);
