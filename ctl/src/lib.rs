@@ -155,6 +155,12 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// Write man pages (metroctl.1 and one per subcommand, e.g.
+    /// metroctl-machine-show.1) into DIR, e.g. /usr/local/share/man/man1.
+    Man {
+        /// The directory (created if missing).
+        dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -322,6 +328,13 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
         Command::Kubeconfig(args) => return debug::kubeconfig(endpoint, args).await,
         Command::Snapshot(s) if !snapshot::connects(&s) => {
             return snapshot::restore_into(&cli.conn.data_dir, s);
+        }
+        Command::Man { dir } => {
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| clap_mangen::generate_to(Cli::command(), &dir))
+                .map_err(|e| failed(Exit::Failure, format!("{}: {e}", dir.display())))?;
+            outln!("man pages written to {}", dir.display());
+            return Ok(());
         }
         Command::Completion { shell } => {
             let mut out = Vec::new();
@@ -498,7 +511,8 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
         | Command::Trace(_)
         | Command::LoadImage(_)
         | Command::Kubeconfig(_)
-        | Command::Completion { .. } => {
+        | Command::Completion { .. }
+        | Command::Man { .. } => {
             unreachable!("debug commands and completion returned above")
         }
     }
