@@ -296,6 +296,12 @@ fn exit_statuses_endpoints_timeout_and_completions() {
             "{shell}"
         );
     }
+    let man = dir.path().join("man1");
+    let out = metroctl(&["man", man.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{:?}", code_and_stderr(&out));
+    let page = std::fs::read_to_string(man.join("metroctl-snapshot-save.1")).unwrap();
+    assert!(page.contains(".TH") && page.contains("FILE.part"), "{page}");
+    assert!(man.join("metroctl.1").exists() && man.join("metroctl-machine-show.1").exists());
 }
 
 /// Each JSON line of `text`, parsed.
