@@ -404,6 +404,30 @@ pub fn curator(channel: Channel) -> CuratorClient<Channel> {
     CuratorClient::with_origin(channel, Channel::origin())
 }
 
+/// Every node's status timestamp in seconds (the tests' update sequence
+/// number; 0 without a status), by node ID, read through a fresh Watch
+/// over `d`'s local socket.
+pub async fn status_seqs(d: &Daemon) -> std::collections::BTreeMap<String, i64> {
+    use futures::StreamExt;
+    let kind = curator::watch_request::Kind::NodesInCluster(Default::default());
+    let mut s = curator(d.unix().await)
+        .watch(curator::WatchRequest { kind: Some(kind) })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut out = std::collections::BTreeMap::new();
+    loop {
+        let ev = s.next().await.unwrap().unwrap();
+        for n in ev.nodes {
+            let seq = n.status.and_then(|s| s.timestamp).map_or(0, |t| t.seconds);
+            out.insert(n.id, seq);
+        }
+        if ev.progress != 0 {
+            return out;
+        }
+    }
+}
+
 /// Defines each listed `async fn name(runtime: RuntimeKind)` as two tests,
 /// `tokio_server::name` and `smol_server::name`: one test definition, run
 /// against a daemon on each runtime.

@@ -11,9 +11,10 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use futures::StreamExt;
 use metropolis_proto::prelude::{common, curator};
-use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, curator, daemon_bin};
+use metropolis_tests::{
+    Daemon, RuntimeKind, against_both_runtimes, curator, daemon_bin, status_seqs,
+};
 
 fn metroctl(args: &[&str]) -> Output {
     Command::new(daemon_bin().with_file_name("metroctl-under-test"))
@@ -24,27 +25,6 @@ fn metroctl(args: &[&str]) -> Output {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Every node's status sequence number, from a fresh Watch.
-async fn seqs(d: &Daemon) -> std::collections::BTreeMap<String, i64> {
-    let kind = curator::watch_request::Kind::NodesInCluster(Default::default());
-    let mut s = curator(d.unix().await)
-        .watch(curator::WatchRequest { kind: Some(kind) })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut out = std::collections::BTreeMap::new();
-    loop {
-        let ev = s.next().await.unwrap().unwrap();
-        for n in ev.nodes {
-            let seq = n.status.and_then(|s| s.timestamp).map_or(0, |t| t.seconds);
-            out.insert(n.id, seq);
-        }
-        if ev.progress != 0 {
-            return out;
-        }
-    }
 }
 
 async fn saved_under_load_and_restored(runtime: RuntimeKind) {
@@ -188,7 +168,7 @@ async fn saved_under_load_and_restored(runtime: RuntimeKind) {
     );
 
     let d = Daemon::start(&new, runtime);
-    let restored = seqs(&d).await;
+    let restored = status_seqs(&d).await;
     for ((id, was), now) in before.iter().zip(&during) {
         let got = restored[id];
         assert!(

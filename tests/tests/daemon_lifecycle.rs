@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::{Buf, BufMut};
 use futures::StreamExt;
 use metropolis_proto::prelude::{common, curator};
-use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes_and_etcd, curator};
+use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes_and_etcd, curator, status_seqs};
 use metropolis_transport::grpc::Channel;
 use prost::Message;
 use tonic::Code;
@@ -25,31 +25,6 @@ fn status_with(seq: i64) -> Option<common::NodeStatus> {
         }),
         ..Default::default()
     })
-}
-
-/// Every node's status sequence number, read through a fresh Watch.
-async fn read_seqs(d: &Daemon) -> std::collections::BTreeMap<String, i64> {
-    let kind = curator::watch_request::Kind::NodesInCluster(Default::default());
-    let mut s = curator(d.unix().await)
-        .watch(curator::WatchRequest { kind: Some(kind) })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut out = std::collections::BTreeMap::new();
-    loop {
-        let ev = s.next().await.unwrap().unwrap();
-        for n in ev.nodes {
-            let seq = n
-                .status
-                .and_then(|s| s.timestamp)
-                .map(|t| t.seconds)
-                .unwrap_or(0);
-            out.insert(n.id, seq);
-        }
-        if ev.progress != 0 {
-            return out;
-        }
-    }
 }
 
 async fn acknowledged_updates_survive_sigkill(rt: RuntimeKind) {
@@ -85,7 +60,7 @@ async fn acknowledged_updates_survive_sigkill(rt: RuntimeKind) {
         w.await.unwrap();
     }
     let d = Daemon::start(&data, rt);
-    let stored = read_seqs(&d).await;
+    let stored = status_seqs(&d).await;
     for (id, last) in &acked {
         let last = last.load(Ordering::SeqCst);
         assert!(

@@ -20,6 +20,7 @@ pub mod input;
 pub mod lines;
 pub mod logs;
 pub mod records;
+pub mod replay;
 pub mod rpc;
 pub mod seeds;
 pub mod store_open;
