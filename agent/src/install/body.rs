@@ -29,7 +29,7 @@ pub(super) fn framing(status: u16, headers: &[(String, String)]) -> Result<Frami
         } else {
             Err(format!(
                 "unsupported transfer coding {:?}",
-                codings.join(", ")
+                super::http::bounded(&codings.join(", "))
             ))
         };
     }
@@ -44,7 +44,7 @@ pub(super) fn framing(status: u16, headers: &[(String, String)]) -> Result<Frami
             .parse::<u64>()
             .ok()
             .filter(|_| value.bytes().all(|b| b.is_ascii_digit()))
-            .ok_or_else(|| format!("malformed Content-Length {value:?}"))?;
+            .ok_or_else(|| format!("malformed Content-Length {:?}", super::http::bounded(value)))?;
         if length.is_some_and(|l| l != parsed) {
             return Err("conflicting Content-Length values".to_string());
         }
@@ -214,6 +214,23 @@ impl Read for Body {
 mod tests {
     use super::*;
     use std::io::{Cursor, Write};
+
+    /// Found by the `registry_responses` fuzz target under ASan
+    /// (fuzz/regressions/registry_responses/long-transfer-coding): a
+    /// Transfer-Encoding or Content-Length value was quoted whole.
+    #[test]
+    fn framing_problems_quote_the_header_cut() {
+        let long = "x".repeat(20_000);
+        for header in ["transfer-encoding", "content-length"] {
+            let headers = vec![(header.to_string(), long.clone())];
+            let problem = framing(200, &headers).unwrap_err();
+            assert!(
+                problem.len() < 400,
+                "{header}: a {}-byte problem",
+                problem.len()
+            );
+        }
+    }
 
     fn body(framing: Framing, data: &[u8]) -> Body {
         let stream: Box<dyn Stream> = Box::new(Duplex(Cursor::new(data.to_vec())));
