@@ -303,18 +303,15 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         &cli.command,
         Command::Watch(_) | Command::Trace(_) | Command::LoadImage(_) | Command::Snapshot(_)
     ) || matches!(&cli.command, Command::Logs(l) if l.follows());
-    let timed_out = || {
-        failed(
-            Exit::Unavailable,
-            format!("timed out after {limit:?} (--timeout)"),
-        )
-    };
     if streaming {
         return run_command(cli, Some(limit)).await;
     }
     tokio::time::timeout(limit, run_command(cli, None))
         .await
-        .unwrap_or_else(|_| Err(timed_out()))
+        .unwrap_or_else(|_| {
+            let why = format!("timed out after {limit:?} (--timeout)");
+            Err(failed(Exit::Unavailable, why))
+        })
 }
 
 /// Runs `cli`'s command; `connect_limit` bounds connecting to the curator
@@ -326,8 +323,8 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
         Command::Trace(args) => return debug::trace(endpoint, args).await,
         Command::LoadImage(args) => return debug::load_image(endpoint, args).await,
         Command::Kubeconfig(args) => return debug::kubeconfig(endpoint, args).await,
-        Command::Snapshot(s) if !snapshot::connects(&s) => {
-            return snapshot::restore_into(&cli.conn.data_dir, s);
+        Command::Snapshot(snapshot::SnapshotCommand::Restore { file, json }) => {
+            return snapshot::restore_into(&cli.conn.data_dir, &file, json);
         }
         Command::Man { dir } => {
             std::fs::create_dir_all(&dir)
@@ -385,7 +382,9 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
     let mut curator = CuratorClient::with_origin(conn.channel.clone(), Channel::origin());
     match command {
         Command::Machine(m) => machines::machine(conn.channel, m).await,
-        Command::Snapshot(s) => snapshot::save(conn.channel, s).await,
+        Command::Snapshot(snapshot::SnapshotCommand::Save { file, json }) => {
+            snapshot::save(conn.channel, &file, json).await
+        }
         Command::Install(i) => machines::install(conn.channel, i).await,
         Command::Watch(w) => {
             let (kind, json) = match w {
@@ -511,9 +510,10 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
         | Command::Trace(_)
         | Command::LoadImage(_)
         | Command::Kubeconfig(_)
+        | Command::Snapshot(snapshot::SnapshotCommand::Restore { .. })
         | Command::Completion { .. }
         | Command::Man { .. } => {
-            unreachable!("debug commands and completion returned above")
+            unreachable!("commands without a curator connection returned above")
         }
     }
 }

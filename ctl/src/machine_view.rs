@@ -9,16 +9,17 @@ use serde_json::{Value, json};
 
 use super::debug::rfc3339;
 
-/// RFC 3339 of a time in milliseconds since the epoch; null for 0 (never).
-pub fn unix_ms(ms: i64) -> Value {
+/// RFC 3339 of a time in milliseconds since the epoch; None for 0
+/// (never), which JSON shows as null.
+pub fn unix_ms(ms: i64) -> Option<String> {
     if ms == 0 {
-        return Value::Null;
+        return None;
     }
     let ts = prost_types::Timestamp {
         seconds: ms.div_euclid(1000),
         nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
     };
-    Value::String(rfc3339(&ts))
+    Some(rfc3339(&ts))
 }
 
 /// Lowercase hex of `bytes`.
@@ -195,10 +196,10 @@ mod tests {
 
     #[test]
     fn times_and_hardware_render() {
-        assert_eq!(unix_ms(0), Value::Null);
+        assert_eq!(unix_ms(0), None);
         assert_eq!(
-            unix_ms(1_700_000_000_123),
-            json!("2023-11-14T22:13:20.123000Z")
+            unix_ms(1_700_000_000_123).as_deref(),
+            Some("2023-11-14T22:13:20.123000Z")
         );
         let report = agent::AgentHardwareReport {
             report: Some(metropolis_proto::prelude::hwreport::Node {

@@ -12,7 +12,8 @@ use metropolis_proto::prelude::{agent, debug as api};
 use metropolis_transport::grpc::Channel;
 use prost::Message;
 
-use super::{CliError, machine_view, status_error};
+use super::machine_view::{self, hex};
+use super::{CliError, status_error};
 
 /// `metroctl machine …`
 #[derive(Subcommand, Debug)]
@@ -99,10 +100,6 @@ fn hex_key(s: &str) -> Result<Vec<u8>, CliError> {
     (0..32)
         .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad().into()))
         .collect()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 pub(super) fn write_private(path: &Path, contents: &str) -> Result<(), CliError> {
@@ -304,10 +301,9 @@ pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), Cl
             outln!(
                 "last heartbeat   {}{}{}",
                 age(now_ms(), m.last_heartbeat_unix_ms),
-                match machine_view::unix_ms(m.last_heartbeat_unix_ms) {
-                    serde_json::Value::String(t) => format!(" ({t})"),
-                    _ => String::new(),
-                },
+                machine_view::unix_ms(m.last_heartbeat_unix_ms)
+                    .map(|t| format!(" ({t})"))
+                    .unwrap_or_default(),
                 if m.lost { ", LOST" } else { "" }
             );
             outln!("generation       {}", m.current_generation);

@@ -49,17 +49,9 @@ pub enum SnapshotCommand {
     },
 }
 
-/// Whether `command` needs a connection to a curator.
-pub fn connects(command: &SnapshotCommand) -> bool {
-    matches!(command, SnapshotCommand::Save { .. })
-}
-
-/// Runs `snapshot restore` (no connection).
-pub fn restore_into(data_dir: &Path, command: SnapshotCommand) -> Result<(), CliError> {
-    let SnapshotCommand::Restore { file, json } = command else {
-        return Err(usage("snapshot save needs a connection"));
-    };
-    let bytes = std::fs::read(&file).map_err(|e| usage(format!("{}: {e}", file.display())))?;
+/// Runs `snapshot restore FILE` into `data_dir` (no connection).
+pub fn restore_into(data_dir: &Path, file: &Path, json: bool) -> Result<(), CliError> {
+    let bytes = std::fs::read(file).map_err(|e| usage(format!("{}: {e}", file.display())))?;
     let dir = data_dir.join("store");
     let restored = restore(&dir, &bytes, &StoreOptions::default())
         .map_err(|e| failed(Exit::Failure, format!("{}: {e}", file.display())))?;
@@ -81,11 +73,8 @@ pub fn restore_into(data_dir: &Path, command: SnapshotCommand) -> Result<(), Cli
     Ok(())
 }
 
-/// Runs `snapshot save` over `channel`.
-pub async fn save(channel: Channel, command: SnapshotCommand) -> Result<(), CliError> {
-    let SnapshotCommand::Save { file, json } = command else {
-        return Err(usage("snapshot restore needs no connection"));
-    };
+/// Runs `snapshot save FILE` over `channel`.
+pub async fn save(channel: Channel, file: &Path, json: bool) -> Result<(), CliError> {
     let mut client = MaintenanceClient::with_origin(channel, Channel::origin())
         .max_decoding_message_size(4 << 20);
     let mut stream = client
@@ -134,7 +123,7 @@ pub async fn save(channel: Channel, command: SnapshotCommand) -> Result<(), CliE
         ));
     }
     out.sync_all()
-        .and_then(|()| std::fs::rename(&part, &file))
+        .and_then(|()| std::fs::rename(&part, file))
         .map_err(|e| failed(Exit::Failure, format!("{}: {e}", file.display())))?;
     if json {
         let value = serde_json::json!({

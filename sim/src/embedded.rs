@@ -38,7 +38,7 @@ use metropolis_core::identity::{Identity, NodeId as CuratorNodeId};
 use metropolis_core::ports::{KvStore, MonotonicClock, Timer};
 use metropolis_core::service::node::{NodeOptions, NodePorts, assemble};
 use metropolis_core::store::{Op, Txn};
-use metropolis_proto::prelude::{common, curator, storage};
+use metropolis_proto::prelude::{curator, storage};
 use metropolis_store::{EmbeddedStore, StoreHealth, StoreOptions, StoreWriter, WriterStep};
 use metropolis_testkit::disk::{DiskFault, SimDisk};
 use prost::Message;
@@ -46,6 +46,7 @@ use prost::Message;
 use crate::Outcome;
 use crate::atlas;
 use crate::call::{server_stream, unary};
+use crate::curator_calls::{UPDATE, WATCH, number, numbered, update, watch_all};
 use crate::hash::TraceHash;
 use crate::rng::Rng;
 use crate::runtime::{NodeClock, NodeId, Runtime};
@@ -59,8 +60,8 @@ const DIR: &str = "/data/store";
 const NODES: usize = 4;
 /// Lives of the curator per seed.
 const LIVES: usize = 5;
-const UPDATE: &str = "/metropolis.node.core.curator.proto.api.Curator/UpdateNodeStatus";
-const WATCH: &str = "/metropolis.node.core.curator.proto.api.Curator/Watch";
+/// The writers' updates are numbered in `10.1.x.y`.
+const SEQ_PREFIX: &str = "10.1.";
 
 fn identity(j: usize) -> (CuratorNodeId, [u8; 32]) {
     let key = [0x40 + j as u8; 32];
@@ -73,15 +74,8 @@ fn curator_identity() -> (CuratorNodeId, [u8; 32]) {
     (CuratorNodeId::from_public_key(&key), key)
 }
 
-fn address_of(seq: u64) -> String {
-    format!("10.1.{}.{}", seq / 256, seq % 256)
-}
-
 fn seq_of(address: &str) -> Option<u64> {
-    let mut parts = address.strip_prefix("10.1.")?.split('.');
-    let high: u64 = parts.next()?.parse().ok()?;
-    let low: u64 = parts.next()?.parse().ok()?;
-    Some(high * 256 + low)
+    number(address, SEQ_PREFIX)
 }
 
 /// How a life ends ([`ENDS`], drawn per life).
@@ -276,14 +270,7 @@ impl World {
                         nodes[j].sent += 1;
                         nodes[j].sent
                     };
-                    let request = curator::UpdateNodeStatusRequest {
-                        node_id: id.to_string(),
-                        status: Some(common::NodeStatus {
-                            external_address: address_of(seq),
-                            ..Default::default()
-                        }),
-                    }
-                    .encode_to_vec();
+                    let request = update(&id, numbered(SEQ_PREFIX, seq));
                     let caller = Identity::Node(id.clone());
                     let result = unary(&rt, &routers, CLIENTS, CURATOR, UPDATE, caller, request);
                     let result = result.await;
@@ -305,12 +292,7 @@ impl World {
         let (client, events_seen, seed) =
             (self.rt.node(CLIENTS), self.watch_events.clone(), self.seed);
         self.rt.node(CLIENTS).spawn(async move {
-            let request = curator::WatchRequest {
-                kind: Some(curator::watch_request::Kind::NodesInCluster(
-                    curator::watch_request::NodesInCluster {},
-                )),
-            }
-            .encode_to_vec();
+            let request = watch_all();
             let ids: Vec<String> = (0..NODES).map(|j| identity(j).0.to_string()).collect();
             loop {
                 client

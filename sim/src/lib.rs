@@ -41,6 +41,7 @@ pub mod call;
 pub mod campaign;
 pub mod cluster;
 pub mod commit_check;
+pub mod curator_calls;
 pub mod embedded;
 pub mod hash;
 pub mod linearizable;

@@ -404,6 +404,77 @@ pub fn curator(channel: Channel) -> CuratorClient<Channel> {
     CuratorClient::with_origin(channel, Channel::origin())
 }
 
+/// The status the status writers send: a fixed address, `seq` as the
+/// timestamp's seconds.
+pub fn status_with(seq: i64) -> Option<metropolis_proto::prelude::common::NodeStatus> {
+    Some(metropolis_proto::prelude::common::NodeStatus {
+        external_address: "10.1.1.1".into(),
+        timestamp: Some(prost_types::Timestamp {
+            seconds: seq,
+            nanos: 0,
+        }),
+        ..Default::default()
+    })
+}
+
+/// Nodes added to a daemon, each updating its own status over TLS as fast
+/// as the daemon acknowledges ([`status_with`] 1, 2, ...), until a call
+/// fails (the daemon is gone); each remembers the last acknowledged.
+pub struct StatusWriters {
+    /// Each node's ID and its last acknowledged sequence number.
+    acked: Vec<(String, std::sync::Arc<std::sync::atomic::AtomicI64>)>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl StatusWriters {
+    /// Adds `n` nodes to `d` (their credentials in `dir/n<i>`) and starts
+    /// their writers.
+    pub async fn start(d: &Daemon, dir: &Path, n: usize) -> StatusWriters {
+        use std::sync::atomic::{AtomicI64, Ordering};
+        let mut writers = StatusWriters {
+            acked: Vec::new(),
+            tasks: Vec::new(),
+        };
+        for i in 0..n {
+            let cdir = dir.join(format!("n{i}"));
+            let id = d.add_node(&cdir).await;
+            let mut c = curator(d.tls(&cdir, "node").await);
+            let last = std::sync::Arc::new(AtomicI64::new(0));
+            writers.acked.push((id.to_string(), last.clone()));
+            writers.tasks.push(tokio::spawn(async move {
+                for seq in 1.. {
+                    let req = curator::UpdateNodeStatusRequest {
+                        node_id: id.to_string(),
+                        status: status_with(seq),
+                    };
+                    if c.update_node_status(req).await.is_err() {
+                        return;
+                    }
+                    last.store(seq, Ordering::SeqCst);
+                }
+            }));
+        }
+        writers
+    }
+
+    /// Each node's ID and its last acknowledged sequence number, now.
+    pub fn acked(&self) -> Vec<(String, i64)> {
+        self.acked
+            .iter()
+            .map(|(id, last)| (id.clone(), last.load(std::sync::atomic::Ordering::SeqCst)))
+            .collect()
+    }
+
+    /// Waits for the writers to end (after the daemon is gone); each
+    /// node's last acknowledged sequence number.
+    pub async fn join(mut self) -> Vec<(String, i64)> {
+        for task in std::mem::take(&mut self.tasks) {
+            task.await.unwrap();
+        }
+        self.acked()
+    }
+}
+
 /// Every node's status timestamp in seconds (the tests' update sequence
 /// number; 0 without a status), by node ID, read through a fresh Watch
 /// over `d`'s local socket.

@@ -8,12 +8,9 @@
 #![allow(clippy::unwrap_used)]
 
 use std::process::{Command, Output};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 
-use metropolis_proto::prelude::{common, curator};
 use metropolis_tests::{
-    Daemon, RuntimeKind, against_both_runtimes, curator, daemon_bin, status_seqs,
+    Daemon, RuntimeKind, StatusWriters, against_both_runtimes, daemon_bin, status_seqs,
 };
 
 fn metroctl(args: &[&str]) -> Output {
@@ -21,6 +18,16 @@ fn metroctl(args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap()
+}
+
+/// metroctl on data directory `data`, over TLS to `endpoint`, as its
+/// owner unless `args` name other credentials.
+fn over_tls(data: &str, endpoint: &str, args: &[&str]) -> Output {
+    let all: Vec<&str> = ["--data-dir", data, "--endpoints", endpoint]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect();
+    metroctl(&all)
 }
 
 fn stderr(out: &Output) -> String {
@@ -34,83 +41,38 @@ async fn saved_under_load_and_restored(runtime: RuntimeKind) {
     let data = old.to_str().unwrap();
     let machine = "3b241101-e2bb-4255-8caf-4136c566a962";
     let key = dir.path().join("agent.key");
-    let out = metroctl(&[
-        "--data-dir",
+    let key = key.to_str().unwrap();
+    let out = over_tls(
         data,
-        "--endpoints",
         &d.addr,
-        "machine",
-        "add",
-        machine,
-        "--generate-key",
-        key.to_str().unwrap(),
-    ]);
+        &["machine", "add", machine, "--generate-key", key],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
 
     // Two nodes update their status as fast as the daemon acknowledges.
-    let mut writers = Vec::new();
-    let mut acked = Vec::new();
-    for i in 0..2 {
-        let cdir = dir.path().join(format!("n{i}"));
-        let id = d.add_node(&cdir).await;
-        let mut c = curator(d.tls(&cdir, "node").await);
-        let last = Arc::new(AtomicI64::new(0));
-        acked.push((id.to_string(), last.clone()));
-        writers.push(tokio::spawn(async move {
-            for seq in 1..=100_000 {
-                let req = curator::UpdateNodeStatusRequest {
-                    node_id: id.to_string(),
-                    status: Some(common::NodeStatus {
-                        external_address: "10.1.1.1".into(),
-                        timestamp: Some(prost_types::Timestamp {
-                            seconds: seq,
-                            nanos: 0,
-                        }),
-                        ..Default::default()
-                    }),
-                };
-                if c.update_node_status(req).await.is_err() {
-                    return;
-                }
-                last.store(seq, Ordering::SeqCst);
-            }
-        }));
-    }
+    let writers = StatusWriters::start(&d, dir.path(), 2).await;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
 
     // A node's credential may not take a backup.
     let node_dir = dir.path().join("n0");
-    let out = metroctl(&[
-        "--data-dir",
+    let node = ["--credentials", node_dir.to_str().unwrap()];
+    let out = over_tls(
         data,
-        "--endpoints",
         &d.addr,
-        "--credentials",
-        node_dir.to_str().unwrap(),
-        "snapshot",
-        "save",
-        "/dev/null/x",
-    ]);
+        &[&node[..], &["snapshot", "save", "/dev/null/x"]].concat(),
+    );
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
 
-    let before: Vec<(String, i64)> = acked
-        .iter()
-        .map(|(id, last)| (id.clone(), last.load(Ordering::SeqCst)))
-        .collect();
+    let before = writers.acked();
     let file = dir.path().join("backup.snap");
     let out = tokio::task::spawn_blocking({
         let (data, addr, file) = (data.to_owned(), d.addr.clone(), file.clone());
         move || {
-            metroctl(&[
-                "--data-dir",
+            over_tls(
                 &data,
-                "--endpoints",
                 &addr,
-                "snapshot",
-                "save",
-                file.to_str().unwrap(),
-                "--json",
-            ])
+                &["snapshot", "save", file.to_str().unwrap(), "--json"],
+            )
         }
     })
     .await
@@ -121,14 +83,9 @@ async fn saved_under_load_and_restored(runtime: RuntimeKind) {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&file).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
-    let during: Vec<i64> = acked
-        .iter()
-        .map(|(_, l)| l.load(Ordering::SeqCst))
-        .collect();
+    let during: Vec<i64> = writers.acked().into_iter().map(|(_, last)| last).collect();
     drop(d);
-    for w in writers {
-        w.await.unwrap();
-    }
+    writers.join().await;
 
     // Restore into an empty data directory, with the old one's PKI and
     // owner credential so the cluster keeps its CA and this node its name.
@@ -176,15 +133,11 @@ async fn saved_under_load_and_restored(runtime: RuntimeKind) {
             "node {id}: acknowledged {was} before the save, {now} after it; restored {got}"
         );
     }
-    let out = metroctl(&[
-        "--data-dir",
+    let out = over_tls(
         new.to_str().unwrap(),
-        "--endpoints",
         &d.addr,
-        "machine",
-        "list",
-        "--json",
-    ]);
+        &["machine", "list", "--json"],
+    );
     assert!(
         String::from_utf8_lossy(&out.stdout).contains(machine),
         "{}",

@@ -4,28 +4,18 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut};
 use futures::StreamExt;
-use metropolis_proto::prelude::{common, curator};
-use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes_and_etcd, curator, status_seqs};
+use metropolis_proto::prelude::curator;
+use metropolis_tests::{
+    Daemon, RuntimeKind, StatusWriters, against_both_runtimes_and_etcd, curator, status_seqs,
+    status_with,
+};
 use metropolis_transport::grpc::Channel;
 use prost::Message;
 use tonic::Code;
-
-fn status_with(seq: i64) -> Option<common::NodeStatus> {
-    Some(common::NodeStatus {
-        external_address: "10.1.1.1".into(),
-        timestamp: Some(prost_types::Timestamp {
-            seconds: seq,
-            nanos: 0,
-        }),
-        ..Default::default()
-    })
-}
 
 async fn acknowledged_updates_survive_sigkill(rt: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
@@ -33,36 +23,14 @@ async fn acknowledged_updates_survive_sigkill(rt: RuntimeKind) {
     let mut d = Daemon::start(&data, rt);
     // Four nodes write concurrently (exercising group commit); each records
     // the last sequence number the daemon acknowledged.
-    let mut writers = Vec::new();
-    let mut acked = Vec::new();
-    for i in 0..4 {
-        let cdir = dir.path().join(format!("n{i}"));
-        let id = d.add_node(&cdir).await;
-        let mut c = curator(d.tls(&cdir, "node").await);
-        let last = Arc::new(AtomicI64::new(0));
-        acked.push((id.to_string(), last.clone()));
-        writers.push(tokio::spawn(async move {
-            for seq in 1.. {
-                let req = curator::UpdateNodeStatusRequest {
-                    node_id: id.to_string(),
-                    status: status_with(seq),
-                };
-                if c.update_node_status(req).await.is_err() {
-                    return;
-                }
-                last.store(seq, Ordering::SeqCst);
-            }
-        }));
-    }
+    let writers = StatusWriters::start(&d, dir.path(), 4).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     d.kill();
-    for w in writers {
-        w.await.unwrap();
-    }
+    let acked = writers.join().await;
     let d = Daemon::start(&data, rt);
     let stored = status_seqs(&d).await;
     for (id, last) in &acked {
-        let last = last.load(Ordering::SeqCst);
+        let last = *last;
         assert!(
             last > 10,
             "node {id} made progress before the kill ({last})"

@@ -70,6 +70,7 @@ use std::time::Duration;
 
 use crate::call::{server_stream, unary};
 use crate::commit_check::CommitCheck;
+use crate::curator_calls::{UPDATE, WATCH, number, numbered, update, watch_all};
 use crate::hash::TraceHash;
 use crate::linearizable::{self, Op, OpKind};
 use crate::model_store;
@@ -99,8 +100,6 @@ const CLIENTS: usize = MAX_CURATORS + 1;
 const AGENTS: usize = MAX_CURATORS + 2;
 const TTL: Duration = Duration::from_secs(3);
 const PREFIX: &str = "/metropolis/curator/leader/";
-const UPDATE: &str = "/metropolis.node.core.curator.proto.api.Curator/UpdateNodeStatus";
-const WATCH: &str = "/metropolis.node.core.curator.proto.api.Curator/Watch";
 const WATCHERS: usize = 2;
 /// The key of the node that joins and leaves behind the curators' backs.
 const GUEST_KEY: [u8; 32] = [99; 32];
@@ -112,16 +111,6 @@ fn identity(i: usize) -> (NodeId, [u8; 32]) {
     (NodeId::from_public_key(&key), key)
 }
 
-/// An encoded `WatchRequest` for all nodes.
-fn all_nodes() -> Vec<u8> {
-    curator::WatchRequest {
-        kind: Some(curator::watch_request::Kind::NodesInCluster(
-            curator::watch_request::NodesInCluster {},
-        )),
-    }
-    .encode_to_vec()
-}
-
 /// The backlog of a `Watch` of all nodes opened on `target`: node ID to
 /// address; `None` if the stream ended before its backlog.
 async fn backlog(
@@ -130,7 +119,7 @@ async fn backlog(
     target: usize,
 ) -> Option<BTreeMap<String, String>> {
     let owner = Identity::Owner;
-    let mut events = server_stream(rt, routers, CLIENTS, target, WATCH, owner, all_nodes())
+    let mut events = server_stream(rt, routers, CLIENTS, target, WATCH, owner, watch_all())
         .await
         .ok()?;
     let mut view = BTreeMap::new();
@@ -159,20 +148,17 @@ impl Ticks {
     }
 }
 
+/// The writers' updates are numbered in `10.0.x.y`, the guest's
+/// incarnations in `10.9.x.y`.
+const SEQ_PREFIX: &str = "10.0.";
+const GUEST_PREFIX: &str = "10.9.";
+
 fn address_of(seq: u64) -> String {
-    format!("10.0.{}.{}", seq / 256, seq % 256)
+    numbered(SEQ_PREFIX, seq)
 }
 
 fn seq_of(address: &str) -> Option<u64> {
-    number_after(address, "10.0.")
-}
-
-/// The number `high * 256 + low` of an address `<prefix>high.low`.
-fn number_after(address: &str, prefix: &str) -> Option<u64> {
-    let mut parts = address.strip_prefix(prefix)?.split('.');
-    let high: u64 = parts.next()?.parse().ok()?;
-    let low: u64 = parts.next()?.parse().ok()?;
-    Some(high * 256 + low)
+    number(address, SEQ_PREFIX)
 }
 
 struct Cluster {
@@ -355,7 +341,7 @@ impl Cluster {
                 id: name.clone(),
                 public_key: Bytes::copy_from_slice(&key),
                 status: Some(common::NodeStatus {
-                    external_address: format!("10.9.{}.{}", incarnation / 256, incarnation % 256),
+                    external_address: numbered(GUEST_PREFIX, incarnation),
                     ..Default::default()
                 }),
                 ..Default::default()

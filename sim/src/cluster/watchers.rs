@@ -44,7 +44,7 @@ pub(super) struct NodeWatched {
 
 /// The incarnation of the guest an address (`10.9.x.y`) names.
 fn guest_order(address: &str) -> Option<u64> {
-    number_after(address, "10.9.")
+    number(address, GUEST_PREFIX)
 }
 
 /// Whether `sent` is in the order of `committed` (each a later commit
@@ -74,7 +74,7 @@ impl Cluster {
                         let pause = Duration::from_millis(rng.range(50, 500));
                         client.sleep_until(client.now() + pause).await;
                         let target = rng.index(curators);
-                        let message = all_nodes();
+                        let message = watch_all();
                         let called = ticks.next();
                         let owner = Identity::Owner;
                         let opened =

@@ -44,14 +44,7 @@ impl Cluster {
                         client.sleep_until(client.now() + pause).await;
                         seq += 1;
                         out.lock().unwrap().sent = seq;
-                        let request = curator::UpdateNodeStatusRequest {
-                            node_id: id.to_string(),
-                            status: Some(common::NodeStatus {
-                                external_address: address_of(seq),
-                                ..Default::default()
-                            }),
-                        }
-                        .encode_to_vec();
+                        let request = update(&id, address_of(seq));
                         // An update that ended Unavailable may have
                         // committed: sending it again (up to twice more)
                         // may make the same write twice.
