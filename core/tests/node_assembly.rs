@@ -49,6 +49,7 @@ fn build(kv: &MemKv, leadership: Option<SharedLeadership>) -> NodeServiceSet {
         wall_clock: Arc::new(ManualClock::new()),
         readiness: Arc::new(Ready),
         backup: None,
+        metrics: None,
     };
     block_on(assemble(ports, NodeOptions::default(), &id, &key)).unwrap()
 }

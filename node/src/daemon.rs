@@ -27,11 +27,14 @@ use metropolis_core::trace::Tracefs;
 
 use crate::cluster::{ClusterFlags, Elected, StartElection};
 use crate::images::{ContainerdConfig, ContainerdStore, OciLayoutOptions, OciLayoutStore};
+use metropolis_core::service::metrics::{MeteredKv, Metrics};
 use metropolis_pki::{
     CA_KEY_FILE, ClientAuth, ClusterCa, Credentials, DebugKubeconfigs, KubernetesCa, P256Status,
     load_or_issue_p256, node_server_config, upgrade_key_file,
 };
-use metropolis_store::{EmbeddedStore, StoreOptions};
+use metropolis_store::{EmbeddedStore, StoreMetrics, StoreOptions};
+
+use crate::metrics::NodeMetrics;
 use metropolis_transport::connect::Dialer;
 use metropolis_transport::peer::PeerClassifier;
 use metropolis_transport::runtime::{RuntimeTime, SharedRuntime};
@@ -75,6 +78,9 @@ pub const DEFAULT_DEBUG_PORT: u16 = 7837;
 
 /// Where `--debug-listen` without a value listens.
 pub const DEFAULT_DEBUG_LISTEN: &str = "127.0.0.1:7837";
+
+/// Where `--metrics-listen` without a value listens.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:7838";
 
 /// Command-line configuration of `metropolisd`.
 #[derive(Parser, Debug, Clone)]
@@ -164,6 +170,20 @@ pub struct Config {
     /// is refused at start.
     #[arg(long, requires = "debug_listen")]
     pub debug_listen_non_loopback: bool,
+    /// Serves Prometheus metrics on ADDR (plain HTTP, `GET /metrics`):
+    /// calls by method and status code with latency, Watch streams, store
+    /// commits and sync latency, WAL and snapshot sizes, leadership,
+    /// heartbeats and machines (names in docs/operations.md). Off unless
+    /// given; the flag alone listens on 127.0.0.1:7838. The metrics hold
+    /// no secrets, but any address other than loopback shows them to
+    /// whoever reaches it.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        num_args = 0..=1,
+        default_missing_value = DEFAULT_METRICS_LISTEN,
+    )]
+    pub metrics_listen: Option<SocketAddr>,
     /// The Kubernetes CA certificate (PEM) that signs debug kubeconfigs;
     /// needs --kubernetes-ca-key. It must be a CA of its own: the cluster
     /// CA (pki/ca.pem), its key, or a CA it signed is refused at start.
@@ -489,6 +509,10 @@ pub struct NodeServices {
     pub debug_listen: Option<SocketAddr>,
     /// The log tree behind GetLogs.
     pub logs: LogHub,
+    /// What `--metrics-listen` serves, when given.
+    pub metrics: Option<Arc<NodeMetrics>>,
+    /// Where the metrics listener goes (plain HTTP/1.1).
+    pub metrics_listen: Option<SocketAddr>,
     debug: Option<DebugService>,
     /// How long connections may drain on shutdown.
     pub shutdown_grace: std::time::Duration,
@@ -516,7 +540,8 @@ pub fn fatal_error(why: &str) -> DaemonError {
 
 /// Where a node's state lives.
 enum Backend {
-    Embedded(Arc<EmbeddedStore>),
+    /// The embedded store, and the families it records in.
+    Embedded(Arc<EmbeddedStore>, StoreMetrics),
     Elected(Elected),
 }
 
@@ -538,9 +563,11 @@ impl NodeServices {
         config.check_debug_listen()?;
         create_data_dir(config)?;
         let layout = Layout::new(&config.data_dir);
-        let store = Arc::new(EmbeddedStore::open(&layout.store, StoreOptions::default())?);
+        let metrics = StoreMetrics::default();
+        let options = StoreOptions::default().with_metrics(metrics.clone());
+        let store = Arc::new(EmbeddedStore::open(&layout.store, options)?);
         let pki = load_or_create_pki(&layout, &config.extra_sans)?;
-        Self::build(config, runtime, pki, Backend::Embedded(store)).await
+        Self::build(config, runtime, pki, Backend::Embedded(store, metrics)).await
     }
 
     /// Builds the services the configuration asks for: over the embedded
@@ -627,16 +654,30 @@ impl NodeServices {
         // failed; an elected instance a known leader (the etcd store has
         // no failed state of its own: a lost etcd loses the lease).
         let (store, leadership, embedded, readiness): (Arc<dyn KvStore>, _, _, Arc<dyn Readiness>) =
-            match backend {
-                Backend::Embedded(store) => {
+            match &backend {
+                Backend::Embedded(store, _) => {
                     let ready = Arc::new(store.health());
-                    (store.clone(), None, Some(store), ready)
+                    (store.clone(), None, Some(store.clone()), ready)
                 }
                 Backend::Elected(Elected { store, leadership }) => {
                     let ready = Arc::new(leadership.clone());
-                    (store, Some(leadership), None, ready)
+                    (store.clone(), Some(leadership.clone()), None, ready)
                 }
             };
+        let clock: Arc<dyn metropolis_core::ports::MonotonicClock> =
+            Arc::new(RuntimeTime::new(runtime.as_ref()));
+        let metrics = config.metrics_listen.map(|_| Metrics::new(clock.clone()));
+        let store: Arc<dyn KvStore> = match &metrics {
+            Some(metrics) => {
+                let backend = if embedded.is_some() {
+                    "embedded"
+                } else {
+                    "etcd"
+                };
+                Arc::new(MeteredKv::new(store, backend, metrics.clone()))
+            }
+            None => store,
+        };
         let assembled = metropolis_core::service::node::assemble(
             NodePorts {
                 store,
@@ -648,6 +689,7 @@ impl NodeServices {
                 backup: embedded
                     .clone()
                     .map(|s| s as Arc<dyn metropolis_core::ports::StoreBackup>),
+                metrics: metrics.clone(),
             },
             NodeOptions {
                 group_commit: config.cluster.group_commit(),
@@ -668,8 +710,21 @@ impl NodeServices {
             agent_router,
             cache,
             health,
+            provisioning,
             ..
         } = assembled;
+        let store_metrics = match &backend {
+            Backend::Embedded(_, metrics) => Some(metrics),
+            Backend::Elected(_) => None,
+        };
+        let node_metrics = metrics.as_ref().map(|core| {
+            Arc::new(NodeMetrics::new(
+                core.clone(),
+                store_metrics,
+                clock.clone(),
+                provisioning,
+            ))
+        });
         // Health and reflection on every listener, answered by this
         // instance for anyone; the debug listener needs neither store nor
         // leader.
@@ -697,10 +752,13 @@ impl NodeServices {
                     },
                     ..DebugPorts::new(logs.clone())
                 });
-                let router = Router::new()
+                let mut router = Router::new()
                     .with_limits(config.edge.request_limits())
                     .with_service(debug.server())
                     .with_health_and_reflection(&health);
+                if let Some(metrics) = &metrics {
+                    router = router.with_metrics(metrics.clone());
+                }
                 (Some(router), Some(debug))
             }
         };
@@ -719,6 +777,8 @@ impl NodeServices {
             debug_router,
             debug_listen: config.debug_listen,
             logs,
+            metrics: node_metrics,
+            metrics_listen: config.metrics_listen,
             debug,
             shutdown_grace: std::time::Duration::from_secs(config.shutdown_grace),
             edge: config.edge.limits(),

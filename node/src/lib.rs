@@ -10,6 +10,7 @@
 //!   joining a cluster, reaching etcd.
 //! - The host ports of the debug service and the daemon's own logs:
 //!   [`images`] (containerd or an OCI layout), [`tracefs`], [`logs`];
+//!   the Prometheus registry ([`metrics`]);
 //!   and the process [`clock`].
 //!
 //! Nothing here names an async runtime; blocking work runs on dedicated
@@ -22,6 +23,7 @@ pub mod etcd_access;
 pub mod images;
 pub mod join;
 pub mod logs;
+pub mod metrics;
 pub mod notify;
 pub mod serving;
 pub mod settings;

@@ -28,13 +28,15 @@ pub struct Serving {
     pub agent_addr: SocketAddr,
     /// The debug listener's bound address, when enabled.
     pub debug_addr: Option<SocketAddr>,
+    /// The metrics listener's bound address, when enabled.
+    pub metrics_addr: Option<SocketAddr>,
     runtime: SharedRuntime,
     /// Resolves once every listener stopped and its connections ended.
     stopped: Vec<BoxFuture<'static, ()>>,
 }
 
 /// Binds the node's UNIX socket, TLS, AgentCallback and (when enabled)
-/// debug listeners and serves its routers on `runtime` until `shutdown`
+/// debug and metrics listeners and serves its routers on `runtime` until `shutdown`
 /// fires. This is what an embedder calls.
 pub fn start(
     runtime: &SharedRuntime,
@@ -62,6 +64,21 @@ pub fn start(
             runtime.clone(),
             tcp,
             router.clone(),
+            node.edge.clone(),
+            shutdown.clone(),
+        );
+        stopped.push(Box::pin(spawn_joinable(&**runtime, serve)));
+    }
+    let mut metrics_addr = None;
+    if let (Some(addr), Some(metrics)) = (node.metrics_listen, &node.metrics) {
+        let (tcp, bound) = listen::bind_tcp(runtime, addr)
+            .map_err(|e| format!("{addr}: cannot listen for metrics scrapes: {e}"))?;
+        tracing::info!(metrics_listen = %bound, "serving Prometheus metrics at http://{bound}/metrics");
+        metrics_addr = Some(bound);
+        let serve = listen::serve_scrapes(
+            runtime.clone(),
+            tcp,
+            metrics.render(),
             node.edge.clone(),
             shutdown.clone(),
         );
@@ -101,6 +118,7 @@ pub fn start(
         tls_addr,
         agent_addr,
         debug_addr,
+        metrics_addr,
         runtime: runtime.clone(),
         stopped,
     })

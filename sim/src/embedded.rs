@@ -36,6 +36,7 @@ use futures::StreamExt;
 use metropolis_core::curator::{NODE_RECORD_SCHEMA, NODES_PREFIX, node_key};
 use metropolis_core::identity::{Identity, NodeId as CuratorNodeId};
 use metropolis_core::ports::{KvStore, MonotonicClock, Timer};
+use metropolis_core::service::metrics::Metrics;
 use metropolis_core::service::node::{NodeOptions, NodePorts, assemble};
 use metropolis_core::store::{Op, Txn};
 use metropolis_proto::prelude::{curator, storage};
@@ -169,6 +170,9 @@ impl World {
             wall_clock: Arc::new(node.clone()),
             readiness: Arc::new(store.health()),
             backup: Some(store.clone()),
+            // Recorded on virtual time, as a daemon records them: the
+            // metrics code runs in every seed (never read by a checker).
+            metrics: Some(Metrics::new(Arc::new(node.clone()))),
         };
         drop(store);
         let routers = self.routers.clone();

@@ -115,6 +115,7 @@ mod crc;
 pub mod disk;
 pub mod drive;
 mod error;
+mod metrics;
 mod recover;
 mod snapshot;
 mod wal;
@@ -145,6 +146,7 @@ pub use backup::{Backup, RestoreError, Restored, restore};
 pub use disk::{Disk, OsDisk};
 pub use drive::HostClock;
 pub use error::{Corruption, OpenError};
+pub use metrics::StoreMetrics;
 pub use writer::{StoreWriter, WriterStep};
 
 /// Name of the lock file in the store directory.
@@ -182,6 +184,9 @@ pub struct StoreOptions {
     /// The clock of leases and of the commit policy. Default
     /// [`HostClock`]; a simulator gives its virtual time.
     pub clock: Arc<dyn MonotonicClock>,
+    /// Where commits, batch sizes, sync times and file sizes are recorded.
+    /// Default: families nobody registered.
+    pub metrics: StoreMetrics,
 }
 
 impl std::fmt::Debug for StoreOptions {
@@ -207,6 +212,7 @@ impl Default for StoreOptions {
             direct_io: true,
             disk: Arc::new(OsDisk),
             clock: Arc::new(HostClock::new()),
+            metrics: StoreMetrics::default(),
         }
     }
 }
@@ -245,6 +251,12 @@ impl StoreOptions {
     /// Sets [`disk`](Self::disk).
     pub fn with_disk(mut self, disk: Arc<dyn Disk>) -> Self {
         self.disk = disk;
+        self
+    }
+
+    /// Sets [`metrics`](Self::metrics).
+    pub fn with_metrics(mut self, metrics: StoreMetrics) -> Self {
+        self.metrics = metrics;
         self
     }
 

@@ -39,12 +39,13 @@ pub(crate) fn write(
     dir: &Path,
     last_seq: u64,
     snapshot: &Snapshot,
-) -> io::Result<()> {
+) -> io::Result<u64> {
     let (header, payload) = encode(last_seq, snapshot);
     let tmp = dir.join(SNAPSHOT_TMP_FILE);
     disk.write_synced(&tmp, &[&header, &payload])?;
     disk.rename(&tmp, &path(dir))?;
-    disk.sync_dir(dir)
+    disk.sync_dir(dir)?;
+    Ok((header.len() + payload.len()) as u64)
 }
 
 /// The snapshot file of `snapshot`, which holds every record up to

@@ -78,6 +78,7 @@ impl StoreWriter {
     ) -> StoreWriter {
         let snapshot_at = options.snapshot_threshold;
         let policy = CommitPolicy::new(options.commit_delay, options.commit_batch);
+        options.metrics.set_wal_size(wal.size());
         StoreWriter {
             shared,
             disk: options.disk.clone(),
@@ -166,7 +167,14 @@ impl StoreWriter {
             (self.wal.size() + bytes as u64 >= self.snapshot_at).then(|| state.mem.snapshot());
         drop(state);
 
+        let started = self.options.clock.now();
         let result = self.wal.append(batch.iter().map(|q| q.frame.as_slice()));
+        if result.is_ok() {
+            let took = self.options.clock.now().saturating_duration_since(started);
+            self.options
+                .metrics
+                .committed(batch.len(), bytes, took.as_secs_f64(), self.wal.size());
+        }
         let mut state = shared.lock();
         if let Err(e) = result {
             state.fail(format!(
@@ -196,11 +204,14 @@ impl StoreWriter {
     /// Writes a snapshot containing every record up to `last_seq`, then
     /// starts a fresh WAL after it.
     fn rotate(&mut self, shared: &Shared, last_seq: u64, snapshot: &Snapshot) {
-        if let Err(e) = snapshot::write(self.disk.as_ref(), &self.dir, last_seq, snapshot) {
-            // The WAL still holds everything: go on with it, retry later.
-            tracing::warn!("writing a snapshot in {} failed: {e}", self.dir.display());
-            self.snapshot_at = self.wal.size() + self.options.snapshot_threshold;
-            return;
+        match snapshot::write(self.disk.as_ref(), &self.dir, last_seq, snapshot) {
+            Ok(size) => self.options.metrics.snapshot_written(size),
+            Err(e) => {
+                // The WAL still holds everything: go on with it, retry later.
+                tracing::warn!("writing a snapshot in {} failed: {e}", self.dir.display());
+                self.snapshot_at = self.wal.size() + self.options.snapshot_threshold;
+                return;
+            }
         }
         let wal = match Wal::prepare(
             self.disk.as_ref(),
@@ -231,6 +242,7 @@ impl StoreWriter {
             snapshot.revision
         );
         self.wal = wal;
+        self.options.metrics.set_wal_size(self.wal.size());
         self.snapshot_at = self.options.snapshot_threshold;
     }
 }

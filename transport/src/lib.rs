@@ -9,6 +9,7 @@
 //!   of local-socket clients that send none.
 //! - [`connect`]: client connections and the leader [`Dialer`](connect::Dialer);
 //!   [`upstream`]: the channel to the leader a follower forwards over.
+//! - [`exposition`]: the HTTP/1.1 endpoint Prometheus scrapes.
 //! - [`peer`]: who a caller is, from its certificate chain.
 //! - [`shutdown`], [`socket`]: the shutdown signal and task tracker, socket
 //!   files and options.
@@ -17,6 +18,7 @@
 
 pub mod connect;
 pub mod edge;
+pub mod exposition;
 pub mod grpc;
 pub mod h2_authority;
 pub mod listen;

@@ -2,7 +2,7 @@
 //! caller is this node), TCP with TLS 1.3 (the caller is whoever its client
 //! certificate says) and plain TCP for the debug service. The accept loop
 //! and its limits are [`edge`](crate::edge)'s, each connection is served
-//! by [`serve_connection`].
+//! by [`serve_connection`]; and the metrics endpoint ([`serve_scrapes`]).
 
 use std::io;
 use std::net::SocketAddr;
@@ -151,6 +151,38 @@ pub async fn serve_plain(
                 caller = caller.with_addr(addr);
             }
             Box::pin(with.serve(socket.into_io(), caller, router.clone()))
+        },
+    )
+    .await;
+    connections.wait().await;
+}
+
+/// Serves Prometheus scrapes (`GET /metrics`, plain HTTP/1.1, see
+/// [`exposition`](crate::exposition)) until `shutdown`, each document
+/// made by `render`. Every caller is served: bind it where only the
+/// scrapers reach (the daemon's default is loopback).
+pub async fn serve_scrapes(
+    runtime: SharedRuntime,
+    listener: Box<dyn Listener>,
+    render: crate::exposition::Render,
+    limits: EdgeLimits,
+    shutdown: Shutdown,
+) {
+    let connections = accept(
+        "metrics listener",
+        &runtime,
+        &*listener,
+        &limits,
+        &shutdown,
+        |socket, _, with| {
+            tune_tcp(&*socket, &limits);
+            let serve = crate::exposition::serve_connection(
+                socket.into_io(),
+                render.clone(),
+                with.timer.clone(),
+                with.shutdown.wait(),
+            );
+            Box::pin(serve)
         },
     )
     .await;

@@ -28,6 +28,7 @@ use super::unary;
 
 use super::cas::UpdateQueues;
 use super::curator::store_status;
+use super::metrics::{AgentMetrics, Metrics};
 use crate::identity::Identity;
 use crate::ports::{KvStore, WallClock};
 use crate::provisioning::{MachineRecord, RequestError};
@@ -73,6 +74,7 @@ pub struct ProvisioningService {
     queues: UpdateQueues,
     clock: Arc<dyn WallClock>,
     lost_after: Duration,
+    metrics: Option<AgentMetrics>,
 }
 
 /// Applies `change` to the record of `machine_id` in `store` by
@@ -110,7 +112,43 @@ impl ProvisioningService {
             queues: UpdateQueues::default(),
             clock,
             lost_after,
+            metrics: None,
         }
+    }
+
+    /// Counts heartbeats by result in `metrics`.
+    pub fn with_metrics(mut self, metrics: &Metrics) -> Self {
+        self.metrics = Some(metrics.agents.clone());
+        self
+    }
+
+    /// Every stored machine record.
+    async fn read_machines(store: &dyn KvStore) -> Result<Vec<KeyValue>, Status> {
+        let txn = Txn {
+            success: vec![Op::Range(KeyRange::Prefix(Bytes::from_static(
+                MACHINES_PREFIX,
+            )))],
+            ..Default::default()
+        };
+        let mut response = store.txn(txn).await.map_err(store_status)?;
+        match response.results.pop() {
+            Some(OpResult::Range(kvs)) => Ok(kvs),
+            _ => Err(Status::internal("store returned no range result")),
+        }
+    }
+
+    /// How many machines are registered and how many of them are lost
+    /// (see [`Metrics::record_machines`]), read from the store now.
+    pub async fn census(&self) -> Result<(u64, u64), Status> {
+        let kvs = Self::read_machines(self.store.as_ref()).await?;
+        let now = self.clock.now_unix_ms();
+        let mut lost = 0;
+        for kv in &kvs {
+            if decode(kv)?.is_lost(now, self.lost_after) {
+                lost += 1;
+            }
+        }
+        Ok((kvs.len() as u64, lost))
     }
 
     /// The AgentCallback service, ready for the [`Router`](super::Router).
@@ -152,7 +190,8 @@ impl ProvisioningService {
         };
         let (store, queues) = (self.store.clone(), self.queues.clone());
         let now = self.clock.now_unix_ms();
-        async move {
+        let metrics = self.metrics.clone();
+        let beat = async move {
             let key = checked?;
             let unknown = || Status::unauthenticated("machine id or public key unknown");
             let outcome = update_machine(store.as_ref(), &queues, &request.machine_id, |record| {
@@ -174,7 +213,20 @@ impl ProvisioningService {
             Ok(EncodedHeartbeatResponse {
                 installation_request: outcome.response_request,
             })
-        }
+        };
+        // A map, not an `async` block awaiting `beat`: that would hold
+        // `beat` twice over in its layout (see `core/tests/call_size.rs`).
+        futures::FutureExt::map(beat, move |result: Result<_, Status>| {
+            if let Some(metrics) = metrics {
+                metrics.heartbeat(match &result {
+                    Ok(_) => "ok",
+                    Err(e) if e.code() == tonic::Code::Unauthenticated => "unknown_agent",
+                    Err(e) if e.code() == tonic::Code::InvalidArgument => "invalid",
+                    Err(_) => "error",
+                });
+            }
+            result
+        })
     }
 
     fn view(&self, record: &MachineRecord, now: i64) -> private::Machine {
@@ -251,17 +303,7 @@ impl machine_management_server::MachineManagement for ProvisioningService {
         &self,
         _request: tonic::Request<private::ListMachinesRequest>,
     ) -> Result<tonic::Response<private::ListMachinesResponse>, Status> {
-        let txn = Txn {
-            success: vec![Op::Range(KeyRange::Prefix(Bytes::from_static(
-                MACHINES_PREFIX,
-            )))],
-            ..Default::default()
-        };
-        let mut response = self.store.txn(txn).await.map_err(store_status)?;
-        let kvs = match response.results.pop() {
-            Some(OpResult::Range(kvs)) => kvs,
-            _ => return Err(Status::internal("store returned no range result")),
-        };
+        let kvs = Self::read_machines(self.store.as_ref()).await?;
         let now = self.clock.now_unix_ms();
         let machines = kvs
             .iter()

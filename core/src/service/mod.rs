@@ -19,6 +19,7 @@ mod group_commit;
 mod health;
 mod introspection;
 pub mod maintenance;
+pub mod metrics;
 pub mod node;
 mod reflection;
 mod remote_addr;

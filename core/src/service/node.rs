@@ -28,6 +28,7 @@ use metropolis_proto::prelude::common;
 
 use super::elected::{FencedStore, SharedLeadership};
 use super::forward::Routing;
+use super::metrics::Metrics;
 use super::{
     CuratorService, GroupCommit, GroupCommitOptions, HealthMonitor, ProvisioningService, Readiness,
     RequestLimits, Router, WatchCache, WatchCacheOptions,
@@ -54,6 +55,9 @@ pub struct NodePorts {
     /// Backups of the store for the Maintenance service (the embedded
     /// store's; None over etcd).
     pub backup: Option<Arc<dyn StoreBackup>>,
+    /// Where the routers, the watch cache, the heartbeats and the
+    /// leadership record what they do (None: nowhere).
+    pub metrics: Option<Metrics>,
 }
 
 /// How a node's services are tuned.
@@ -96,6 +100,8 @@ pub struct NodeServiceSet {
     pub health: HealthMonitor,
     /// Whether this start registered the node (it was not registered).
     pub registered: bool,
+    /// The machines' service (for [`ProvisioningService::census`]).
+    pub provisioning: ProvisioningService,
 }
 
 /// Assembles the services of node `node_id` (whose Ed25519 public key is
@@ -108,6 +114,17 @@ pub async fn assemble(
     node_key: &[u8; 32],
 ) -> Result<NodeServiceSet, tonic::Status> {
     let raw = ports.store;
+    let metrics = ports.metrics;
+    if let Some(metrics) = &metrics {
+        match &ports.leadership {
+            Some(leadership) => {
+                let observer = metrics.clone();
+                leadership.on_role_change(move |_, role| observer.record_role(role));
+                metrics.record_role(&leadership.role());
+            }
+            None => metrics.record_role(&crate::leadership::Role::Sole),
+        }
+    }
     // The services' writes carry the leader's fence; reads do not.
     let (kv, routing): (Arc<dyn KvStore>, Option<Arc<dyn Routing>>) = match ports.leadership {
         None => (raw.clone(), None),
@@ -121,7 +138,10 @@ pub async fn assemble(
             (fenced, Some(Arc::new(leadership)))
         }
     };
-    let cache = WatchCache::new(raw.clone(), ports.spawner, options.watch_cache);
+    let mut cache = WatchCache::new(raw.clone(), ports.spawner, options.watch_cache);
+    if let Some(metrics) = &metrics {
+        cache = cache.with_metrics(metrics);
+    }
     // Watches opened after a write see it (read your writes), even
     // though the cache follows the store asynchronously.
     let curator = CuratorService::new(cache.track_writes(kv.clone()), cache.clone(), ports.issuer);
@@ -134,7 +154,10 @@ pub async fn assemble(
     let registered = registrar
         .register_node(node_id, node_key, roles, common::NodeState::Up)
         .await?;
-    let provisioning = ProvisioningService::new(kv, ports.wall_clock, options.agent_lost_after);
+    let mut provisioning = ProvisioningService::new(kv, ports.wall_clock, options.agent_lost_after);
+    if let Some(metrics) = &metrics {
+        provisioning = provisioning.with_metrics(metrics);
+    }
     let mut router = Router::new()
         .with_limits(options.curator_limits)
         .with_service(curator.curator_server())
@@ -152,6 +175,10 @@ pub async fn assemble(
             .with_routing(routing.clone());
         agent_router = agent_router.with_routing(routing);
     }
+    if let Some(metrics) = metrics {
+        router = router.with_metrics(metrics.clone());
+        agent_router = agent_router.with_metrics(metrics);
+    }
     let health = HealthMonitor::new();
     let curator_health = health.clone().with_condition(ports.readiness);
     Ok(NodeServiceSet {
@@ -160,5 +187,6 @@ pub async fn assemble(
         cache,
         health,
         registered,
+        provisioning,
     })
 }

@@ -15,6 +15,7 @@ use futures::future::Either;
 
 use super::admission::RequestLimits;
 use super::forward::{Destination, Routing, forward, grpc_timeout, on_behalf_of};
+use super::metrics::Metrics;
 use super::routed_body::RoutedBody;
 use crate::identity::{AuthzError, Identity, authorize};
 use crate::leadership::LeadershipError;
@@ -117,6 +118,7 @@ pub struct Router {
     local: Arc<BTreeMap<&'static str, Arc<dyn GrpcService>>>,
     routing: Option<Arc<dyn Routing>>,
     limits: RequestLimits,
+    metrics: Option<Metrics>,
 }
 
 impl Router {
@@ -161,6 +163,14 @@ impl Router {
         self
     }
 
+    /// Records every call in `metrics` (started, handled by status code,
+    /// handling time, in flight, forwarded): see
+    /// [`metrics`](super::metrics).
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
     /// The limits request bodies are held to.
     pub fn limits(&self) -> &RequestLimits {
         &self.limits
@@ -173,7 +183,17 @@ impl Router {
         request: Request<Body>,
     ) -> impl Future<Output = Response<Body>> + Send + 'static + use<> {
         use futures::FutureExt;
-        self.dispatch(request).map(cap_status_message)
+        let meter = self
+            .metrics
+            .as_ref()
+            .map(|m| m.start_call(request.uri().path()));
+        self.dispatch(request).map(move |response| {
+            let response = cap_status_message(response);
+            match meter {
+                Some(meter) => meter.finish(response),
+                None => response,
+            }
+        })
     }
 
     /// `request` with its body held to the router's limits.
@@ -227,6 +247,7 @@ impl Router {
             return service.call(request);
         };
         let timeout = grpc_timeout(request.headers().get("grpc-timeout"));
+        let metrics = self.metrics.clone();
         Box::pin(async move {
             let routed = match routing.route(timeout).await {
                 Ok(routed) => routed,
@@ -245,7 +266,12 @@ impl Router {
                 {
                     return LeadershipError::BackendSwitched.to_status().into_http();
                 }
-                Destination::Forward(upstream) => forward(upstream.as_ref(), request),
+                Destination::Forward(upstream) => {
+                    if let Some(metrics) = &metrics {
+                        metrics.rpc.forwarded(request.uri().path());
+                    }
+                    forward(upstream.as_ref(), request)
+                }
             };
             let mut cancelled = routed.cancelled;
             match futures::future::select(response, &mut cancelled).await {

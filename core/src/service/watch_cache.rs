@@ -13,6 +13,7 @@ use prost::Message;
 use tonic::Status;
 
 use super::forward::LeaderTerm;
+use super::metrics::{Metrics, WatchMetrics};
 use crate::curator::{NODES_PREFIX, cached_node, id_from_key};
 use crate::identity::Identity;
 use crate::ports::{KvStore, Spawner};
@@ -81,22 +82,23 @@ struct Shared {
     /// Stops the running driver (it may be waiting on a store watch that
     /// stays silent).
     driver: Option<AbortHandle>,
+    /// Where streams, events and coalesced changes are counted.
+    metrics: Option<WatchMetrics>,
 }
 
 impl Shared {
     fn feed(&mut self, change: &NodeChange) {
         for slot in self.streams.values_mut() {
-            let relevant = match &mut slot.machine {
-                Machine::Nodes(m) => {
-                    m.handle_change(change);
-                    true
-                }
+            let (relevant, coalesced) = match &mut slot.machine {
+                Machine::Nodes(m) => (true, m.handle_change(change)),
                 Machine::Node(m) => {
                     let relevant = m.node_id() == change.id().as_ref();
-                    m.handle_change(change);
-                    relevant
+                    (relevant, m.handle_change(change))
                 }
             };
+            if coalesced && let Some(metrics) = &self.metrics {
+                metrics.coalesced();
+            }
             let member_gone = matches!(change, NodeChange::Delete { id, .. }
                 if slot.member.as_deref() == Some(id.as_ref()));
             if (relevant || member_gone)
@@ -121,6 +123,14 @@ impl Shared {
         self.generation += 1;
         if let Some(driver) = self.driver.take() {
             driver.abort();
+        }
+    }
+
+    /// Unregisters stream `id`.
+    fn remove(&mut self, id: u64) {
+        self.streams.remove(&id);
+        if let Some(metrics) = &self.metrics {
+            metrics.set_streams(self.streams.len());
         }
     }
 
@@ -179,6 +189,7 @@ impl WatchCache {
             written: 0,
             term: 0,
             driver: None,
+            metrics: None,
         };
         WatchCache {
             shared: Arc::new(Mutex::new(shared)),
@@ -186,6 +197,13 @@ impl WatchCache {
             spawner,
             options,
         }
+    }
+
+    /// Counts the open streams, the events and bytes they send and the
+    /// changes coalesced for slow readers in `metrics`.
+    pub fn with_metrics(self, metrics: &Metrics) -> Self {
+        lock(&self.shared).metrics = Some(metrics.watch.clone());
+        self
     }
 
     /// Opens a `NodesInCluster` stream.
@@ -255,6 +273,9 @@ impl WatchCache {
                 member,
             },
         );
+        if let Some(metrics) = &shared.metrics {
+            metrics.set_streams(shared.streams.len());
+        }
         // A newer term than the running driver's: it may be behind writes
         // acknowledged by the leaders before this term, so a new driver
         // reads a fresh snapshot (open streams wait, then get the
@@ -543,7 +564,7 @@ impl Stream for WatchStream {
             return Poll::Ready(None);
         };
         if let Some(status) = slot.end.take() {
-            s.streams.remove(&self.id);
+            s.remove(self.id);
             return Poll::Ready(Some(Err(status)));
         }
         if s.state == State::Ready && s.cache.revision() >= slot.after {
@@ -551,7 +572,7 @@ impl Stream for WatchStream {
                 && s.cache.get(member).is_none()
             {
                 let status = not_a_member(member);
-                s.streams.remove(&self.id);
+                s.remove(self.id);
                 return Poll::Ready(Some(Err(status)));
             }
             let event = match &mut slot.machine {
@@ -561,6 +582,9 @@ impl Stream for WatchStream {
                     .map(|event| Bytes::from(event.encode_to_vec())),
             };
             if let Some(event) = event {
+                if let Some(metrics) = &s.metrics {
+                    metrics.sent(event.len());
+                }
                 return Poll::Ready(Some(Ok(event)));
             }
         }
@@ -571,6 +595,6 @@ impl Stream for WatchStream {
 
 impl Drop for WatchStream {
     fn drop(&mut self) {
-        lock(&self.shared).streams.remove(&self.id);
+        lock(&self.shared).remove(self.id);
     }
 }

@@ -53,17 +53,21 @@ impl NodeWatch {
         self.state == State::Done
     }
 
-    /// Takes a change that was just applied to the cache.
-    pub fn handle_change(&mut self, change: &NodeChange) {
+    /// Takes a change that was just applied to the cache. True when it
+    /// replaced a state of the node the stream had not sent yet (the two
+    /// were coalesced).
+    pub fn handle_change(&mut self, change: &NodeChange) -> bool {
         // A deletion is terminal for this stream: a node re-created before
         // the client read the tombstone is not sent.
         if change.id() != &self.id || matches!(self.state, State::Delete | State::Done) {
-            return;
+            return false;
         }
+        let replaced = matches!(self.state, State::Put(_));
         self.state = match change {
             NodeChange::Put(n) => State::Put(n.encoded.clone()),
             NodeChange::Delete { .. } => State::Delete,
         };
+        replaced
     }
 
     /// The next event to send, if any.

@@ -85,20 +85,22 @@ impl NodesWatch {
         self.pending.len()
     }
 
-    /// Takes a change that was just applied to the cache.
-    pub fn handle_change(&mut self, change: &NodeChange) {
+    /// Takes a change that was just applied to the cache. True when it
+    /// replaced a change of the same node the stream had not sent yet
+    /// (the two were coalesced).
+    pub fn handle_change(&mut self, change: &NodeChange) -> bool {
         let id = change.id();
         if let Phase::Backlog { sent_up_to } = &self.phase {
             let already_sent = sent_up_to.as_ref().is_some_and(|s| id <= s);
             if !already_sent {
-                return;
+                return false;
             }
         }
         let next = match change {
             NodeChange::Put(n) => Pending::Put(n.encoded.clone()),
             NodeChange::Delete { .. } => Pending::Delete,
         };
-        self.pending.insert(id.clone(), next);
+        self.pending.insert(id.clone(), next).is_some()
     }
 
     /// The next event to send, if any.

@@ -203,7 +203,9 @@ proptest! {
                     watch.handle_change(&c);
                 } else {
                     let w = &mut watch;
-                    h.apply(c, &mut [&mut |c: &NodeChange| w.handle_change(c)]);
+                    h.apply(c, &mut [&mut |c: &NodeChange| {
+                        w.handle_change(c);
+                    }]);
                 }
             }
         }
@@ -312,7 +314,9 @@ proptest! {
                     watch.handle_change(&c);
                 } else {
                     let w = &mut watch;
-                    h.apply(c, &mut [&mut |c: &NodeChange| w.handle_change(c)]);
+                    h.apply(c, &mut [&mut |c: &NodeChange| {
+                        w.handle_change(c);
+                    }]);
                 }
             }
         }

@@ -85,6 +85,7 @@ use metropolis_core::leadership::{Leadership, LeadershipConfig};
 use metropolis_core::ports::{MonotonicClock, Timer};
 use metropolis_core::service::elected::SharedLeadership;
 use metropolis_core::service::elected::driver::{ElectionDriver, ElectionPorts};
+use metropolis_core::service::metrics::Metrics;
 use metropolis_core::service::node::{NodeOptions, NodePorts, assemble};
 use metropolis_core::store::KeyRange;
 use metropolis_proto::prelude::{common, curator, storage};
@@ -279,6 +280,7 @@ impl Cluster {
             wall_clock: Arc::new(node.clone()),
             readiness: Arc::new(shared),
             backup: None,
+            metrics: Some(Metrics::new(Arc::new(node.clone()))),
         };
         let routers = self.routers.clone();
         let serving = node.clone();
