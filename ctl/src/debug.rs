@@ -11,6 +11,7 @@ use metropolis_proto::prelude::debug::{self, node_debug_service_client::NodeDebu
 use metropolis_transport::grpc::Channel;
 use tokio::io::AsyncReadExt;
 
+use super::output::{Format, emit, render};
 use super::{CliError, status_error};
 use metropolis_runtime_tokio::rt::TokioRuntime;
 use metropolis_transport::connect;
@@ -113,9 +114,9 @@ pub struct KubeconfigArgs {
     #[arg(long = "group", value_name = "G")]
     groups: Vec<String>,
     /// Write the kubeconfig to FILE (mode 0600: it holds a private key)
-    /// instead of standard output.
-    #[arg(short = 'o', long, value_name = "FILE")]
-    output: Option<PathBuf>,
+    /// instead of standard output (where `-o json` prints it as JSON).
+    #[arg(short = 'f', long, value_name = "FILE")]
+    file: Option<PathBuf>,
 }
 
 async fn client(endpoint: &str) -> Result<NodeDebugServiceClient<Channel>, CliError> {
@@ -210,8 +211,8 @@ fn severity_letter(s: i32) -> &'static str {
 
 /// One entry as text lines (leveled: one per message line) or one JSON
 /// object.
-pub fn format_entry(entry: &common::LogEntry, json: bool) -> String {
-    match (&entry.kind, json) {
+pub fn format_entry(entry: &common::LogEntry, format: Format) -> String {
+    let value = match (&entry.kind, format.structured()) {
         (Some(log_entry::Kind::Leveled(l)), false) => {
             let ts = l.timestamp.as_ref().map(rfc3339).unwrap_or_default();
             let prefix = format!(
@@ -225,9 +226,9 @@ pub fn format_entry(entry: &common::LogEntry, json: bool) -> String {
                 .iter()
                 .map(|line| format!("{prefix} {line}"))
                 .collect();
-            lines.join("\n")
+            return lines.join("\n");
         }
-        (Some(log_entry::Kind::Raw(r)), false) => format!("{} R] {}", entry.dn, r.data),
+        (Some(log_entry::Kind::Raw(r)), false) => return format!("{} R] {}", entry.dn, r.data),
         (Some(log_entry::Kind::Leveled(l)), true) => serde_json::json!({
             "dn": entry.dn,
             "kind": "leveled",
@@ -237,22 +238,21 @@ pub fn format_entry(entry: &common::LogEntry, json: bool) -> String {
                 .unwrap_or("INVALID"),
             "location": l.location,
             "lines": l.lines,
-        })
-        .to_string(),
+        }),
         (Some(log_entry::Kind::Raw(r)), true) => serde_json::json!({
             "dn": entry.dn,
             "kind": "raw",
             "data": r.data,
             "original_length": r.original_length,
-        })
-        .to_string(),
-        (None, false) => format!("{} ?] (entry without payload)", entry.dn),
-        (None, true) => serde_json::json!({ "dn": entry.dn, "kind": null }).to_string(),
-    }
+        }),
+        (None, false) => return format!("{} ?] (entry without payload)", entry.dn),
+        (None, true) => serde_json::json!({ "dn": entry.dn, "kind": null }),
+    };
+    render(&value, format)
 }
 
 /// `metroctl logs`.
-pub async fn logs(endpoint: &str, args: LogsArgs) -> Result<(), CliError> {
+pub async fn logs(endpoint: &str, args: LogsArgs, format: Format) -> Result<(), CliError> {
     let request = logs_request(&args);
     let mut stream = client(endpoint)
         .await?
@@ -267,7 +267,7 @@ pub async fn logs(endpoint: &str, args: LogsArgs) -> Result<(), CliError> {
             .iter()
             .chain(&response.stream_entries)
         {
-            outln!("{}", format_entry(entry, args.json));
+            outln!("{}", format_entry(entry, format.or_json(args.json)));
         }
     }
     Ok(())
@@ -325,7 +325,11 @@ fn progress_bar(total: Option<u64>) -> indicatif::ProgressBar {
 }
 
 /// `metroctl load-image`.
-pub async fn load_image(endpoint: &str, args: LoadImageArgs) -> Result<(), CliError> {
+pub async fn load_image(
+    endpoint: &str,
+    args: LoadImageArgs,
+    format: Format,
+) -> Result<(), CliError> {
     if args.chunk_size == 0 || args.chunk_size > MAX_CHUNK_SIZE {
         return Err(format!(
             "--chunk-size: {} is out of range 1..={MAX_CHUNK_SIZE}",
@@ -390,12 +394,23 @@ pub async fn load_image(endpoint: &str, args: LoadImageArgs) -> Result<(), CliEr
         Err(e) => return Err(format!("reader task failed: {e}").into()),
     };
     result.map_err(status_error)?;
-    outln!("image loaded ({sent} bytes)");
+    if format.structured() {
+        emit(
+            &serde_json::json!({ "loaded": true, "bytes": sent }),
+            format,
+        );
+    } else {
+        outln!("image loaded ({sent} bytes)");
+    }
     Ok(())
 }
 
 /// `metroctl kubeconfig`.
-pub async fn kubeconfig(endpoint: &str, args: KubeconfigArgs) -> Result<(), CliError> {
+pub async fn kubeconfig(
+    endpoint: &str,
+    args: KubeconfigArgs,
+    format: Format,
+) -> Result<(), CliError> {
     let response = client(endpoint)
         .await?
         .get_debug_kubeconfig(debug::GetDebugKubeconfigRequest {
@@ -405,10 +420,17 @@ pub async fn kubeconfig(endpoint: &str, args: KubeconfigArgs) -> Result<(), CliE
         .await
         .map_err(status_error)?
         .into_inner();
-    match args.output {
+    match args.file {
         Some(path) => {
             super::machines::write_private(&path, &response.debug_kubeconfig)?;
             eprintln!("kubeconfig written to {}", path.display());
+        }
+        // A kubeconfig is YAML already; as JSON it is one object, as
+        // `kubectl config view -o json` prints one.
+        None if format == Format::Json => {
+            let value: serde_json::Value = serde_yaml_ng::from_str(&response.debug_kubeconfig)
+                .map_err(|e| format!("the node sent a kubeconfig that is not YAML: {e}"))?;
+            emit(&value, format);
         }
         None => {
             use std::io::Write as _;

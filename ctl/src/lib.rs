@@ -20,6 +20,7 @@ mod snapshot;
 
 pub(crate) use exit::status_error;
 use exit::{EXIT_HELP, Exit, failed, usage};
+use output::Format;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -55,6 +56,20 @@ use metropolis_transport::connect as dial;
 pub struct Cli {
     #[command(flatten)]
     conn: ConnectionArgs,
+    /// How commands print what they got: table (lines for people), wide
+    /// (more columns in node and machine lists), json (one object per
+    /// line: per item, per event), yaml (one document per item or event).
+    /// `--json` on a command is `-o json`.
+    #[arg(
+        short = 'o',
+        long = "output",
+        global = true,
+        env = "METROCTL_OUTPUT",
+        value_enum,
+        default_value_t = Format::Table,
+        value_name = "FORMAT"
+    )]
+    output: Format,
     #[command(subcommand)]
     command: Command,
 }
@@ -318,13 +333,14 @@ async fn run(cli: Cli) -> Result<(), CliError> {
 /// (the whole command is bounded by the caller otherwise).
 async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), CliError> {
     let endpoint = cli.conn.debug_endpoint.as_str();
+    let format = cli.output;
     let command = match cli.command {
-        Command::Logs(args) => return debug::logs(endpoint, args).await,
+        Command::Logs(args) => return debug::logs(endpoint, args, format).await,
         Command::Trace(args) => return debug::trace(endpoint, args).await,
-        Command::LoadImage(args) => return debug::load_image(endpoint, args).await,
-        Command::Kubeconfig(args) => return debug::kubeconfig(endpoint, args).await,
+        Command::LoadImage(args) => return debug::load_image(endpoint, args, format).await,
+        Command::Kubeconfig(args) => return debug::kubeconfig(endpoint, args, format).await,
         Command::Snapshot(snapshot::SnapshotCommand::Restore { file, json }) => {
-            return snapshot::restore_into(&cli.conn.data_dir, &file, json);
+            return snapshot::restore_into(&cli.conn.data_dir, &file, format.or_json(json));
         }
         Command::Man { dir } => {
             std::fs::create_dir_all(&dir)
@@ -349,12 +365,13 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
         }) => {
             let ca = metropolis_node::join::write_bundle(&cli.conn.data_dir.join("pki"), &out)?;
             let fingerprint = metropolis_node::join::fingerprint(&ca);
-            if json {
+            let format = format.or_json(json);
+            if format.structured() {
                 let value = serde_json::json!({
                     "join_bundle": out.display().to_string(),
                     "ca_sha256": fingerprint,
                 });
-                outln!("{value}");
+                output::emit(&value, format);
                 return Ok(());
             }
             outln!(
@@ -381,11 +398,11 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
     };
     let mut curator = CuratorClient::with_origin(conn.channel.clone(), Channel::origin());
     match command {
-        Command::Machine(m) => machines::machine(conn.channel, m).await,
+        Command::Machine(m) => machines::machine(conn.channel, m, format).await,
         Command::Snapshot(snapshot::SnapshotCommand::Save { file, json }) => {
-            snapshot::save(conn.channel, &file, json).await
+            snapshot::save(conn.channel, &file, format.or_json(json)).await
         }
-        Command::Install(i) => machines::install(conn.channel, i).await,
+        Command::Install(i) => machines::install(conn.channel, i, format).await,
         Command::Watch(w) => {
             let (kind, json) = match w {
                 WatchCommand::Nodes { json } => (
@@ -407,7 +424,7 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
                 .into_inner();
             while let Some(event) = stream.next().await {
                 let event = event.map_err(status_error)?;
-                output::print_event(&event, json);
+                output::print_event(&event, format.or_json(json));
             }
             Ok(())
         }
@@ -460,7 +477,7 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
                     break;
                 }
             }
-            output::print_nodes(&nodes, json);
+            output::print_nodes(&nodes, format.or_json(json));
             Ok(())
         }
         Command::Node(NodeCommand::Add { out, json, .. }) => {
@@ -480,12 +497,13 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
                 String::from_utf8(resp.ca_certificate.to_vec())?,
             );
             creds.write_to_dir(&out, "node")?;
-            if json {
+            let format = format.or_json(json);
+            if format.structured() {
                 let value = serde_json::json!({
                     "node_id": resp.node_id,
                     "credentials": out.display().to_string(),
                 });
-                outln!("{value}");
+                output::emit(&value, format);
                 return Ok(());
             }
             outln!(

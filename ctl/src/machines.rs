@@ -13,6 +13,7 @@ use metropolis_transport::grpc::Channel;
 use prost::Message;
 
 use super::machine_view::{self, hex};
+use super::output::{Format, emit};
 use super::{CliError, status_error};
 
 /// `metroctl machine …`
@@ -232,7 +233,11 @@ fn now_ms() -> i64 {
 }
 
 /// Runs a `machine` command.
-pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), CliError> {
+pub async fn machine(
+    channel: Channel,
+    command: MachineCommand,
+    format: Format,
+) -> Result<(), CliError> {
     let mut client = MachineManagementClient::with_origin(channel, Channel::origin());
     match command {
         MachineCommand::Add {
@@ -266,15 +271,16 @@ pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), Cl
                 .await
                 .map_err(status_error)?
                 .into_inner();
-            if json {
+            let format = format.or_json(json);
+            if format.structured() {
                 for m in &machines.machines {
-                    outln!("{}", machine_view::machine_json(m, false));
+                    emit(&machine_view::machine_json(m, false), format);
                 }
                 return Ok(());
             }
             let now = now_ms();
             for m in &machines.machines {
-                outln!(
+                let mut line = format!(
                     "{}  {:<10} {}  gen={}  {}  [{}]",
                     m.machine_id,
                     age(now, m.last_heartbeat_unix_ms),
@@ -283,6 +289,15 @@ pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), Cl
                     latest_report(m),
                     hardware_summary(m)
                 );
+                if format == Format::Wide {
+                    line.push_str(&format!(
+                        "  key={}  last-heartbeat={}",
+                        hex(&m.agent_public_key),
+                        machine_view::unix_ms(m.last_heartbeat_unix_ms)
+                            .unwrap_or_else(|| "-".into())
+                    ));
+                }
+                outln!("{line}");
             }
             outln!("{} machine(s)", machines.machines.len());
         }
@@ -292,8 +307,9 @@ pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), Cl
                 .await
                 .map_err(status_error)?
                 .into_inner();
-            if json {
-                outln!("{}", machine_view::machine_json(&m, true));
+            let format = format.or_json(json);
+            if format.structured() {
+                emit(&machine_view::machine_json(&m, true), format);
                 return Ok(());
             }
             outln!("machine          {}", m.machine_id);
@@ -333,7 +349,11 @@ pub async fn machine(channel: Channel, command: MachineCommand) -> Result<(), Cl
 }
 
 /// Runs an `install` command.
-pub async fn install(channel: Channel, command: InstallCommand) -> Result<(), CliError> {
+pub async fn install(
+    channel: Channel,
+    command: InstallCommand,
+    format: Format,
+) -> Result<(), CliError> {
     let mut client = MachineManagementClient::with_origin(channel, Channel::origin());
     match command {
         InstallCommand::Request {
@@ -386,7 +406,8 @@ pub async fn install(channel: Channel, command: InstallCommand) -> Result<(), Cl
                 .await
                 .map_err(status_error)?
                 .into_inner();
-            if json {
+            let format = format.or_json(json);
+            if format.structured() {
                 let mut value = machine_view::machine_json(&m, false);
                 let done = m
                     .reports
@@ -398,7 +419,7 @@ pub async fn install(channel: Channel, command: InstallCommand) -> Result<(), Cl
                     (_, false) => "pending",
                 }
                 .into();
-                outln!("{value}");
+                emit(&value, format);
                 return Ok(());
             }
             if m.current_generation == 0 {

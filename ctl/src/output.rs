@@ -1,9 +1,55 @@
-//! Human-readable and JSON output of nodes and watch events.
+//! The output formats (`-o table|wide|json|yaml`) and the output of nodes
+//! and watch events.
 
 use metropolis_proto::prelude::curator;
 use serde_json::{Value, json};
 
 use super::debug::rfc3339;
+
+/// How a command prints what it got (`-o`, `METROCTL_OUTPUT`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Lines for people (the default).
+    #[default]
+    Table,
+    /// Lines for people with more columns (node and machine lists).
+    Wide,
+    /// One JSON object per line (per item of a list, per event of a
+    /// stream); times in RFC 3339.
+    Json,
+    /// One YAML document per item or event, each starting with `---`.
+    Yaml,
+}
+
+impl Format {
+    /// `self`, or JSON when a command's `--json` was given.
+    pub fn or_json(self, json: bool) -> Format {
+        if json { Format::Json } else { self }
+    }
+
+    /// Whether the output is data for programs (JSON or YAML).
+    pub fn structured(self) -> bool {
+        matches!(self, Format::Json | Format::Yaml)
+    }
+}
+
+/// `value` as the text of a structured format: JSON on one line, or a
+/// YAML document (for [`Format::Table`] and [`Format::Wide`], JSON).
+pub fn render(value: &Value, format: Format) -> String {
+    match format {
+        Format::Yaml => match serde_yaml_ng::to_string(value) {
+            Ok(yaml) => format!("---\n{}", yaml.trim_end()),
+            // A JSON value always has a YAML form; JSON if not.
+            Err(_) => value.to_string(),
+        },
+        _ => value.to_string(),
+    }
+}
+
+/// Prints `value` in `format` ([`render`]).
+pub fn emit(value: &Value, format: Format) {
+    outln!("{}", render(value, format));
+}
 
 fn roles(node: &curator::Node) -> Vec<&'static str> {
     let mut out = Vec::new();
@@ -40,31 +86,39 @@ pub fn node_json(node: &curator::Node) -> Value {
     })
 }
 
-fn node_line(node: &curator::Node) -> String {
+fn node_line(node: &curator::Node, format: Format) -> String {
     let addr = address(node);
     let roles = roles(node).join(",");
-    format!(
+    let mut line = format!(
         "{}  address={}  roles={}",
         node.id,
         if addr.is_empty() { "-" } else { addr },
         if roles.is_empty() { "-" } else { &roles }
-    )
+    );
+    if format == Format::Wide {
+        let updated = node.status.as_ref().and_then(|s| s.timestamp.as_ref());
+        line.push_str(&format!(
+            "  status-time={}",
+            updated.map(rfc3339).unwrap_or_else(|| "-".into())
+        ));
+    }
+    line
 }
 
 /// Prints one watch event.
-pub fn print_event(event: &curator::WatchEvent, json: bool) {
+pub fn print_event(event: &curator::WatchEvent, format: Format) {
     let backlogged = event.progress == curator::watch_event::Progress::LastBacklogged as i32;
-    if json {
+    if format.structured() {
         let value = json!({
             "nodes": event.nodes.iter().map(node_json).collect::<Vec<_>>(),
             "tombstones": event.node_tombstones.iter().map(|t| &t.node_id).collect::<Vec<_>>(),
             "last_backlogged": backlogged,
         });
-        outln!("{value}");
+        emit(&value, format);
         return;
     }
     for n in &event.nodes {
-        outln!("node      {}", node_line(n));
+        outln!("node      {}", node_line(n, format));
     }
     for t in &event.node_tombstones {
         outln!("removed   {}", t.node_id);
@@ -75,15 +129,15 @@ pub fn print_event(event: &curator::WatchEvent, json: bool) {
 }
 
 /// Prints a list of nodes.
-pub fn print_nodes(nodes: &[curator::Node], json: bool) {
+pub fn print_nodes(nodes: &[curator::Node], format: Format) {
     for n in nodes {
-        if json {
-            outln!("{}", node_json(n));
+        if format.structured() {
+            emit(&node_json(n), format);
         } else {
-            outln!("{}", node_line(n));
+            outln!("{}", node_line(n, format));
         }
     }
-    if !json {
+    if !format.structured() {
         outln!("{} node(s)", nodes.len());
     }
 }

@@ -15,6 +15,7 @@ use metropolis_store::{StoreOptions, restore};
 use metropolis_transport::grpc::Channel;
 
 use super::exit::{Exit, failed, usage};
+use super::output::Format;
 use super::{CliError, status_error};
 
 /// The largest backup `save` accepts, in bytes.
@@ -50,18 +51,18 @@ pub enum SnapshotCommand {
 }
 
 /// Runs `snapshot restore FILE` into `data_dir` (no connection).
-pub fn restore_into(data_dir: &Path, file: &Path, json: bool) -> Result<(), CliError> {
+pub fn restore_into(data_dir: &Path, file: &Path, format: Format) -> Result<(), CliError> {
     let bytes = std::fs::read(file).map_err(|e| usage(format!("{}: {e}", file.display())))?;
     let dir = data_dir.join("store");
     let restored = restore(&dir, &bytes, &StoreOptions::default())
         .map_err(|e| failed(Exit::Failure, format!("{}: {e}", file.display())))?;
-    if json {
+    if format.structured() {
         let value = serde_json::json!({
             "store": dir.display().to_string(),
             "revision": restored.revision,
             "keys": restored.keys,
         });
-        outln!("{value}");
+        super::output::emit(&value, format);
     } else {
         outln!(
             "restored revision {} ({} keys) into {}",
@@ -74,7 +75,7 @@ pub fn restore_into(data_dir: &Path, file: &Path, json: bool) -> Result<(), CliE
 }
 
 /// Runs `snapshot save FILE` over `channel`.
-pub async fn save(channel: Channel, file: &Path, json: bool) -> Result<(), CliError> {
+pub async fn save(channel: Channel, file: &Path, format: Format) -> Result<(), CliError> {
     let mut client = MaintenanceClient::with_origin(channel, Channel::origin())
         .max_decoding_message_size(4 << 20);
     let mut stream = client
@@ -125,13 +126,13 @@ pub async fn save(channel: Channel, file: &Path, json: bool) -> Result<(), CliEr
     out.sync_all()
         .and_then(|()| std::fs::rename(&part, file))
         .map_err(|e| failed(Exit::Failure, format!("{}: {e}", file.display())))?;
-    if json {
+    if format.structured() {
         let value = serde_json::json!({
             "file": file.display().to_string(),
             "bytes": written,
             "revision": revision,
         });
-        outln!("{value}");
+        super::output::emit(&value, format);
     } else {
         outln!(
             "snapshot saved to {}: {written} bytes, revision {revision}",

@@ -312,6 +312,15 @@ fn json_lines(args: &[&str], text: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The documents of a YAML stream (each `---`-separated), as JSON values.
+fn yaml_docs(text: &str) -> Vec<serde_json::Value> {
+    assert!(text.starts_with("---\n"), "not a YAML stream: {text}");
+    text.split("---\n")
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_yaml_ng::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
+        .collect()
+}
+
 fn is_rfc3339(value: &serde_json::Value) -> bool {
     let t = value.as_str().unwrap_or_default();
     t.len() >= 20 && t.as_bytes()[4] == b'-' && t.as_bytes()[10] == b'T' && t.ends_with('Z')
@@ -347,6 +356,15 @@ fn every_json_output_parses() {
     ];
     for args in cases {
         let values = json_lines(args, &ctl.ok(true, args));
+        // The same as `-o json`, and as YAML documents with `-o yaml`
+        // (`node add` writes a new node each time: left out).
+        if args[1] != "add" {
+            let plain: Vec<&str> = args.iter().copied().filter(|a| *a != "--json").collect();
+            let as_json = [&["-o", "json"][..], &plain].concat();
+            assert_eq!(json_lines(&as_json, &ctl.ok(true, &as_json)), values);
+            let as_yaml = [&["-o", "yaml"][..], &plain].concat();
+            assert_eq!(yaml_docs(&ctl.ok(true, &as_yaml)), values, "{as_yaml:?}");
+        }
         match (args[0], args[1]) {
             ("node", "list") => {
                 let me = values.iter().find(|v| v["id"] == d.node_id().to_string());
@@ -368,6 +386,11 @@ fn every_json_output_parses() {
             ),
         }
     }
+    // wide: more columns in the lists.
+    let wide = ctl.ok(true, &["-o", "wide", "machine", "list"]);
+    assert!(wide.contains("last-heartbeat=-"), "{wide}");
+    let wide = ctl.ok(true, &["node", "list", "-o", "wide"]);
+    assert!(wide.contains("status-time=20"), "{wide}");
     let show = ctl.ok(true, &["machine", "show", machine]);
     assert!(show.contains("hardware report  none yet"), "{show}");
     assert!(
@@ -432,7 +455,7 @@ fn debug_commands_logs_and_kubeconfig() {
             "alice",
             "--group",
             "dev",
-            "-o",
+            "-f",
             file.to_str().unwrap(),
         ],
     );
@@ -449,6 +472,16 @@ fn debug_commands_logs_and_kubeconfig() {
     let out = debug_ctl(&d, &["kubeconfig", "--id", ""]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("id:"));
+    // -o json: the same kubeconfig as one JSON object.
+    let out = debug_ctl(&d, &["-o", "json", "kubeconfig", "--id", "bob"]);
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(value["kind"], "Config", "{value}");
+    assert_eq!(value["users"][0]["name"], "bob", "{value}");
+    // logs -o yaml: one document per entry.
+    let out = debug_ctl(&d, &["logs", "root", "-r", "--tail", "2", "-o", "yaml"]);
+    let docs = yaml_docs(&text(&out));
+    assert_eq!(docs.len(), 2, "{}", text(&out));
+    assert!(docs.iter().all(|v| v["dn"].is_string()), "{docs:?}");
 
     // No debug service there: the error says how to enable it.
     let out = Command::new(daemon_bin().with_file_name("metroctl-under-test"))
