@@ -55,6 +55,12 @@ use metropolis_pki::{Credentials, curator_client_config, self_signed_agent_certi
     about = "Provisioning agent: heartbeats to the AgentCallback service, reports hardware, installs the OS it is asked to, once per generation"
 )]
 pub struct AgentArgs {
+    /// A TOML file of settings: keys are flag names without the dashes
+    /// (`endpoint = "curator.example:7836"`, `registry-ca = ["a.pem"]`,
+    /// `allow-image-files = true`). A flag beats its environment
+    /// variable (BMAAS_AGENT_<FLAG>), which beats the file.
+    #[arg(long, env = "BMAAS_AGENT_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// host:port of the AgentCallback service.
     #[arg(long)]
     pub endpoint: String,
@@ -202,6 +208,7 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
         last_acted = ?last_acted,
         "agent starting"
     );
+    notify_started();
     let ports = MachinePorts::new(
         args.endpoint.clone(),
         tls,
@@ -218,6 +225,35 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
     )
     .await;
     Err(stopped.into())
+}
+
+/// Tells the service manager the agent runs (`READY=1`, for a
+/// `Type=notify` unit, see [`metropolis_node::notify`]) once its key, CA
+/// and state are read and its loop is built, and pings the watchdog the
+/// unit asked for from a task of the runtime. The agent has no listener:
+/// ready means started, and it retries its heartbeats from then on.
+fn notify_started() {
+    let notifier = match metropolis_node::notify::Notifier::from_env() {
+        Ok(Some(n)) => Arc::new(n),
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(error = %e, "NOTIFY_SOCKET is set but unusable; not notifying");
+            return;
+        }
+    };
+    if let Err(e) = notifier.notify("READY=1\nSTATUS=heartbeating") {
+        tracing::warn!(error = %e, "cannot notify the service manager (NOTIFY_SOCKET)");
+    }
+    if let Some(every) = notifier.watchdog_interval() {
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if let Err(e) = notifier.notify("WATCHDOG=1") {
+                    tracing::warn!(error = %e, "cannot send a watchdog keep-alive");
+                }
+            }
+        });
+    }
 }
 
 /// A positive, finite number of seconds given as `flag`.
@@ -269,9 +305,21 @@ pub fn installer_from_args(args: &AgentArgs) -> Result<OciInstaller, AgentError>
     Ok(installer)
 }
 
+/// Where the agent's settings come from besides its flags: variables
+/// `BMAAS_AGENT_<FLAG>` and the `--config` file (see
+/// [`metropolis_node::settings`]).
+pub const SETTINGS: metropolis_node::settings::Program = metropolis_node::settings::Program {
+    name: "bmaas-agent",
+    env_prefix: "BMAAS_AGENT_",
+};
+
 /// Entry point of the `bmaas-agent` binary.
 pub fn main() -> std::process::ExitCode {
-    let args = AgentArgs::parse();
+    let args: AgentArgs =
+        match metropolis_node::settings::parse_settings(std::env::args_os(), SETTINGS) {
+            Ok(args) => args,
+            Err(e) => e.exit(),
+        };
     // The agent serves no logs; its tree only needs to exist.
     let tree = metropolis_core::logtree::LogTreeConfig {
         max_bytes: 1024 * 1024,

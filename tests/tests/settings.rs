@@ -86,3 +86,71 @@ fn help_names_every_variable_and_a_bad_file_is_a_usage_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("unknown key \"lisen\""), "{stderr}");
 }
+
+/// `bmaas-agent` reads its settings the same way, with its own prefix
+/// (`BMAAS_AGENT_<FLAG>`): the file can give the flags the agent needs,
+/// a variable beats the file, a flag beats both. Which key file won shows
+/// in the error about it (none of them exists).
+#[test]
+fn the_agent_takes_its_settings_from_file_environment_and_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bmaas-agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "endpoint = \"127.0.0.1:1\"\nmachine-id = \"3b241101-e2bb-4255-8caf-4136c566a962\"\n\
+             key = \"/nonexistent/from-file.pem\"\nca = \"/nonexistent/ca.pem\"\n\
+             state-dir = {:?}\nregistry-ca = []\n",
+            dir.path().join("state")
+        ),
+    )
+    .unwrap();
+    let agent = || {
+        let mut c = Command::new(daemon_bin().with_file_name("bmaas-agent-under-test"));
+        c.env_remove("BMAAS_AGENT_KEY")
+            .env_remove("BMAAS_AGENT_CONFIG");
+        c
+    };
+    let stderr = |c: &mut Command| {
+        let out = c.output().unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let from_file = stderr(agent().arg("--config").arg(&config));
+    assert!(
+        from_file.contains("--key /nonexistent/from-file.pem"),
+        "{from_file}"
+    );
+    let from_env = stderr(
+        agent()
+            .env("BMAAS_AGENT_CONFIG", &config)
+            .env("BMAAS_AGENT_KEY", "/nonexistent/from-env.pem"),
+    );
+    assert!(
+        from_env.contains("--key /nonexistent/from-env.pem"),
+        "{from_env}"
+    );
+    let from_flag = stderr(
+        agent()
+            .arg("--config")
+            .arg(&config)
+            .env("BMAAS_AGENT_KEY", "/nonexistent/from-env.pem")
+            .args(["--key", "/nonexistent/from-flag.pem"]),
+    );
+    assert!(
+        from_flag.contains("--key /nonexistent/from-flag.pem"),
+        "{from_flag}"
+    );
+    // An unknown key is a usage error naming it.
+    std::fs::write(&config, "no-such-flag = 1\n").unwrap();
+    let out = agent().arg("--config").arg(&config).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("unknown key \"no-such-flag\" (not a flag of bmaas-agent)"),
+        "{text}"
+    );
+    let help = agent().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("BMAAS_AGENT_ENDPOINT"), "{help}");
+}

@@ -164,4 +164,48 @@ fn the_unit_files_start_the_binaries_with_flags_they_accept() {
         std::path::Path::new("/var/lib/bmaas-agent")
     );
     assert!(text.contains("StateDirectory=bmaas-agent\n"));
+    for line in ["Type=notify", "WatchdogSec="] {
+        assert!(text.contains(line), "bmaas-agent.service lacks {line}");
+    }
+}
+
+/// `bmaas-agent` under a service manager: `READY=1` once it has read its
+/// key, CA and state (it needs no curator for that), then `WATCHDOG=1`
+/// pings at half `WATCHDOG_USEC`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_notifies_ready_and_pings_the_watchdog() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = metropolis_tests::Daemon::start(&dir.path().join("d"), RuntimeKind::Tokio);
+    let machine = "3b241101-e2bb-4255-8caf-4136c566a962";
+    let enrolled = d.enroll_machine(machine, dir.path()).await;
+    let notify_path = dir.path().join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut agent = Command::new(daemon_bin().with_file_name("bmaas-agent-under-test"))
+        .args(["--endpoint", &d.agent_addr, "--machine-id", machine])
+        .arg("--key")
+        .arg(&enrolled.key_file)
+        .arg("--ca")
+        .arg(d.data_dir.join("pki/ca.pem"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .env("NOTIFY_SOCKET", &notify_path)
+        .env("WATCHDOG_USEC", "200000")
+        .env_remove("WATCHDOG_PID")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert_eq!(next(&notify), "READY=1\nSTATUS=heartbeating");
+    let started = Instant::now();
+    for _ in 0..3 {
+        assert_eq!(next(&notify), "WATCHDOG=1");
+    }
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "3 keep-alives took {took:?}");
+    agent.kill().unwrap();
+    agent.wait().unwrap();
 }
