@@ -9,9 +9,10 @@
 //! inputs); 3: the end of the stream ([`LineSplitter::finish`]), after
 //! which the splitter is used again.
 //!
-//! Checked against a byte-at-a-time model of the documented behaviour
-//! (a line ends at each `\n`, and a pending line is cut at the end of a
-//! push once it holds more than `MAX_LINE` bytes): the same lines, in
+//! Checked against a model of the documented behaviour written another
+//! way (the push split at every `\n` with `slice::split`: each newline
+//! delivers the pending bytes; a pending line is cut at the end of a push
+//! once it holds more than `MAX_LINE` bytes): the same lines, in
 //! order, each exactly the lossy UTF-8 of its bytes; so the lines'
 //! bytes, with a newline at each newline cut, are the input's bytes. No
 //! line holds a newline or is longer than `MAX_LINE` plus the push that
@@ -30,12 +31,15 @@ struct Model {
 
 impl Model {
     fn push(&mut self, bytes: &[u8], out: &mut Vec<Vec<u8>>) {
-        for &b in bytes {
-            if b == b'\n' {
-                out.push(std::mem::take(&mut self.pending));
-            } else {
-                self.pending.push(b);
-            }
+        // Whole segments, not byte by byte: runs of 128 KiB made the
+        // byte-at-a-time model the target's cost (60 runs/s under ASan).
+        let mut segments = bytes.split(|&b| b == b'\n');
+        if let Some(first) = segments.next() {
+            self.pending.extend_from_slice(first);
+        }
+        for segment in segments {
+            out.push(std::mem::take(&mut self.pending));
+            self.pending.extend_from_slice(segment);
         }
         if self.pending.len() > MAX_LINE {
             out.push(std::mem::take(&mut self.pending));
