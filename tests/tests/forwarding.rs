@@ -16,11 +16,13 @@ use futures::future::BoxFuture;
 use http::{Request, Response};
 use metropolis_core::identity::NodeId;
 use metropolis_core::service::forward::{Destination, FixedRouting, Upstream};
+use metropolis_core::service::metrics::Metrics;
 use metropolis_core::service::{GrpcService, Router};
 use metropolis_pki::{ClusterCa, Credentials, client_config};
 use metropolis_proto::prelude::{common, curator};
 use metropolis_runtime_tokio::rt::TokioRuntime;
 use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, curator as curator_client};
+use metropolis_transport::runtime::RuntimeTime;
 use metropolis_transport::shutdown::shutdown_pair;
 use metropolis_transport::{connect, listen};
 use tonic::body::Body;
@@ -51,6 +53,7 @@ async fn follower(
 ) -> (
     std::path::PathBuf,
     metropolis_transport::shutdown::ShutdownTrigger,
+    Metrics,
 ) {
     let config = client_config(Some(creds), &creds.ca_pem).unwrap();
     let upstream: Arc<dyn Upstream> = Arc::new(
@@ -58,11 +61,13 @@ async fn follower(
             .await
             .unwrap(),
     );
+    let runtime = TokioRuntime::shared();
+    let metrics = Metrics::new(Arc::new(RuntimeTime::new(runtime.as_ref())));
     let router = Router::new()
         .with_service(NotHere)
-        .with_routing(Arc::new(FixedRouting(Destination::Forward(upstream))));
+        .with_routing(Arc::new(FixedRouting(Destination::Forward(upstream))))
+        .with_metrics(metrics.clone());
     let socket = dir.join("follower.sock");
-    let runtime = TokioRuntime::shared();
     let listener = listen::bind_unix(&runtime, &socket).unwrap();
     let (trigger, shutdown) = shutdown_pair();
     tokio::spawn(listen::serve_unix(
@@ -74,7 +79,20 @@ async fn follower(
         metropolis_transport::edge::EdgeLimits::default(),
         shutdown,
     ));
-    (socket, trigger)
+    (socket, trigger, metrics)
+}
+
+/// The line of `metrics`' exposition that starts with `series`, and its
+/// value.
+fn sample(metrics: &Metrics, series: &str) -> Option<String> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let found = text
+        .lines()
+        .find_map(|l| l.strip_prefix(series).map(|v| v.trim().to_string()));
+    found
 }
 
 fn status(address: &str) -> common::NodeStatus {
@@ -90,7 +108,7 @@ async fn calls_reach_the_leader_as_the_caller(runtime: RuntimeKind) {
     let x = d.add_node(&dir.path().join("x")).await;
     let ca = ClusterCa::read_from_dir(&d.data_dir.join("pki")).unwrap();
     let (instance, _) = ca.issue_curator_node(&[]).unwrap();
-    let (socket, _stop) = follower(&d, &instance, x.clone(), dir.path()).await;
+    let (socket, _stop, metrics) = follower(&d, &instance, x.clone(), dir.path()).await;
     let mut via_follower = curator_client(
         connect::unix(&TokioRuntime::shared(), &socket)
             .await
@@ -142,6 +160,33 @@ async fn calls_reach_the_leader_as_the_caller(runtime: RuntimeKind) {
     })
     .await;
     assert!(seen.is_ok(), "the update did not reach the watch");
+
+    // The follower counted what it forwarded, with the leader's codes.
+    let method = |m: &str, kind: &str| {
+        format!(
+            "grpc_service=\"metropolis.node.core.curator.proto.api.Curator\",grpc_method=\"{m}\",grpc_type=\"{kind}\""
+        )
+    };
+    let update = method("UpdateNodeStatus", "unary");
+    let forwarded = |labels: &str| {
+        sample(
+            &metrics,
+            &format!("metropolis_curator_forwarded_calls_total{{{labels}}}"),
+        )
+    };
+    assert_eq!(forwarded(&update).as_deref(), Some("2"));
+    assert_eq!(
+        forwarded(&method("Watch", "server_stream")).as_deref(),
+        Some("1")
+    );
+    let handled = |code: &str| {
+        sample(
+            &metrics,
+            &format!("grpc_server_handled_total{{{update},grpc_code=\"{code}\"}}"),
+        )
+    };
+    assert_eq!(handled("OK").as_deref(), Some("1"));
+    assert_eq!(handled("PermissionDenied").as_deref(), Some("1"));
 }
 
 async fn only_curator_instances_forward(runtime: RuntimeKind) {
@@ -151,7 +196,7 @@ async fn only_curator_instances_forward(runtime: RuntimeKind) {
     let ca = ClusterCa::read_from_dir(&d.data_dir.join("pki")).unwrap();
     // A node certificate without the curator mark.
     let (plain, _) = ca.issue_node(&[]).unwrap();
-    let (socket, _stop) = follower(&d, &plain, x.clone(), dir.path()).await;
+    let (socket, _stop, _) = follower(&d, &plain, x.clone(), dir.path()).await;
     let mut via_follower = curator_client(
         connect::unix(&TokioRuntime::shared(), &socket)
             .await
