@@ -89,10 +89,8 @@ fn sample(metrics: &Metrics, series: &str) -> Option<String> {
     metrics.register(&mut registry);
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-    let found = text
-        .lines()
-        .find_map(|l| l.strip_prefix(series).map(|v| v.trim().to_string()));
-    found
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).map(|v| v.trim().to_string()))
 }
 
 fn status(address: &str) -> common::NodeStatus {
