@@ -250,13 +250,23 @@ async fn time_until_closed(
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
 
 /// Issue 17, item 7: connections that never speak (or speak only the
-/// preface) are closed; one with an open Watch stream is not.
+/// preface) are closed; one with an open Watch stream is not. The
+/// metrics port closes a connection whose request head does not arrive
+/// within the handshake timeout.
 async fn silent_connections_are_closed(rt: RuntimeKind) {
     let dir = tempfile::tempdir().unwrap();
+    let metrics_addr = format!("127.0.0.1:{}", metropolis_tests::free_port());
     let d = Daemon::start_debug(
         &dir.path().join("d"),
         rt,
-        &["--idle-timeout", "2", "--handshake-timeout", "2"],
+        &[
+            "--idle-timeout",
+            "2",
+            "--handshake-timeout",
+            "2",
+            "--metrics-listen",
+            &metrics_addr,
+        ],
     );
     let debug_addr = d.debug_addr.clone().unwrap();
     let limit = Duration::from_secs(9);
@@ -288,12 +298,20 @@ async fn silent_connections_are_closed(rt: RuntimeKind) {
     let debug_silent = tokio::net::TcpStream::connect(&debug_addr).await.unwrap();
     let mut debug_preface = tokio::net::TcpStream::connect(&debug_addr).await.unwrap();
     debug_preface.write_all(PREFACE).await.unwrap();
-    let (a, b, c, e, f) = tokio::join!(
+    let metrics_silent = tokio::net::TcpStream::connect(&metrics_addr).await.unwrap();
+    let mut metrics_half = tokio::net::TcpStream::connect(&metrics_addr).await.unwrap();
+    metrics_half
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let (a, b, c, e, f, g, h) = tokio::join!(
         time_until_closed(tcp_silent, limit),
         time_until_closed(tls_silent, limit),
         time_until_closed(tls_preface, limit),
         time_until_closed(debug_silent, limit),
         time_until_closed(debug_preface, limit),
+        time_until_closed(metrics_silent, limit),
+        time_until_closed(metrics_half, limit),
     );
     for (what, closed) in [
         ("TCP without a TLS handshake", a),
@@ -301,6 +319,8 @@ async fn silent_connections_are_closed(rt: RuntimeKind) {
         ("TLS with only the HTTP/2 preface (agent port)", c),
         ("debug port, nothing sent", e),
         ("debug port, only the HTTP/2 preface", f),
+        ("metrics port, nothing sent", g),
+        ("metrics port, half a request head", h),
     ] {
         assert!(closed.is_some(), "{what}: still open after {limit:?}");
     }

@@ -6,8 +6,11 @@
 //! Anything else is 404, a method other than GET or HEAD 405.
 //!
 //! The endpoint reads no request body and holds nothing per connection
-//! but hyper's buffers: a request head must arrive within
-//! [`HEAD_TIMEOUT`], and the accept loop's limits bound the connections.
+//! but hyper's buffers: a request head must arrive within the timeout
+//! [`serve_connection`] is given (the daemon's `--handshake-timeout`),
+//! each connection serves one request (no keep-alive: an idle scraper
+//! connection never holds a slot), and the accept loop's limits bound the
+//! connections.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -51,9 +54,6 @@ impl Format {
 /// Makes the exposition document of every scrape, in the format asked.
 pub type Render = Arc<dyn Fn(Format) -> BoxFuture<'static, String> + Send + Sync>;
 
-/// How long a connection may take to send a request head.
-pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// The answer to one request.
 async fn answer(request: Request<Incoming>, render: Render) -> Response<String> {
     let plain = |status: StatusCode, text: &str| {
@@ -88,13 +88,14 @@ async fn answer(request: Request<Incoming>, render: Render) -> Response<String> 
     response
 }
 
-/// Serves scrapes on one connection until it closes or `shutdown`
-/// resolves (then the request in progress is answered and the connection
-/// closed).
+/// Serves one scrape on a connection, whose request head must arrive
+/// within `head_timeout`, then closes it; or closes it once `shutdown`
+/// resolves (after answering a request in progress).
 pub async fn serve_connection(
     io: Io,
     render: Render,
     timer: SharedTimer,
+    head_timeout: Duration,
     shutdown: impl Future<Output = ()>,
 ) {
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
@@ -104,7 +105,8 @@ pub async fn serve_connection(
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TimerHandle(timer))
-        .header_read_timeout(HEAD_TIMEOUT);
+        .header_read_timeout(head_timeout)
+        .keep_alive(false);
     let connection = builder.serve_connection(io, service);
     let mut connection = std::pin::pin!(connection);
     let shutdown = std::pin::pin!(shutdown);

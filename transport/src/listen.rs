@@ -180,6 +180,7 @@ pub async fn serve_scrapes(
                 socket.into_io(),
                 render.clone(),
                 with.timer.clone(),
+                limits.handshake_timeout,
                 with.shutdown.wait(),
             );
             Box::pin(serve)
