@@ -192,3 +192,82 @@ fn a_node_s_streams_end_when_it_is_removed() {
     let end = block_on(late.next(), &tasks, POLLS).unwrap().unwrap_err();
     assert_eq!(end.code(), tonic::Code::Unauthenticated, "{end:?}");
 }
+
+/// What the cache records in its metrics: open streams, events and bytes
+/// sent, and the changes of a node replaced by a newer one before a
+/// stream that was not reading sent them.
+#[test]
+fn the_metrics_count_streams_events_and_coalesced_changes() {
+    use metropolis_core::service::metrics::Metrics;
+    use metropolis_core::store::OpResult;
+
+    let (store, tasks, cache) = lagging_cache();
+    let metrics = Metrics::new(Arc::new(metropolis_testkit::clock::ManualClock::new()));
+    let cache = cache.with_metrics(&metrics);
+    let sample = |name: &str| {
+        let mut registry = prometheus_client::registry::Registry::default();
+        metrics.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let line = text.lines().find(|l| l.split(' ').next() == Some(name));
+        line.and_then(|l| l.split(' ').nth(1)).map(str::to_string)
+    };
+    let curator = CuratorService::new(Arc::new(store.clone()), cache.clone(), None);
+    let id = NodeId::from_public_key(&[9; 32]);
+    let register = curator.register_node(
+        &id,
+        &[9; 32],
+        common::NodeRoles::default(),
+        common::NodeState::Up,
+    );
+    assert!(block_on(register, &tasks, POLLS).unwrap());
+    store.catch_up(store.revision());
+    let mut stream = cache.watch_nodes();
+    assert_eq!(next_event(&tasks, &mut stream).nodes.len(), 1);
+    assert_eq!(
+        sample("metropolis_curator_watch_streams").as_deref(),
+        Some("1")
+    );
+
+    // Three writes of the node while the stream is not read: one event.
+    let read = Txn {
+        success: vec![Op::Range(KeyRange::Key(node_key(&id)))],
+        ..Default::default()
+    };
+    let mut response = block_on(store.txn(read), &tasks, POLLS).unwrap();
+    let Some(OpResult::Range(kvs)) = response.results.pop() else {
+        panic!("no range result");
+    };
+    for _ in 0..3 {
+        let put = Txn {
+            success: vec![Op::Put {
+                key: kvs[0].key.clone(),
+                value: kvs[0].value.clone(),
+                lease: 0,
+            }],
+            ..Default::default()
+        };
+        block_on(store.txn(put), &tasks, POLLS).unwrap();
+    }
+    store.catch_up(store.revision());
+    assert_eq!(next_event(&tasks, &mut stream).nodes.len(), 1);
+    assert!(stream.next().now_or_never().is_none());
+    assert_eq!(
+        sample("metropolis_curator_watch_coalesced_total").as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        sample("metropolis_curator_watch_events_sent_total").as_deref(),
+        Some("2")
+    );
+    let bytes: u64 = sample("metropolis_curator_watch_sent_bytes_total")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(bytes > 0);
+    drop(stream);
+    assert_eq!(
+        sample("metropolis_curator_watch_streams").as_deref(),
+        Some("0")
+    );
+}
