@@ -27,14 +27,13 @@ use metropolis_core::trace::Tracefs;
 
 use crate::cluster::{ClusterFlags, Elected, StartElection};
 use crate::images::{ContainerdConfig, ContainerdStore, OciLayoutOptions, OciLayoutStore};
+use crate::metrics::NodeMetrics;
 use metropolis_core::service::metrics::{MeteredKv, Metrics};
 use metropolis_pki::{
     CA_KEY_FILE, ClientAuth, ClusterCa, Credentials, DebugKubeconfigs, KubernetesCa, P256Status,
     load_or_issue_p256, node_server_config, upgrade_key_file,
 };
 use metropolis_store::{EmbeddedStore, StoreMetrics, StoreOptions};
-
-use crate::metrics::NodeMetrics;
 use metropolis_transport::connect::Dialer;
 use metropolis_transport::peer::PeerClassifier;
 use metropolis_transport::runtime::{RuntimeTime, SharedRuntime};
