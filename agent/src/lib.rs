@@ -208,7 +208,12 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
         last_acted = ?last_acted,
         "agent starting"
     );
-    notify_started();
+    // Ready once the key, CA and state are read (the agent has no
+    // listener, and retries its heartbeats from now on).
+    let _ = metropolis_node::notify::notify_ready(
+        &metropolis_runtime_tokio::rt::TokioRuntime::shared(),
+        "heartbeating",
+    );
     let ports = MachinePorts::new(
         args.endpoint.clone(),
         tls,
@@ -225,35 +230,6 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
     )
     .await;
     Err(stopped.into())
-}
-
-/// Tells the service manager the agent runs (`READY=1`, for a
-/// `Type=notify` unit, see [`metropolis_node::notify`]) once its key, CA
-/// and state are read and its loop is built, and pings the watchdog the
-/// unit asked for from a task of the runtime. The agent has no listener:
-/// ready means started, and it retries its heartbeats from then on.
-fn notify_started() {
-    let notifier = match metropolis_node::notify::Notifier::from_env() {
-        Ok(Some(n)) => Arc::new(n),
-        Ok(None) => return,
-        Err(e) => {
-            tracing::warn!(error = %e, "NOTIFY_SOCKET is set but unusable; not notifying");
-            return;
-        }
-    };
-    if let Err(e) = notifier.notify("READY=1\nSTATUS=heartbeating") {
-        tracing::warn!(error = %e, "cannot notify the service manager (NOTIFY_SOCKET)");
-    }
-    if let Some(every) = notifier.watchdog_interval() {
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                if let Err(e) = notifier.notify("WATCHDOG=1") {
-                    tracing::warn!(error = %e, "cannot send a watchdog keep-alive");
-                }
-            }
-        });
-    }
 }
 
 /// A positive, finite number of seconds given as `flag`.

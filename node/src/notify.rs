@@ -10,7 +10,11 @@
 
 use std::io;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::sync::Arc;
 use std::time::Duration;
+
+use metropolis_core::ports::{MonotonicClock, Timer};
+use metropolis_transport::runtime::{RuntimeTime, SharedRuntime};
 
 /// Where notifications go: the socket systemd (or a test) gave in the
 /// environment.
@@ -70,6 +74,39 @@ impl Notifier {
     pub fn watchdog_interval(&self) -> Option<Duration> {
         self.watchdog.map(|w| w / 2)
     }
+}
+
+/// Tells the service manager the process is ready (`READY=1` and
+/// `STATUS=status`) when it started the process with `NOTIFY_SOCKET`, and
+/// starts the watchdog pings its unit asked for on a task of `runtime`;
+/// the notifier, for `STOPPING=1`. A failure to notify is logged, not
+/// fatal. The daemon calls it once its listeners are bound, `bmaas-agent`
+/// once its key, CA and state are read.
+pub fn notify_ready(runtime: &SharedRuntime, status: &str) -> Option<Arc<Notifier>> {
+    let notifier = match Notifier::from_env() {
+        Ok(n) => Arc::new(n?),
+        Err(e) => {
+            tracing::warn!(error = %e, "NOTIFY_SOCKET is set but unusable; not notifying");
+            return None;
+        }
+    };
+    if let Err(e) = notifier.notify(&format!("READY=1\nSTATUS={status}")) {
+        tracing::warn!(error = %e, "cannot notify the service manager (NOTIFY_SOCKET)");
+    }
+    if let Some(every) = notifier.watchdog_interval() {
+        tracing::info!(every = ?every, "sending watchdog keep-alives to the service manager");
+        let pinger = notifier.clone();
+        let time = RuntimeTime::new(runtime.as_ref());
+        runtime.spawn(Box::pin(async move {
+            loop {
+                time.sleep_until(time.now() + every).await;
+                if let Err(e) = pinger.notify("WATCHDOG=1") {
+                    tracing::warn!(error = %e, "cannot send a watchdog keep-alive");
+                }
+            }
+        }));
+    }
+    Some(notifier)
 }
 
 #[cfg(test)]

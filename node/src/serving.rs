@@ -11,13 +11,11 @@ use futures::future::{BoxFuture, Either};
 
 use crate::cluster::StartElection;
 use crate::daemon::{Config, DaemonError, NodeServices, RuntimeKind, fatal_error};
-use crate::notify::Notifier;
-use metropolis_core::ports::{MonotonicClock, Timer};
 use metropolis_transport::connect::RuntimeDialer;
 use metropolis_transport::edge::with_timeout;
 use metropolis_transport::listen;
 use metropolis_transport::peer::AgentClassifier;
-use metropolis_transport::runtime::{RuntimeTime, SharedRuntime, spawn_joinable};
+use metropolis_transport::runtime::{SharedRuntime, spawn_joinable};
 use metropolis_transport::shutdown::{Shutdown, shutdown_pair};
 
 /// The listeners of a node, serving until their [`Shutdown`] fires.
@@ -148,7 +146,7 @@ pub async fn run(
     let signals = runtime.termination()?;
     let serving = start(&runtime, &node, shutdown)?;
     node.log_serving(kind, serving.tls_addr, serving.agent_addr);
-    let notifier = notify_ready(&runtime);
+    let notifier = crate::notify::notify_ready(&runtime, "serving");
     let fatal = match futures::future::select(signals, Box::pin(node.fatal())).await {
         Either::Left(_) => None,
         Either::Right((why, _)) => Some(why),
@@ -169,35 +167,4 @@ pub async fn run(
         Some(why) => Err(fatal_error(&why)),
         None => Ok(()),
     }
-}
-
-/// Tells the service manager the daemon is ready (`READY=1`, see
-/// [`crate::notify`]) when it started the process with `NOTIFY_SOCKET`,
-/// and starts the watchdog pings its unit asked for; the notifier, for
-/// `STOPPING=1`. A failure to notify is logged, not fatal.
-fn notify_ready(runtime: &SharedRuntime) -> Option<Arc<Notifier>> {
-    let notifier = match Notifier::from_env() {
-        Ok(n) => Arc::new(n?),
-        Err(e) => {
-            tracing::warn!(error = %e, "NOTIFY_SOCKET is set but unusable; not notifying");
-            return None;
-        }
-    };
-    if let Err(e) = notifier.notify("READY=1\nSTATUS=serving") {
-        tracing::warn!(error = %e, "cannot notify the service manager (NOTIFY_SOCKET)");
-    }
-    if let Some(every) = notifier.watchdog_interval() {
-        tracing::info!(every = ?every, "sending watchdog keep-alives to the service manager");
-        let pinger = notifier.clone();
-        let time = RuntimeTime::new(runtime.as_ref());
-        runtime.spawn(Box::pin(async move {
-            loop {
-                time.sleep_until(time.now() + every).await;
-                if let Err(e) = pinger.notify("WATCHDOG=1") {
-                    tracing::warn!(error = %e, "cannot send a watchdog keep-alive");
-                }
-            }
-        }));
-    }
-    Some(notifier)
 }
