@@ -9,23 +9,48 @@ pub const MAX_LINE: usize = 64 * 1024;
 ///
 /// Lines are split at `\n` (not included in the line). A partial line at
 /// the end of a [`push`](Self::push) is kept until its newline arrives,
-/// unless it then exceeds [`MAX_LINE`] bytes: it is delivered as it is,
-/// so a line is at most `MAX_LINE` bytes plus one push long. Invalid
-/// UTF-8 is replaced (U+FFFD) in each line on its own.
-#[derive(Debug, Default)]
+/// unless it then exceeds the limit ([`MAX_LINE`] bytes unless set by
+/// [`with_max_line`](Self::with_max_line)): it is delivered as it is,
+/// so a line is at most the limit plus one push long. Invalid UTF-8 is
+/// replaced (U+FFFD) in each line on its own.
+#[derive(Debug)]
 pub struct LineSplitter {
     partial: Vec<u8>,
+    max_line: usize,
+}
+
+impl Default for LineSplitter {
+    fn default() -> LineSplitter {
+        LineSplitter::with_max_line(MAX_LINE)
+    }
 }
 
 impl LineSplitter {
-    /// A splitter with nothing pending.
+    /// A splitter with nothing pending, keeping partial lines up to
+    /// [`MAX_LINE`] bytes.
     pub fn new() -> LineSplitter {
         LineSplitter::default()
     }
 
+    /// A splitter with nothing pending, keeping partial lines up to
+    /// `max_line` bytes (0: a partial line is delivered at the end of the
+    /// push that left it). The fuzz harness uses small limits, so that
+    /// lines around the limit need small inputs.
+    pub fn with_max_line(max_line: usize) -> LineSplitter {
+        LineSplitter {
+            partial: Vec::new(),
+            max_line,
+        }
+    }
+
+    /// The longest partial line kept waiting for its newline, in bytes.
+    pub fn max_line(&self) -> usize {
+        self.max_line
+    }
+
     /// Adds `bytes`; calls `line` with each completed line (without its
     /// newline), in order. Bytes after the last newline stay pending,
-    /// unless they exceed [`MAX_LINE`].
+    /// unless they exceed [`max_line`](Self::max_line).
     pub fn push(&mut self, bytes: &[u8], mut line: impl FnMut(String)) {
         let mut rest = bytes;
         while let Some(i) = rest.iter().position(|&b| b == b'\n') {
@@ -35,7 +60,7 @@ impl LineSplitter {
             rest = &rest[i + 1..];
         }
         self.partial.extend_from_slice(rest);
-        if self.partial.len() > MAX_LINE {
+        if self.partial.len() > self.max_line {
             line(String::from_utf8_lossy(&self.partial).into_owned());
             self.partial.clear();
         }
@@ -85,5 +110,23 @@ mod tests {
         assert_eq!(rest, None);
         let (lines, _) = split(&[b"\xff\xfe ok\n"]);
         assert_eq!(lines, ["\u{fffd}\u{fffd} ok"]);
+    }
+
+    #[test]
+    fn a_smaller_limit() {
+        let mut s = LineSplitter::with_max_line(4);
+        assert_eq!(s.max_line(), 4);
+        assert_eq!(LineSplitter::new().max_line(), MAX_LINE);
+        let mut lines = Vec::new();
+        s.push(b"abcd", |l| lines.push(l));
+        assert!(lines.is_empty(), "a line at the limit waits");
+        s.push(b"e", |l| lines.push(l));
+        s.push(b"f\n", |l| lines.push(l));
+        assert_eq!(lines, ["abcde", "f"]);
+        let mut s = LineSplitter::with_max_line(0);
+        let mut lines = Vec::new();
+        s.push(b"x\ny", |l| lines.push(l));
+        assert_eq!(lines, ["x", "y"]);
+        assert_eq!(s.finish(), None);
     }
 }

@@ -144,22 +144,27 @@ pub fn records() -> Seeds {
 }
 
 /// `trace_pipe_lines` seeds: lines split across reads, empty lines, a
-/// character split between reads, invalid UTF-8, a line just over
-/// `MAX_LINE`, an end of stream with a partial line, reuse after it.
+/// character split between reads, invalid UTF-8, a line just over the
+/// limit, an end of stream with a partial line, reuse after it; limits
+/// of 0, 16, 64 and the largest the harness allows.
 pub fn lines() -> Seeds {
     let mut out = Vec::new();
     let mut w = Writer::new();
+    w.u16(64);
     w.u8(0)
         .lp(b"  <idle>-0  [000] d.h1 12.345: irq_handler_entry: irq=1\n  bash-1");
     w.u8(0).lp(b"2 [001] ..s. 12.4: sched_switch\n\n\nx");
     w.u8(3);
     out.push(("reads".to_string(), w.finish()));
+    w.u16(16);
     w.u8(0).lp("caf\u{e9} \u{1f600}".as_bytes().split_at(4).0);
     w.u8(1).lp(&"caf\u{e9} \u{1f600}\n".as_bytes()[4..]);
     w.u8(0).lp(b"\xff\xfe\xc3\n\xe2\x82");
     w.u8(3);
     out.push(("utf8".to_string(), w.finish()));
-    let max = u32::try_from(metropolis_core::trace::MAX_LINE).unwrap_or(u32::MAX);
+    let limit = crate::fuzz::lines::MAX_LINE_LIMIT - 1;
+    let max = u32::from(limit);
+    w.u16(limit);
     w.u8(2).u8(b'a');
     w.bytes(&(max + 1).to_le_bytes());
     w.u8(0).lp(b"tail\n");
@@ -170,5 +175,10 @@ pub fn lines() -> Seeds {
     w.bytes(&3u32.to_le_bytes());
     w.u8(3).u8(3);
     out.push(("long-lines".to_string(), w.finish()));
+    w.u16(0);
+    w.u8(1).lp(b"a\nbc");
+    w.u8(0).lp(b"\n");
+    w.u8(3);
+    out.push(("no-wait".to_string(), w.finish()));
     out
 }
