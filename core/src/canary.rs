@@ -45,11 +45,14 @@ pub enum Canary {
     /// one as a torn final write, and opens without it (`metropolis-store`,
     /// `wal_read`).
     DamageReadAsTorn,
+    /// The embedded store takes a WAL it failed to read (an I/O error) for
+    /// a missing one (`metropolis-store`, `recover`).
+    ReadErrorAsMissing,
 }
 
 impl Canary {
     /// Every canary, planted ones only.
-    pub const ALL: [Canary; 11] = [
+    pub const ALL: [Canary; 12] = [
         Canary::DropFence,
         Canary::SkipCacheFailure,
         Canary::DropTombstones,
@@ -61,6 +64,7 @@ impl Canary {
         Canary::AckFailedWrite,
         Canary::WatchPastDurable,
         Canary::DamageReadAsTorn,
+        Canary::ReadErrorAsMissing,
     ];
 
     /// The canary's name on a command line (`drop-fence`, ...; `none`).
@@ -78,6 +82,7 @@ impl Canary {
             Canary::AckFailedWrite => "ack-failed-write",
             Canary::WatchPastDurable => "watch-past-durable",
             Canary::DamageReadAsTorn => "damage-read-as-torn",
+            Canary::ReadErrorAsMissing => "read-error-as-missing",
         }
     }
 

@@ -65,7 +65,11 @@ impl World {
                 Canary::ForgetLastActed,
             ],
             World::Traces => &[Canary::SkipTeardown],
-            World::Storage => &[Canary::AckFailedWrite, Canary::DamageReadAsTorn],
+            World::Storage => &[
+                Canary::AckFailedWrite,
+                Canary::DamageReadAsTorn,
+                Canary::ReadErrorAsMissing,
+            ],
             World::Embedded => &[
                 Canary::AckFailedWrite,
                 Canary::WatchPastDurable,

@@ -9,6 +9,10 @@
 //! at sectors, what was not synced lost), or a write or sync failing with
 //! EIO or ENOSPC. A small snapshot threshold makes the store write
 //! snapshots and rotate its WAL, through the renames a power loss can undo.
+//! Before an open, now and then, an EIO is armed at one of its ops (a
+//! read error, or a failed lock, removal or repair): the open must fail
+//! with an I/O error naming the file (never call it corruption, never
+//! swallow it), and the next open must recover everything.
 //! Between lives, now and then, the disk's fault atlas corrupts a byte of
 //! the WAL or the snapshot where it damages what the store acknowledged
 //! ([`atlas`]): the next open must refuse, naming that file and
@@ -35,7 +39,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use metropolis_core::store::{Op, StoreError, Txn};
-use metropolis_store::{EmbeddedStore, StoreOptions};
+use metropolis_store::{EmbeddedStore, OpenError, StoreOptions};
 
 use crate::Outcome;
 use crate::atlas;
@@ -50,6 +54,9 @@ const DIR: &str = "/data/store";
 const LIVES: usize = 6;
 /// Writes a client tries per life.
 const WRITES: u64 = 40;
+/// An EIO before an open is armed at one of its next ops, below this: a
+/// few more than an open of the store takes, so now and then none fires.
+const OPEN_OPS: u64 = 14;
 
 fn key(n: u64) -> Bytes {
     Bytes::from(format!("k/{n:06}"))
@@ -127,11 +134,16 @@ pub fn run(seed: u64) -> Outcome {
     let mut next = 0u64;
     let mut refused_after_failure = 0u64;
     let mut refused_as_corrupt = 0u64;
+    let mut opens_failed = 0u64;
     for life in 0..=LIVES {
         if life > 0 && rng.chance(0.3) {
             refused_as_corrupt +=
                 u64::from(atlas::damage_is_refused(seed, life, &disk, dir, &mut rng));
             trace.bytes(format!("corrupt {}", disk.counts().corruptions).as_bytes());
+        }
+        if rng.chance(0.25) {
+            opens_failed += u64::from(open_fails_on_eio(seed, life, &disk, &options, &mut rng));
+            trace.bytes(format!("open eio {opens_failed}").as_bytes());
         }
         let (store, mut writer) = EmbeddedStore::open_stepped(dir, options.clone())
             .unwrap_or_else(|e| panic!("seed {seed}, life {life}: the store did not open: {e}"));
@@ -205,10 +217,41 @@ pub fn run(seed: u64) -> Outcome {
             ("torn writes", counts.torn_writes),
             ("names undone by a power loss", counts.undone_names),
             ("EIO injected", counts.eio),
+            ("read errors injected", counts.read_errors),
+            ("opens failed by an EIO", opens_failed),
             ("ENOSPC injected", counts.no_space),
             ("writes refused after a failure", refused_after_failure),
             ("sector corruptions refused", refused_as_corrupt),
             ("writes acknowledged", history.acknowledged.len() as u64),
         ],
     }
+}
+
+/// Opens the store with an EIO armed at one of the open's ops: the open
+/// fails with [`OpenError::Io`] exactly when the EIO fired (a read error
+/// is not corruption, and no failure is swallowed), and leaves the disk
+/// as a restarted process finds it. Whether the open failed.
+fn open_fails_on_eio(
+    seed: u64,
+    life: usize,
+    disk: &SimDisk,
+    options: &StoreOptions,
+    rng: &mut Rng,
+) -> bool {
+    let before = disk.counts().eio;
+    disk.arm(rng.range(0, OPEN_OPS), DiskFault::Eio);
+    let opened = EmbeddedStore::open_stepped(Path::new(DIR), options.clone());
+    let fired = disk.counts().eio > before;
+    let failed = match opened {
+        // Dropped unstepped: the writer writes nothing, as in a crash.
+        Ok(_) => false,
+        Err(OpenError::Io { .. }) => true,
+        Err(e) => panic!("seed {seed}, life {life}: an EIO made the open fail with: {e}"),
+    };
+    assert_eq!(
+        failed, fired,
+        "seed {seed}, life {life}: an EIO fired during the open: {fired}, the open failed: {failed}"
+    );
+    disk.restart();
+    failed
 }

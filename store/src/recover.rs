@@ -39,7 +39,13 @@ pub(super) fn recover(
         None => (MemStore::new(), 0),
     };
     let wal_path = wal::path(dir);
-    let Some(data) = disk.read(&wal_path).map_err(io_err(&wal_path, "read"))? else {
+    let read = disk.read(&wal_path);
+    let read = if canary_planted!(ReadErrorAsMissing) {
+        Ok(read.unwrap_or(None))
+    } else {
+        read
+    };
+    let Some(data) = read.map_err(io_err(&wal_path, "read"))? else {
         if snapshot_seq != 0 {
             return Err(OpenError::Corrupt {
                 path: wal_path,

@@ -8,8 +8,13 @@
 //!   one the crash interrupts keeps any subset of its sectors.
 //! - Creations, renames and removals are durable only once the directory
 //!   is synced: a power loss before undoes them.
-//! - Injected failures: a write or sync that fails with EIO or ENOSPC and
-//!   changes nothing (the process lives on, the disk too).
+//! - Injected failures: any op fails with EIO and changes nothing (the
+//!   process lives on, the disk too): writes, syncs, reads (a read error,
+//!   as a bad sector gives), renames, removals, creations, locks. ENOSPC
+//!   only where Linux gives it: writes and what makes a directory entry
+//!   (creations, renames, `mkdir`); a sync armed with it fails with EIO.
+//!   A fault armed at an op that cannot fail that way is spent and not
+//!   counted.
 //! - Latent sector corruption ([`SimDisk::corrupt`]): one byte of a file
 //!   changed while the power was off, only where the fault atlas allows
 //!   it: in a byte a finished write put there which no later write
@@ -59,9 +64,10 @@ pub enum DiskFault {
     /// Power is lost during the op: a write keeps a seeded subset of its
     /// sectors, and every later op fails until the disk is power-cycled.
     PowerLoss,
-    /// The op (a write or a sync) fails with EIO and changes nothing.
+    /// The op (any) fails with EIO and changes nothing.
     Eio,
-    /// The op (a write) fails with ENOSPC and changes nothing.
+    /// The op (a write, a creation, a rename) fails with ENOSPC and changes
+    /// nothing; a sync fails with EIO instead.
     NoSpace,
 }
 
@@ -76,8 +82,10 @@ pub struct DiskCounts {
     pub torn_writes: u64,
     /// Renames, creations or removals a power loss undid.
     pub undone_names: u64,
-    /// EIO failures injected.
+    /// EIO failures injected (on any op).
     pub eio: u64,
+    /// Of those, EIO failures of a read (a read error).
+    pub read_errors: u64,
     /// ENOSPC failures injected.
     pub no_space: u64,
     /// Bytes corrupted by the fault atlas.
@@ -336,6 +344,8 @@ fn log_byte(contents: &Contents, rng: &mut Rng) -> Option<usize> {
 
 impl State {
     /// Counts an op; the fault armed at it, if any. Fails if power is off.
+    /// A power loss is counted here; EIO and ENOSPC where they fail an op
+    /// ([`State::failed`]).
     fn op(&mut self) -> io::Result<Option<DiskFault>> {
         if self.dead {
             return Err(eio());
@@ -346,17 +356,27 @@ impl State {
         match self.armed {
             Some((at, fault)) if at == this => {
                 self.armed = None;
-                match fault {
-                    DiskFault::PowerLoss => {
-                        self.dead = true;
-                        self.counts.power_losses += 1;
-                    }
-                    DiskFault::Eio => self.counts.eio += 1,
-                    DiskFault::NoSpace => self.counts.no_space += 1,
+                if fault == DiskFault::PowerLoss {
+                    self.dead = true;
+                    self.counts.power_losses += 1;
                 }
                 Ok(Some(fault))
             }
             _ => Ok(None),
+        }
+    }
+
+    /// The error an injected EIO or ENOSPC fails an op with, counted.
+    fn failed(&mut self, fault: DiskFault) -> io::Error {
+        match fault {
+            DiskFault::NoSpace => {
+                self.counts.no_space += 1;
+                enospc()
+            }
+            DiskFault::Eio | DiskFault::PowerLoss => {
+                self.counts.eio += u64::from(fault == DiskFault::Eio);
+                eio()
+            }
         }
     }
 
@@ -395,8 +415,7 @@ impl State {
                 contents.writes.push(written);
                 Err(eio())
             }
-            Some(DiskFault::Eio) => Err(eio()),
-            Some(DiskFault::NoSpace) => Err(enospc()),
+            Some(fault) => Err(self.failed(fault)),
         }
     }
 
@@ -407,16 +426,24 @@ impl State {
                 then(self);
                 Ok(())
             }
-            // A sync knows no ENOSPC: every failure is EIO.
-            Some(_) => Err(eio()),
+            // A sync here knows no ENOSPC: every failure is EIO.
+            Some(DiskFault::NoSpace) => Err(self.failed(DiskFault::Eio)),
+            Some(fault) => Err(self.failed(fault)),
         }
     }
 
-    /// An op that only reads or changes names: fails only by power loss.
-    fn plain(&mut self) -> io::Result<()> {
+    /// An op that reads or changes names, of `kind`: fails by power loss,
+    /// by EIO, and by ENOSPC if it makes a directory entry.
+    fn plain(&mut self, kind: OpKind) -> io::Result<()> {
         match self.op()? {
-            Some(DiskFault::PowerLoss) => Err(eio()),
-            _ => Ok(()),
+            None => Ok(()),
+            Some(DiskFault::NoSpace) if kind != OpKind::Entry => Ok(()),
+            Some(fault) => {
+                if kind == OpKind::Read && fault == DiskFault::Eio {
+                    self.counts.read_errors += 1;
+                }
+                Err(self.failed(fault))
+            }
         }
     }
 
@@ -427,6 +454,18 @@ impl State {
         self.names.insert(path.to_path_buf(), inode);
         inode
     }
+}
+
+/// What an op that is neither a write nor a sync does, for the faults it
+/// can fail with ([`State::plain`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpKind {
+    /// Reads a file's bytes or size.
+    Read,
+    /// May make a directory entry (a creation, a rename, `mkdir`).
+    Entry,
+    /// Anything else (a removal, opening an existing file).
+    Other,
 }
 
 /// A held lock of a [`SimDisk`].
@@ -456,7 +495,7 @@ impl SyncFile for SimFile {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let mut s = self.disk.lock();
-        s.plain()?;
+        s.plain(OpKind::Read)?;
         let contents = s.inodes.get(&self.inode).ok_or_else(eio)?;
         let at = offset as usize;
         let bytes = contents
@@ -469,7 +508,7 @@ impl SyncFile for SimFile {
 
     fn size(&self) -> io::Result<u64> {
         let mut s = self.disk.lock();
-        s.plain()?;
+        s.plain(OpKind::Read)?;
         Ok(s.inodes.get(&self.inode).ok_or_else(eio)?.current.len() as u64)
     }
 
@@ -490,15 +529,16 @@ impl SyncFile for SimFile {
 impl Disk for SimDisk {
     fn create_dir(&self, dir: &Path) -> io::Result<()> {
         let mut s = self.lock();
-        s.plain()?;
+        s.plain(OpKind::Entry)?;
         s.dirs.insert(dir.to_path_buf());
         Ok(())
     }
 
     fn lock(&self, path: &Path) -> io::Result<Option<Box<dyn LockGuard>>> {
         let mut s = SimDisk::lock(self);
-        s.plain()?;
-        if !s.names.contains_key(path) {
+        let exists = s.names.contains_key(path);
+        s.plain(if exists { OpKind::Other } else { OpKind::Entry })?;
+        if !exists {
             s.new_inode(path);
         }
         if !s.locked.insert(path.to_path_buf()) {
@@ -509,7 +549,7 @@ impl Disk for SimDisk {
 
     fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
         let mut s = SimDisk::lock(self);
-        s.plain()?;
+        s.plain(OpKind::Read)?;
         Ok(s.names
             .get(path)
             .and_then(|inode| s.inodes.get(inode))
@@ -531,7 +571,7 @@ impl Disk for SimDisk {
         direct: bool,
     ) -> io::Result<Box<dyn SyncFile>> {
         let mut s = SimDisk::lock(self);
-        s.plain()?;
+        s.plain(if create { OpKind::Entry } else { OpKind::Other })?;
         let inode = match s.names.get(path) {
             Some(&inode) if !create => inode,
             None if !create => return Err(not_found(path)),
@@ -546,7 +586,7 @@ impl Disk for SimDisk {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut s = SimDisk::lock(self);
-        s.plain()?;
+        s.plain(OpKind::Entry)?;
         let inode = s.names.remove(from).ok_or_else(|| not_found(from))?;
         s.names.insert(to.to_path_buf(), inode);
         Ok(())
@@ -554,7 +594,7 @@ impl Disk for SimDisk {
 
     fn remove(&self, path: &Path) -> io::Result<bool> {
         let mut s = SimDisk::lock(self);
-        s.plain()?;
+        s.plain(OpKind::Other)?;
         Ok(s.names.remove(path).is_some())
     }
 
@@ -662,5 +702,37 @@ mod tests {
         disk.power_cycle();
         assert_eq!(disk.read(a).unwrap().unwrap(), b"abcd");
         assert_eq!(disk.read(Path::new("/d/b")).unwrap(), None);
+    }
+
+    #[test]
+    fn reads_and_names_fail_with_what_linux_gives() {
+        let disk = SimDisk::new(4);
+        let (a, b) = (Path::new("/d/a"), Path::new("/d/b"));
+        disk.write_synced(a, &[b"abc"]).unwrap();
+        disk.arm(0, DiskFault::Eio);
+        assert_eq!(disk.read(a).unwrap_err().raw_os_error(), Some(5));
+        assert_eq!(
+            disk.read(a).unwrap().unwrap(),
+            b"abc",
+            "a read error is spent"
+        );
+        let f = disk.open_synchronous(a, false, false).unwrap();
+        disk.arm(0, DiskFault::Eio);
+        assert!(f.read_at(&mut [0; 2], 1).is_err());
+        // ENOSPC on a read is not a thing: spent, not counted.
+        disk.arm(0, DiskFault::NoSpace);
+        let mut buf = [0; 2];
+        f.read_at(&mut buf, 1).unwrap();
+        assert_eq!(&buf, b"bc");
+        disk.arm(0, DiskFault::NoSpace);
+        assert_eq!(disk.rename(a, b).unwrap_err().raw_os_error(), Some(28));
+        disk.arm(0, DiskFault::Eio);
+        assert!(disk.remove(a).is_err());
+        assert_eq!(disk.read(a).unwrap().unwrap(), b"abc", "nothing changed");
+        assert_eq!(disk.read(b).unwrap(), None);
+        disk.arm(0, DiskFault::NoSpace);
+        assert_eq!(f.sync().unwrap_err().raw_os_error(), Some(5));
+        let counts = disk.counts();
+        assert_eq!((counts.eio, counts.read_errors, counts.no_space), (4, 2, 1));
     }
 }
