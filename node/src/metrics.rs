@@ -1,10 +1,13 @@
 //! The daemon's Prometheus metrics: one registry holding the service
 //! layer's families (calls, Watch streams, heartbeats, leadership, store
 //! requests), the embedded store's (commits, syncs, file sizes) and
-//! `metropolis_build_info`, served by `--metrics-listen`
+//! `metropolis_build_info` and the process's (`process_*`, [`process`]),
+//! served by `--metrics-listen`
 //! ([`listen::serve_scrapes`](metropolis_transport::listen::serve_scrapes)).
 //! Each scrape first refreshes what is read rather than recorded (the
 //! machines alive and lost), at most once a second.
+
+pub mod process;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -34,8 +37,8 @@ pub struct NodeMetrics {
 
 impl NodeMetrics {
     /// A registry of `core`'s families, `store`'s (the embedded store's,
-    /// when there is one) and the build's version; `machines` is counted
-    /// at each scrape.
+    /// when there is one), the build's version and the process's;
+    /// `machines` is counted at each scrape.
     pub fn new(
         core: Metrics,
         store: Option<&StoreMetrics>,
@@ -48,6 +51,7 @@ impl NodeMetrics {
             "The metropolisd build: its version",
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
         );
+        registry.register_collector(Box::new(process::ProcessCollector));
         core.register(&mut registry);
         if let Some(store) = store {
             store.register(&mut registry);

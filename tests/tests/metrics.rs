@@ -240,6 +240,22 @@ async fn scrapes_after_traffic(d: &Daemon, metrics: &str, read: impl Fn() -> Vec
         );
     }
 
+    // The daemon's process, as every Prometheus client exports it.
+    assert!(value(&after, "process_cpu_seconds_total", &[]) > 0.0);
+    assert!(value(&after, "process_open_fds", &[]) >= 3.0);
+    assert!(value(&after, "process_max_fds", &[]) >= value(&after, "process_open_fds", &[]));
+    assert!(value(&after, "process_resident_memory_bytes", &[]) > 1e6);
+    assert!(value(&after, "process_threads", &[]) >= 1.0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let started = value(&after, "process_start_time_seconds", &[]);
+    assert!(
+        started <= now + 1.0 && started > now - 600.0,
+        "started {started}, now {now}"
+    );
+
     // The stream dropped: no longer in flight, handled as Canceled.
     drop(stream);
     let gone = with_code(watch.clone(), "Canceled");
