@@ -48,11 +48,15 @@ pub enum Canary {
     /// The embedded store takes a WAL it failed to read (an I/O error) for
     /// a missing one (`metropolis-store`, `recover`).
     ReadErrorAsMissing,
+    /// The embedded store zeroes a torn final WAL batch without reading
+    /// the WAL again: a byte misread once erases an acknowledged batch
+    /// (`metropolis-store`, `recover`).
+    RepairOnOneRead,
 }
 
 impl Canary {
     /// Every canary, planted ones only.
-    pub const ALL: [Canary; 12] = [
+    pub const ALL: [Canary; 13] = [
         Canary::DropFence,
         Canary::SkipCacheFailure,
         Canary::DropTombstones,
@@ -65,6 +69,7 @@ impl Canary {
         Canary::WatchPastDurable,
         Canary::DamageReadAsTorn,
         Canary::ReadErrorAsMissing,
+        Canary::RepairOnOneRead,
     ];
 
     /// The canary's name on a command line (`drop-fence`, ...; `none`).
@@ -83,6 +88,7 @@ impl Canary {
             Canary::WatchPastDurable => "watch-past-durable",
             Canary::DamageReadAsTorn => "damage-read-as-torn",
             Canary::ReadErrorAsMissing => "read-error-as-missing",
+            Canary::RepairOnOneRead => "repair-on-one-read",
         }
     }
 

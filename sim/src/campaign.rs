@@ -69,6 +69,7 @@ impl World {
                 Canary::AckFailedWrite,
                 Canary::DamageReadAsTorn,
                 Canary::ReadErrorAsMissing,
+                Canary::RepairOnOneRead,
             ],
             World::Embedded => &[
                 Canary::AckFailedWrite,

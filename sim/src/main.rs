@@ -61,7 +61,8 @@ struct Args {
     /// forward-forwarded, accept-unregistered-agent-key,
     /// forget-last-acted (cluster); skip-teardown (traces);
     /// ack-failed-write, damage-read-as-torn (storage, embedded);
-    /// read-error-as-missing (storage); watch-past-durable (embedded). A campaign with a canary passes only if some seed
+    /// read-error-as-missing, repair-on-one-read (storage);
+    /// watch-past-durable (embedded). A campaign with a canary passes only if some seed
     /// catches it.
     #[arg(long, default_value = "none", value_parser = parse_canary)]
     canary: Canary,

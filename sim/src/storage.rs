@@ -12,7 +12,12 @@
 //! Before an open, now and then, an EIO is armed at one of its ops (a
 //! read error, or a failed lock, removal or repair): the open must fail
 //! with an I/O error naming the file (never call it corruption, never
-//! swallow it), and the next open must recover everything.
+//! swallow it), and the next open must recover everything. Or a read of
+//! the open returns one byte changed: the open may fail (as an I/O error:
+//! the store reads a file again before it calls it damaged or repairs a
+//! torn tail) or not, but an open store holds every acknowledged write,
+//! and the next open recovers everything (a byte misread must not make
+//! the store zero an acknowledged batch as a torn write).
 //! Between lives, now and then, the disk's fault atlas corrupts a byte of
 //! the WAL or the snapshot where it damages what the store acknowledged
 //! ([`atlas`]): the next open must refuse, naming that file and
@@ -134,7 +139,7 @@ pub fn run(seed: u64) -> Outcome {
     let mut next = 0u64;
     let mut refused_after_failure = 0u64;
     let mut refused_as_corrupt = 0u64;
-    let mut opens_failed = 0u64;
+    let mut opens = FaultedOpens::default();
     for life in 0..=LIVES {
         if life > 0 && rng.chance(0.3) {
             refused_as_corrupt +=
@@ -142,8 +147,14 @@ pub fn run(seed: u64) -> Outcome {
             trace.bytes(format!("corrupt {}", disk.counts().corruptions).as_bytes());
         }
         if rng.chance(0.25) {
-            opens_failed += u64::from(open_fails_on_eio(seed, life, &disk, &options, &mut rng));
-            trace.bytes(format!("open eio {opens_failed}").as_bytes());
+            let fault = if rng.chance(0.5) {
+                DiskFault::Eio
+            } else {
+                DiskFault::ReadCorruption
+            };
+            let at = (seed, life);
+            open_under_fault(at, fault, &disk, &options, &history, &mut rng, &mut opens);
+            trace.bytes(format!("open {fault:?} {}", opens.eio).as_bytes());
         }
         let (store, mut writer) = EmbeddedStore::open_stepped(dir, options.clone())
             .unwrap_or_else(|e| panic!("seed {seed}, life {life}: the store did not open: {e}"));
@@ -218,7 +229,12 @@ pub fn run(seed: u64) -> Outcome {
             ("names undone by a power loss", counts.undone_names),
             ("EIO injected", counts.eio),
             ("read errors injected", counts.read_errors),
-            ("opens failed by an EIO", opens_failed),
+            ("opens failed by an EIO", opens.eio),
+            ("reads corrupted", counts.read_corruptions),
+            (
+                "opens failed as a file read back differently",
+                opens.read_differently,
+            ),
             ("ENOSPC injected", counts.no_space),
             ("writes refused after a failure", refused_after_failure),
             ("sector corruptions refused", refused_as_corrupt),
@@ -227,31 +243,67 @@ pub fn run(seed: u64) -> Outcome {
     }
 }
 
-/// Opens the store with an EIO armed at one of the open's ops: the open
-/// fails with [`OpenError::Io`] exactly when the EIO fired (a read error
-/// is not corruption, and no failure is swallowed), and leaves the disk
-/// as a restarted process finds it. Whether the open failed.
-fn open_fails_on_eio(
-    seed: u64,
-    life: usize,
+/// What became of an open with a fault armed ([`open_under_fault`]).
+#[derive(Default)]
+struct FaultedOpens {
+    /// Failed by an EIO.
+    eio: u64,
+    /// Failed because a file read back differently.
+    read_differently: u64,
+}
+
+/// Opens the store with `fault` (an EIO or a read corruption) armed at
+/// one of the open's ops. An EIO must fail the open with
+/// [`OpenError::Io`] exactly when it fired (a read error is not
+/// corruption, and no failure is swallowed). A changed byte may fail the
+/// open, as an I/O error (the file read back differently), never as
+/// corruption; if the store opens it holds every acknowledged write;
+/// either way the disk is left as it was for the next open to recover
+/// everything. Leaves the disk as a restarted process finds it.
+fn open_under_fault(
+    at: (u64, usize),
+    fault: DiskFault,
     disk: &SimDisk,
     options: &StoreOptions,
+    history: &History,
     rng: &mut Rng,
-) -> bool {
-    let before = disk.counts().eio;
-    disk.arm(rng.range(0, OPEN_OPS), DiskFault::Eio);
+    opens: &mut FaultedOpens,
+) {
+    let (seed, life) = at;
+    let before = disk.counts();
+    disk.arm(rng.range(0, OPEN_OPS), fault);
     let opened = EmbeddedStore::open_stepped(Path::new(DIR), options.clone());
-    let fired = disk.counts().eio > before;
-    let failed = match opened {
-        // Dropped unstepped: the writer writes nothing, as in a crash.
-        Ok(_) => false,
-        Err(OpenError::Io { .. }) => true,
-        Err(e) => panic!("seed {seed}, life {life}: an EIO made the open fail with: {e}"),
-    };
-    assert_eq!(
-        failed, fired,
-        "seed {seed}, life {life}: an EIO fired during the open: {fired}, the open failed: {failed}"
-    );
+    let after = disk.counts();
+    match fault {
+        DiskFault::Eio => {
+            let fired = after.eio > before.eio;
+            let failed = match opened {
+                // Dropped unstepped: the writer writes nothing, as in a crash.
+                Ok(_) => false,
+                Err(OpenError::Io { .. }) => true,
+                Err(e) => panic!("seed {seed}, life {life}: an EIO made the open fail with: {e}"),
+            };
+            assert_eq!(
+                failed, fired,
+                "seed {seed}, life {life}: an EIO fired during the open: {fired}, the open failed: {failed}"
+            );
+            opens.eio += u64::from(failed);
+        }
+        _ => {
+            let fired = after.read_corruptions > before.read_corruptions;
+            match opened {
+                Ok((store, _writer)) => {
+                    history.check(seed, life, &stepped_store::range(&store, b"k/"))
+                }
+                Err(e) if !fired => {
+                    panic!("seed {seed}, life {life}: the open failed with no fault: {e}")
+                }
+                Err(OpenError::Io { .. }) => opens.read_differently += 1,
+                Err(e) => {
+                    panic!("seed {seed}, life {life}: a misread byte made the open fail with: {e}")
+                }
+            }
+        }
+    }
     disk.restart();
-    failed
 }

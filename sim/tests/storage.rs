@@ -16,9 +16,10 @@ fn seeds_0_to_299() {
 }
 
 /// A store that acknowledges a failed write, one that opens over an
-/// acknowledged batch the atlas damaged (reading it as a torn write), and
-/// one that takes a WAL it failed to read for a missing one, are each
-/// caught within 1,000 seeds.
+/// acknowledged batch the atlas damaged (reading it as a torn write), one
+/// that takes a WAL it failed to read for a missing one, and one that
+/// zeroes a torn tail on one read of it (so a misread byte erases an
+/// acknowledged batch), are each caught within 1,000 seeds.
 #[test]
 fn the_stores_planted_bugs_are_caught() {
     for &planted in World::Storage.catches() {

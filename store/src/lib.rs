@@ -83,7 +83,13 @@
 //! missing between snapshot and WAL) is an [`OpenError`] naming the file
 //! and byte offset: the store refuses to start rather than silently lose
 //! acknowledged data. The rule that tells the two apart is in
-//! `wal_read.rs`. Leases restart with their full TTL, like etcd's.
+//! `wal_read.rs`. Before it zeroes a torn batch or refuses a file as
+//! damaged, the store reads the file again: other bytes the second time
+//! (a failing device, cable or memory) fail the open as an I/O error and
+//! change nothing, so a byte misread once cannot erase an acknowledged
+//! batch. The block the next commit rewrites is taken from the bytes
+//! recovery checked, not read again. Leases restart with their full TTL,
+//! like etcd's.
 //!
 //! A WAL of format version 1 (frames without batches, written by earlier
 //! builds) is read with its own rules (a final frame cut short or a

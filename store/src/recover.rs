@@ -1,11 +1,13 @@
 //! Recovery at open: the snapshot loaded, the WAL replayed, a torn final
 //! batch zeroed.
 
+use std::io;
 use std::path::Path;
 
 use metropolis_core::store::MemStore;
 use metropolis_core::time::Instant;
 
+use super::aligned::round_down;
 use super::disk::Disk;
 use super::error::{Corruption, OpenError, io_err};
 use super::wal::{self, FORMAT_VERSION_1, Wal};
@@ -61,7 +63,20 @@ pub(super) fn recover(
             replayed: 0,
         });
     };
-    let contents = wal_read::read(&wal_path, &data)?;
+    let contents = match wal_read::read(&wal_path, &data) {
+        Ok(contents) => contents,
+        Err(damaged) => {
+            read_back_the_same(disk, &wal_path, &data)?;
+            return Err(damaged);
+        }
+    };
+    if contents.torn_len > 0 && !canary_planted!(RepairOnOneRead) {
+        // Repairing a torn final batch zeroes it durably: only when a
+        // second read shows the same bytes, so that a byte misread there
+        // once does not erase an acknowledged batch.
+        read_back_the_same(disk, &wal_path, &data)?;
+    }
+    let tail = data[round_down(contents.valid_len) as usize..contents.valid_len as usize].to_vec();
     drop(data);
     if contents.first_seq == 0 || contents.first_seq > snapshot_seq + 1 {
         return Err(OpenError::Corrupt {
@@ -116,6 +131,7 @@ pub(super) fn recover(
             &wal_path,
             contents.valid_len,
             contents.valid_len + contents.torn_len,
+            &tail,
             direct,
         )
         .map_err(io_err(&wal_path, "reopen"))?
@@ -126,4 +142,26 @@ pub(super) fn recover(
         wal,
         replayed,
     })
+}
+
+/// Reads `path` again after its bytes `first` looked damaged or torn:
+/// the same bytes confirm what the first read showed; other bytes (or
+/// none) mean the device, its link or memory returned wrong bytes, an I/O
+/// error: nothing is repaired or refused on such a read.
+pub(super) fn read_back_the_same(
+    disk: &dyn Disk,
+    path: &Path,
+    first: &[u8],
+) -> Result<(), OpenError> {
+    match disk.read(path).map_err(io_err(path, "read again"))? {
+        Some(again) if again == first => Ok(()),
+        _ => Err(OpenError::Io {
+            path: path.to_path_buf(),
+            action: "read",
+            source: io::Error::new(
+                io::ErrorKind::InvalidData,
+                "two reads returned different bytes (a failing device, cable or memory);                  nothing was changed",
+            ),
+        }),
+    }
 }

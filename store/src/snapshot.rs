@@ -69,7 +69,14 @@ pub(crate) fn read(disk: &dyn Disk, dir: &Path) -> Result<Option<(u64, Snapshot)
     let Some(data) = disk.read(&path).map_err(io_err(&path, "read"))? else {
         return Ok(None);
     };
-    decode(&path, &data).map(Some)
+    match decode(&path, &data) {
+        Ok(snapshot) => Ok(Some(snapshot)),
+        Err(damaged) => {
+            // Refused as damaged only if a second read agrees.
+            super::recover::read_back_the_same(disk, &path, &data)?;
+            Err(damaged)
+        }
+    }
 }
 
 /// Checks and decodes the snapshot file `data`, read from `path`: the

@@ -209,14 +209,27 @@ impl Wal {
     /// Opens an existing version 2 WAL for appending after its first
     /// `valid_len` bytes. Bytes after them up to `dirty_end` (a torn
     /// write) are zeroed durably first, and a file length that is not a
-    /// whole number of blocks is completed with zeros.
+    /// whole number of blocks is completed with zeros. `tail` is the
+    /// file's bytes from the start of the block holding `valid_len` up to
+    /// it, as recovery read and checked them: the next append rewrites
+    /// that block from them, so they are not read again (a second read
+    /// could return other bytes, and write them back over an
+    /// acknowledged batch).
     pub(crate) fn reopen(
         disk: &dyn Disk,
         path: &Path,
         valid_len: u64,
         dirty_end: u64,
+        tail: &[u8],
         direct: bool,
     ) -> io::Result<Wal> {
+        let tail_start = round_down(valid_len);
+        if tail.len() as u64 != valid_len - tail_start {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the tail given does not end the valid bytes",
+            ));
+        }
         // Repaired through the page cache (any length, any offset); each
         // write is synchronous.
         let mut plain = disk.open_synchronous(path, false, false)?;
@@ -228,9 +241,7 @@ impl Wal {
             plain.write_at(&vec![0; (round_up(len) - len) as usize], len)?;
         }
         let mut stage = AlignedBuf::zeroed(BLOCK);
-        let tail_start = round_down(valid_len);
-        let tail = (valid_len - tail_start) as usize;
-        plain.read_at(&mut stage.bytes_mut()[..tail], tail_start)?;
+        stage.bytes_mut()[..tail.len()].copy_from_slice(tail);
         drop(plain);
         let file = disk.open_synchronous(path, false, direct)?;
         Ok(Wal {
@@ -590,7 +601,8 @@ mod tests {
         data.truncate(data.len() - 10);
         std::fs::write(&p, &data).unwrap();
 
-        let mut wal = Wal::reopen(&OsDisk, &p, valid, valid + 100, true).unwrap();
+        let tail = &data[round_down(valid) as usize..valid as usize];
+        let mut wal = Wal::reopen(&OsDisk, &p, valid, valid + 100, tail, true).unwrap();
         let second = frame(&[2; 10]);
         wal.append([second.as_slice()]).unwrap();
         let data = std::fs::read(&p).unwrap();

@@ -15,6 +15,9 @@
 //!   (creations, renames, `mkdir`); a sync armed with it fails with EIO.
 //!   A fault armed at an op that cannot fail that way is spent and not
 //!   counted.
+//! - Read corruption: a read that returns one byte changed (the disk keeps
+//!   the right one), as a failing cable, controller or memory does; in a
+//!   byte up to the last non-zero one the read returns, where data is.
 //! - Latent sector corruption ([`SimDisk::corrupt`]): one byte of a file
 //!   changed while the power was off, only where the fault atlas allows
 //!   it: in a byte a finished write put there which no later write
@@ -69,6 +72,8 @@ pub enum DiskFault {
     /// The op (a write, a creation, a rename) fails with ENOSPC and changes
     /// nothing; a sync fails with EIO instead.
     NoSpace,
+    /// The op, a read, returns one byte changed; the disk is unchanged.
+    ReadCorruption,
 }
 
 /// What happened on the disk, for a campaign's counts.
@@ -88,6 +93,8 @@ pub struct DiskCounts {
     pub read_errors: u64,
     /// ENOSPC failures injected.
     pub no_space: u64,
+    /// Reads that returned a changed byte.
+    pub read_corruptions: u64,
     /// Bytes corrupted by the fault atlas.
     pub corruptions: u64,
 }
@@ -373,7 +380,7 @@ impl State {
                 self.counts.no_space += 1;
                 enospc()
             }
-            DiskFault::Eio | DiskFault::PowerLoss => {
+            DiskFault::Eio | DiskFault::PowerLoss | DiskFault::ReadCorruption => {
                 self.counts.eio += u64::from(fault == DiskFault::Eio);
                 eio()
             }
@@ -383,7 +390,7 @@ impl State {
     /// A write of `data` at `offset` to `inode`, durable at return: whole,
     /// failed, or torn by a power loss.
     fn write(&mut self, inode: u64, data: &[u8], offset: usize) -> io::Result<()> {
-        let fault = self.op()?;
+        let fault = self.op()?.filter(|f| *f != DiskFault::ReadCorruption);
         let State {
             inodes,
             rng,
@@ -421,7 +428,7 @@ impl State {
 
     /// A sync of a file or directory: fails, or does what `then` does.
     fn sync(&mut self, then: impl FnOnce(&mut State)) -> io::Result<()> {
-        match self.op()? {
+        match self.op()?.filter(|f| *f != DiskFault::ReadCorruption) {
             None => {
                 then(self);
                 Ok(())
@@ -435,9 +442,16 @@ impl State {
     /// An op that reads or changes names, of `kind`: fails by power loss,
     /// by EIO, and by ENOSPC if it makes a directory entry.
     fn plain(&mut self, kind: OpKind) -> io::Result<()> {
+        self.read_op(kind).map(|_| ())
+    }
+
+    /// [`plain`](Self::plain), and whether the bytes a read returns are to
+    /// be corrupted ([`State::corrupt_read`]).
+    fn read_op(&mut self, kind: OpKind) -> io::Result<bool> {
         match self.op()? {
-            None => Ok(()),
-            Some(DiskFault::NoSpace) if kind != OpKind::Entry => Ok(()),
+            None => Ok(false),
+            Some(DiskFault::ReadCorruption) => Ok(kind == OpKind::Read),
+            Some(DiskFault::NoSpace) if kind != OpKind::Entry => Ok(false),
             Some(fault) => {
                 if kind == OpKind::Read && fault == DiskFault::Eio {
                     self.counts.read_errors += 1;
@@ -445,6 +459,17 @@ impl State {
                 Err(self.failed(fault))
             }
         }
+    }
+
+    /// Changes one byte of `bytes`, a read's result, up to its last
+    /// non-zero byte (none if all are zeros).
+    fn corrupt_read(&mut self, bytes: &mut [u8]) {
+        let Some(last) = bytes.iter().rposition(|&b| b != 0) else {
+            return;
+        };
+        let at = (self.rng.next() % (last as u64 + 1)) as usize;
+        bytes[at] ^= (self.rng.next() as u8) | 1;
+        self.counts.read_corruptions += 1;
     }
 
     fn new_inode(&mut self, path: &Path) -> u64 {
@@ -495,7 +520,7 @@ impl SyncFile for SimFile {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let mut s = self.disk.lock();
-        s.plain(OpKind::Read)?;
+        let corrupt = s.read_op(OpKind::Read)?;
         let contents = s.inodes.get(&self.inode).ok_or_else(eio)?;
         let at = offset as usize;
         let bytes = contents
@@ -503,6 +528,9 @@ impl SyncFile for SimFile {
             .get(at..at + buf.len())
             .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
         buf.copy_from_slice(bytes);
+        if corrupt {
+            s.corrupt_read(buf);
+        }
         Ok(())
     }
 
@@ -549,11 +577,16 @@ impl Disk for SimDisk {
 
     fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
         let mut s = SimDisk::lock(self);
-        s.plain(OpKind::Read)?;
-        Ok(s.names
+        let corrupt = s.read_op(OpKind::Read)?;
+        let mut bytes = s
+            .names
             .get(path)
             .and_then(|inode| s.inodes.get(inode))
-            .map(|c| c.current.clone()))
+            .map(|c| c.current.clone());
+        if let Some(bytes) = bytes.as_mut().filter(|_| corrupt) {
+            s.corrupt_read(bytes);
+        }
+        Ok(bytes)
     }
 
     fn write_synced(&self, path: &Path, parts: &[&[u8]]) -> io::Result<()> {
@@ -734,5 +767,34 @@ mod tests {
         assert_eq!(f.sync().unwrap_err().raw_os_error(), Some(5));
         let counts = disk.counts();
         assert_eq!((counts.eio, counts.read_errors, counts.no_space), (4, 2, 1));
+    }
+
+    #[test]
+    fn a_corrupted_read_changes_one_byte_of_data_and_not_the_disk() {
+        let disk = SimDisk::new(5);
+        let a = Path::new("/d/a");
+        let data = [b"abcdef".as_slice(), &[0; 100]].concat();
+        disk.write_synced(a, &[&data]).unwrap();
+        for _ in 0..50 {
+            disk.arm(0, DiskFault::ReadCorruption);
+            let read = disk.read(a).unwrap().unwrap();
+            let changed: Vec<usize> = (0..data.len()).filter(|&i| read[i] != data[i]).collect();
+            assert_eq!(changed.len(), 1, "{changed:?}");
+            assert!(changed[0] < 6, "only where data is: {changed:?}");
+            assert_eq!(
+                disk.read(a).unwrap().unwrap(),
+                data,
+                "the disk is unchanged"
+            );
+        }
+        // At a write it is spent.
+        let mut f = disk.open_synchronous(a, false, false).unwrap();
+        disk.arm(0, DiskFault::ReadCorruption);
+        f.write_at(b"x", 0).unwrap();
+        let mut buf = [0; 2];
+        disk.arm(0, DiskFault::ReadCorruption);
+        f.read_at(&mut buf, 0).unwrap();
+        assert_ne!(&buf, b"xb");
+        assert_eq!(disk.counts().read_corruptions, 51);
     }
 }
