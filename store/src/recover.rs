@@ -76,7 +76,12 @@ pub(super) fn recover(
         // once does not erase an acknowledged batch.
         read_back_the_same(disk, &wal_path, &data)?;
     }
-    let tail = data[round_down(contents.valid_len) as usize..contents.valid_len as usize].to_vec();
+    // Within `data`, as the reader measured it; a mismatch fails the
+    // reopen below.
+    let tail = data
+        .get(round_down(contents.valid_len) as usize..contents.valid_len as usize)
+        .map(<[u8]>::to_vec)
+        .unwrap_or_default();
     drop(data);
     if contents.first_seq == 0 || contents.first_seq > snapshot_seq + 1 {
         return Err(OpenError::Corrupt {
@@ -160,7 +165,7 @@ pub(super) fn read_back_the_same(
             action: "read",
             source: io::Error::new(
                 io::ErrorKind::InvalidData,
-                "two reads returned different bytes (a failing device, cable or memory);                  nothing was changed",
+                "two reads returned different bytes (a failing device, cable or memory); nothing was changed",
             ),
         }),
     }
