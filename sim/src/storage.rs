@@ -59,8 +59,9 @@ const DIR: &str = "/data/store";
 const LIVES: usize = 6;
 /// Writes a client tries per life.
 const WRITES: u64 = 40;
-/// An EIO before an open is armed at one of its next ops, below this: a
-/// few more than an open of the store takes, so now and then none fires.
+/// A fault before an open (an EIO, a read corruption) is armed at one of
+/// its next ops, below this: a few more than an open of the store takes,
+/// so now and then none fires.
 const OPEN_OPS: u64 = 14;
 
 fn key(n: u64) -> Bytes {
