@@ -211,7 +211,13 @@ pub fn forward(
     let sent = upstream.send(Request::from_parts(parts, body));
     Box::pin(async move {
         match sent.await {
-            Ok(response) => response,
+            // The relayed body can be cut short (the leader's stream
+            // breaks, this instance's role ends) and end with a status
+            // instead: the leader's length does not hold for it.
+            Ok(mut response) => {
+                response.headers_mut().remove(http::header::CONTENT_LENGTH);
+                response
+            }
             Err(e) => tonic::Status::unavailable(format!(
                 "curator backend switched, request can be retried (leader unreachable: {e})"
             ))
@@ -441,6 +447,41 @@ mod tests {
             .with_routing(Arc::new(follow(None)));
         let status = call(&router, "UpdateNodeStatus", Identity::Owner, None);
         assert_eq!(status.code(), tonic::Code::AlreadyExists);
+    }
+
+    #[test]
+    fn the_leaders_content_length_is_not_relayed() {
+        /// A leader answering one five-byte message, its length stated.
+        struct Sized;
+        impl Upstream for Sized {
+            fn send(&self, _: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, String>> {
+                let response = Response::builder()
+                    .header(http::header::CONTENT_TYPE, "application/grpc")
+                    .header(http::header::CONTENT_LENGTH, "5")
+                    .body(Body::new(http_body_util::Full::new(
+                        bytes::Bytes::from_static(&[0; 5]),
+                    )))
+                    .unwrap();
+                Box::pin(futures::future::ready(Ok(response)))
+            }
+        }
+        let request = Request::builder()
+            .uri("http://metropolis/x/y")
+            .body(Body::empty())
+            .unwrap();
+        let response = futures::executor::block_on(forward(&Sized, request));
+        assert!(
+            response
+                .headers()
+                .get(http::header::CONTENT_LENGTH)
+                .is_none(),
+            "{:?}",
+            response.headers()
+        );
+        assert_eq!(
+            response.headers()[http::header::CONTENT_TYPE],
+            "application/grpc"
+        );
     }
 
     #[test]

@@ -104,8 +104,19 @@ impl HttpBody for RoutedBody {
         self.ended || self.inner.is_end_stream()
     }
 
+    /// At most what the inner body holds, and no lower bound: the role
+    /// ending (or the leader's body failing) cuts the body short. An
+    /// exact hint would let the server send a `content-length` the cut
+    /// body then breaks, which an HTTP/2 client answers with a protocol
+    /// error instead of reading the trailers' status.
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let mut hint = SizeHint::new();
+        if self.ended {
+            hint.set_upper(0);
+        } else if let Some(upper) = self.inner.size_hint().upper() {
+            hint.set_upper(upper);
+        }
+        hint
     }
 }
 
@@ -176,6 +187,32 @@ mod tests {
         assert_eq!(status.code(), tonic::Code::Unavailable);
         assert!(status.message().contains("connection reset"), "{status:?}");
         assert!(futures::executor::block_on(body.frame()).is_none());
+    }
+
+    #[test]
+    fn a_body_the_role_can_cut_claims_no_length() {
+        let (tx, rx) = futures::channel::oneshot::channel::<LeadershipError>();
+        let cancelled = rx
+            .map(|r| r.unwrap_or(LeadershipError::ShuttingDown))
+            .boxed();
+        // A unary answer: five bytes, its length known in advance.
+        let inner = Body::new(http_body_util::Full::new(Bytes::from_static(&[0; 5])));
+        assert_eq!(inner.size_hint().exact(), Some(5));
+        let mut body = RoutedBody::new(inner, cancelled, Box::new(()), false);
+        let hint = body.size_hint();
+        assert_eq!(hint.upper(), Some(5));
+        tx.send(LeadershipError::BackendSwitched).unwrap();
+        let mut sent = 0;
+        while let Some(frame) = futures::executor::block_on(body.frame()) {
+            sent += frame.unwrap().data_ref().map_or(0, Bytes::len) as u64;
+        }
+        assert_eq!(sent, 0, "cut before its data");
+        assert!(
+            hint.lower() <= sent,
+            "the hint promised {} bytes, the body sent {sent}",
+            hint.lower()
+        );
+        assert_eq!(body.size_hint().exact(), Some(0));
     }
 
     #[test]
