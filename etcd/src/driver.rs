@@ -19,6 +19,7 @@ use metropolis_core::ports::{self, MonotonicClock, Spawner, Timer};
 use metropolis_core::service::elected::SharedLeadership;
 use metropolis_core::service::elected::driver::{ElectionDriver as Driver, ElectionPorts};
 use metropolis_core::service::forward::{Connector, Upstream};
+use metropolis_core::service::metrics::{MeteredLeases, Metrics};
 use metropolis_core::store::{LeaseId, StoreError};
 use metropolis_core::time::Instant;
 use metropolis_node::clock::ProcessClock;
@@ -57,15 +58,25 @@ impl Upstream for Unreachable {
 
 /// The ports core's election driver runs over: `store` and its leases,
 /// timers and tasks on the store's runtime (the caller's, or the dedicated
-/// one of [`EtcdStore::connect_dedicated`]), time read from `clock`.
-pub fn election_ports(store: &EtcdStore, clock: ProcessClock) -> ElectionPorts {
+/// one of [`EtcdStore::connect_dedicated`]), time read from `clock`; with
+/// `metrics`, every lease request timed ([`MeteredLeases`]).
+pub fn election_ports(
+    store: &EtcdStore,
+    clock: ProcessClock,
+    metrics: Option<&Metrics>,
+) -> ElectionPorts {
     let exec = store.exec.clone();
+    let leases: Arc<dyn ports::Leases> = Arc::new(EtcdLeases {
+        store: store.clone(),
+        clock,
+    });
+    let leases: Arc<dyn ports::Leases> = match metrics {
+        Some(metrics) => Arc::new(MeteredLeases::new(leases, Arc::new(clock), metrics)),
+        None => leases,
+    };
     ElectionPorts {
         store: Arc::new(store.clone()),
-        leases: Arc::new(EtcdLeases {
-            store: store.clone(),
-            clock,
-        }),
+        leases,
         timer: Arc::new(ExecTimer {
             exec: exec.clone(),
             clock,
@@ -85,23 +96,29 @@ impl ElectionDriver {
         let clock = ProcessClock::new();
         let machine = Leadership::new(config, clock.now())?;
         let shared = SharedLeadership::new(machine, Arc::new(clock), Arc::new(NoForwarding));
-        Ok(ElectionDriver::drive(store, prefix, shared, clock))
+        Ok(ElectionDriver::drive(store, prefix, shared, clock, None))
     }
 
     /// Drives `leadership` (whose machine is fresh from
     /// [`Leadership::new`] and reads time from `clock`) against the
-    /// election under `prefix` of `store` (see [`election_ports`]).
+    /// election under `prefix` of `store` (see [`election_ports`]), its
+    /// lease requests recorded in `metrics` if given.
     pub fn drive(
         store: EtcdStore,
         prefix: impl Into<Bytes>,
         leadership: SharedLeadership,
         clock: ProcessClock,
+        metrics: Option<&Metrics>,
     ) -> ElectionDriver {
         let (roles_tx, roles) = watch::channel(leadership.role());
         leadership.on_role_change(move |_, role| {
             roles_tx.send_replace(role.clone());
         });
-        let driver = Driver::spawn(election_ports(&store, clock), prefix, leadership.clone());
+        let driver = Driver::spawn(
+            election_ports(&store, clock, metrics),
+            prefix,
+            leadership.clone(),
+        );
         ElectionDriver {
             leadership,
             roles,

@@ -76,7 +76,7 @@ fn hint(refusal: Refusal) -> &'static str {
 /// daemon (TLS, user, permissions) fails the start at once; etcd not
 /// answering is retried for 30 s.
 pub fn etcd_election() -> StartElection {
-    Box::new(|config, pki, dial| {
+    Box::new(|config, pki, dial, metrics| {
         let access = config.cluster.etcd_access();
         let mut etcd = EtcdConfig::new(config.cluster.etcd.clone());
         etcd.request_timeout = Duration::from_secs(config.cluster.etcd_request_timeout.max(1));
@@ -166,7 +166,13 @@ pub fn etcd_election() -> StartElection {
                 Arc::new(clock),
                 Arc::new(LeaderConnector::new(dial)),
             );
-            let driver = ElectionDriver::drive(store.clone(), prefix, shared.clone(), clock);
+            let driver = ElectionDriver::drive(
+                store.clone(),
+                prefix,
+                shared.clone(),
+                clock,
+                metrics.as_ref(),
+            );
             Ok(ElectionHandle {
                 elected: Elected {
                     store: Arc::new(store),

@@ -12,6 +12,7 @@ use metropolis_core::leadership::LeadershipConfig;
 use metropolis_core::ports::KvStore;
 use metropolis_core::service::GroupCommitOptions;
 use metropolis_core::service::elected::SharedLeadership;
+use metropolis_core::service::metrics::Metrics;
 
 use futures::future::BoxFuture;
 
@@ -212,10 +213,16 @@ pub struct ElectionHandle {
 
 /// Starts the election of an elected instance (the etcd port: connect,
 /// campaign, observe), given the daemon's configuration, this node's
-/// PKI and how to reach the leader. Called once, on the daemon's
-/// runtime.
+/// PKI, how to reach the leader and the daemon's metrics (with
+/// `--metrics-listen`: the election records its lease requests there).
+/// Called once, on the daemon's runtime.
 pub type StartElection = Box<
-    dyn FnOnce(&Config, &NodePki, Dial) -> BoxFuture<'static, Result<ElectionHandle, DaemonError>>
+    dyn FnOnce(
+            &Config,
+            &NodePki,
+            Dial,
+            Option<Metrics>,
+        ) -> BoxFuture<'static, Result<ElectionHandle, DaemonError>>
         + Send,
 >;
 

@@ -566,7 +566,15 @@ impl NodeServices {
         let options = StoreOptions::default().with_metrics(metrics.clone());
         let store = Arc::new(EmbeddedStore::open(&layout.store, options)?);
         let pki = load_or_create_pki(&layout, &config.extra_sans)?;
-        Self::build(config, runtime, pki, Backend::Embedded(store, metrics)).await
+        let core = Self::metrics(config, &runtime);
+        Self::build(
+            config,
+            runtime,
+            pki,
+            Backend::Embedded(store, metrics),
+            core,
+        )
+        .await
     }
 
     /// Builds the services the configuration asks for: over the embedded
@@ -595,13 +603,16 @@ impl NodeServices {
         let client = pki.client_config()?;
         let dial: Dial =
             Arc::new(move |node_id, address| dialer.dial(node_id, address, client.clone()));
-        let handle = start(config, &pki, dial).await?;
+        // Before the election starts, so that it records its leases there.
+        let metrics = Self::metrics(config, &runtime);
+        let handle = start(config, &pki, dial, metrics.clone()).await?;
         if let Err(e) = crate::join::check_cluster_ca(handle.elected.store.as_ref(), &pki.ca).await
         {
             handle.stop.await;
             return Err(e);
         }
-        let mut node = Self::prepare_elected(config, runtime, pki, handle.elected).await?;
+        let elected = Backend::Elected(handle.elected);
+        let mut node = Self::build(config, runtime, pki, elected, metrics).await?;
         node.election = std::sync::Mutex::new(Some(handle.stop));
         Ok(node)
     }
@@ -633,7 +644,15 @@ impl NodeServices {
         elected: Elected,
     ) -> Result<NodeServices, DaemonError> {
         config.check_debug_listen()?;
-        Self::build(config, runtime, pki, Backend::Elected(elected)).await
+        let metrics = Self::metrics(config, &runtime);
+        Self::build(config, runtime, pki, Backend::Elected(elected), metrics).await
+    }
+
+    /// The service layer's metrics with `--metrics-listen`, timed on
+    /// `runtime`'s clock; `None` without it.
+    fn metrics(config: &Config, runtime: &SharedRuntime) -> Option<Metrics> {
+        let clock = Arc::new(RuntimeTime::new(runtime.as_ref()));
+        config.metrics_listen.map(|_| Metrics::new(clock))
     }
 
     async fn build(
@@ -641,6 +660,7 @@ impl NodeServices {
         runtime: SharedRuntime,
         pki: NodePki,
         backend: Backend,
+        metrics: Option<Metrics>,
     ) -> Result<NodeServices, DaemonError> {
         let layout = Layout::new(&config.data_dir);
         // Before this node registers itself or anything is served: a
@@ -663,9 +683,6 @@ impl NodeServices {
                     (store.clone(), Some(leadership.clone()), None, ready)
                 }
             };
-        let clock: Arc<dyn metropolis_core::ports::MonotonicClock> =
-            Arc::new(RuntimeTime::new(runtime.as_ref()));
-        let metrics = config.metrics_listen.map(|_| Metrics::new(clock.clone()));
         let store: Arc<dyn KvStore> = match &metrics {
             Some(metrics) => {
                 let backend = if embedded.is_some() {
@@ -720,7 +737,7 @@ impl NodeServices {
             Arc::new(NodeMetrics::new(
                 core.clone(),
                 store_metrics,
-                clock.clone(),
+                Arc::new(RuntimeTime::new(runtime.as_ref())),
                 provisioning,
             ))
         });

@@ -225,6 +225,25 @@ async fn scrapes_after_traffic(d: &Daemon, metrics: &str, read: impl Fn() -> Vec
             value(&after, "metropolis_curator_role", &[("state", "leader")]),
             1.0
         );
+        // The election's lease: granted once, renewed every third of its
+        // TTL (2 s here) without failing.
+        let leases = "metropolis_lease_request_duration_seconds_count";
+        assert_eq!(value(&after, leases, &[("op", "grant")]), 1.0);
+        let mut renewed = after.clone();
+        for _ in 0..40 {
+            if value(&renewed, leases, &[("op", "keep_alive")]) >= 2.0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            renewed = read();
+        }
+        assert!(value(&renewed, leases, &[("op", "keep_alive")]) >= 2.0);
+        assert!(
+            !renewed
+                .iter()
+                .any(|(name, _, _)| name == "metropolis_lease_request_errors_total"),
+            "a lease request failed"
+        );
     } else {
         assert!(
             value(&after, "metropolis_store_commits_total", &[])

@@ -65,7 +65,7 @@ impl KvMetrics {
 }
 
 /// The `error` label of a store error.
-fn error_name(e: &StoreError) -> &'static str {
+pub(super) fn error_name(e: &StoreError) -> &'static str {
     match e {
         StoreError::Compacted { .. } => "compacted",
         StoreError::FutureRevision { .. } => "future_revision",

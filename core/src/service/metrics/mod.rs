@@ -4,14 +4,16 @@
 //!
 //! [`Metrics`] is one handle on every family: the routers record their
 //! calls ([`rpc`]), the watch cache its streams, the provisioning service
-//! its heartbeats, a [`MeteredKv`] the store requests it passes on, an
-//! elected instance its role changes. Durations are read from the
+//! its heartbeats, a [`MeteredKv`] the store requests it passes on, a
+//! [`MeteredLeases`] the election's lease requests, an elected instance
+//! its role changes. Durations are read from the
 //! [`MonotonicClock`] port (virtual time in the simulator), never from
 //! the host. Recording does not touch any machine's state; only the order
 //! of label sets in an exposition depends on the process (the families
 //! hash their label sets).
 
 mod kv;
+mod leases;
 mod rpc;
 
 use std::sync::Arc;
@@ -23,6 +25,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 pub use self::kv::MeteredKv;
+pub use self::leases::MeteredLeases;
 pub(crate) use self::rpc::{CallMeter, RpcMetrics};
 use crate::leadership::Role;
 use crate::ports::MonotonicClock;
@@ -48,6 +51,7 @@ pub struct Metrics {
     pub(crate) agents: AgentMetrics,
     leadership: LeadershipMetrics,
     pub(crate) kv: kv::KvMetrics,
+    leases: leases::LeaseMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -66,6 +70,7 @@ impl Metrics {
             agents: AgentMetrics::default(),
             leadership: LeadershipMetrics::default(),
             kv: kv::KvMetrics::default(),
+            leases: leases::LeaseMetrics::default(),
         }
     }
 
@@ -77,6 +82,7 @@ impl Metrics {
         self.agents.register(registry);
         self.leadership.register(registry);
         self.kv.register(registry);
+        self.leases.register(registry);
     }
 
     fn now(&self) -> Instant {
