@@ -161,6 +161,7 @@ mod tests {
     use futures::executor::block_on;
     use futures::stream;
 
+    use super::super::tests::exposition;
     use super::*;
 
     /// A clock the test sets.
@@ -208,14 +209,6 @@ mod tests {
         fn revoke(&self, _: LeaseId) -> BoxFuture<'static, Result<(), StoreError>> {
             futures::future::ready(Err(StoreError::Unavailable("gone".into()))).boxed()
         }
-    }
-
-    fn exposition(metrics: &Metrics) -> String {
-        let mut registry = Registry::default();
-        metrics.register(&mut registry);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
-        text
     }
 
     fn line<'a>(text: &'a str, prefix: &str) -> &'a str {

@@ -260,7 +260,9 @@ mod tests {
         }
     }
 
-    fn exposition(metrics: &Metrics) -> String {
+    /// The text exposition of everything `metrics` registers; the
+    /// submodules' tests read it too.
+    pub(super) fn exposition(metrics: &Metrics) -> String {
         let mut registry = Registry::default();
         metrics.register(&mut registry);
         let mut text = String::new();
