@@ -8,7 +8,11 @@
 //!
 //! - a [`SyncFile::write_at`] that returned is durable (the file is opened
 //!   `O_DSYNC`); one interrupted by a crash may leave any subset of its
-//!   sectors written, each sector holding its old or its new bytes;
+//!   512-byte sectors written, each sector holding its old or its new
+//!   bytes, never a mix (devices with larger atomic units keep or lose
+//!   several sectors at once); the WAL's reader relies on this to tell a
+//!   torn final batch (a sector left as it was, zeros past the log's end)
+//!   from a changed byte;
 //! - [`Disk::write_synced`] is durable when it returns, under its name
 //!   only once the directory is synced;
 //! - a [`Disk::rename`] or a file creation is durable once

@@ -12,16 +12,25 @@
 //! not check out, it looks at everything after it:
 //!
 //! - only zeros: the clean end of the log;
-//! - no batch that checks out (batch magic, header checksum, frames within
-//!   the file, frames checksum): a torn final batch, never acknowledged,
-//!   reported in [`WalContents::torn_len`] for the opener to zero;
-//! - a batch that checks out: the damaged batch was followed by a written
-//!   one, so it was acknowledged: the open fails naming the offset.
+//! - what a torn final batch can look like: a torn write keeps or loses
+//!   each 512-byte sector whole, and a lost one reads as it was before,
+//!   zeros past the end of the log. So where the batch does not check out
+//!   (its header, or, under a header that checks out, its frames) some
+//!   sector reads as zeros from the batch's start on, and nothing follows
+//!   it: no byte after the extent a sound header declares, and no batch
+//!   that checks out (batch magic, header checksum, frames within the
+//!   file, frames checksum) after a header that does not. Never
+//!   acknowledged, it is reported in [`WalContents::torn_len`] for the
+//!   opener to zero;
+//! - anything else is damage to an acknowledged batch (a batch written
+//!   after it, or a byte changed where no sector was lost): the open fails
+//!   naming the offset. So damage to the last batch is found too, unless
+//!   its data holds a whole sector of zeros there, which a lost sector
+//!   could explain.
 //!
-//! When the damaged batch's own header checks out, the search starts after
-//! the extent that header declares, so the frames of a torn batch (user
-//! data) are never taken for a batch. Inside a batch whose checksum
-//! matches, any frame that does not check out is damage.
+//! The frames of a torn batch under a sound header (user data) are never
+//! searched for a batch. Inside a batch whose checksum matches, any frame
+//! that does not check out is damage.
 //!
 //! Version 1 files (frames without batches) keep their rules: a final
 //! frame cut short or a zero-filled tail is torn, anything else damage.
@@ -133,17 +142,63 @@ fn parse_v2(data: &[u8], records: &mut Vec<(u64, Record)>) -> Result<usize, Dama
                 pos = end;
             }
             Err((extent, problem)) => {
-                if data[pos..].iter().all(|b| *b == 0) {
+                if data[pos..].iter().all(|b| *b == 0)
+                    || can_be_torn(data, pos, extent, &problem)
+                    || canary_planted!(DamageReadAsTorn)
+                {
                     return Ok(pos);
                 }
-                let search_from = extent.unwrap_or(pos + 1);
-                if find_batch(data, search_from).is_some() && !canary_planted!(DamageReadAsTorn) {
-                    return Err((pos as u64, problem));
-                }
-                return Ok(pos);
+                return Err((pos as u64, problem));
             }
         }
     }
+}
+
+/// The unit a torn write is torn at: a crash keeps or loses each 512-byte
+/// sector of a write whole (devices with larger sectors keep or lose
+/// several at once).
+const SECTOR: usize = 512;
+
+/// Whether what starts at `pos`, a batch that did not check out for
+/// `problem` (`extent`: where it ends, if its header checked out), can be
+/// a final write torn by a crash rather than damage.
+///
+/// A torn write kept each of its sectors or left it as it was: past the
+/// end of the log that is zeros (the file is preallocated with them), and
+/// in the sector holding `pos` the earlier bytes are the same either way.
+/// So it lost a sector that reads as zeros from `pos` on, somewhere in the
+/// part that does not check out; and nothing after the batch was written.
+fn can_be_torn(data: &[u8], pos: usize, extent: Option<usize>, problem: &Corruption) -> bool {
+    match (extent, problem) {
+        // The header checks out, the frames do not.
+        (Some(end), _) => {
+            lost_sector(data, pos, pos + BATCH_HEADER_LEN, end)
+                && data
+                    .get(end..)
+                    .is_none_or(|rest| rest.iter().all(|b| *b == 0))
+        }
+        // A header whose own checksum does not match.
+        (None, Corruption::BadBatchHeader) => {
+            lost_sector(data, pos, pos, pos + BATCH_HEADER_LEN)
+                && find_batch(data, pos + 1).is_none()
+        }
+        // A sound header whose batch runs past the end of the file (or a
+        // file that ends inside a header): cut short, unless a whole batch
+        // follows.
+        (None, _) => find_batch(data, pos + 1).is_none(),
+    }
+}
+
+/// Whether one of the sectors overlapping `[from, to)` reads as zeros from
+/// `pos` to its end (or the file's): a sector a write starting at `pos`
+/// lost.
+fn lost_sector(data: &[u8], pos: usize, from: usize, to: usize) -> bool {
+    let to = to.min(data.len());
+    (from / SECTOR..to.div_ceil(SECTOR)).any(|sector| {
+        let start = (sector * SECTOR).max(pos);
+        let end = ((sector + 1) * SECTOR).min(data.len());
+        data[start..end].iter().all(|b| *b == 0)
+    })
 }
 
 /// Checks the batch at `pos`: returns where it ends, or what is wrong with
@@ -373,35 +428,90 @@ mod tests {
         assert_eq!(contents.valid_len, (data.len() - 5000) as u64);
     }
 
-    /// Any subset of the last batch's bytes may be missing (zero) after a
-    /// crash: the batch is dropped, the ones before are kept.
+    /// `file(4)` and a last batch of 200 records, several sectors long;
+    /// returns it, the last batch's offset and its end.
+    fn long_last_batch() -> (Vec<u8>, usize, usize) {
+        let (mut data, _) = file(4);
+        let last = data.len() - 5000;
+        data.truncate(last);
+        data.extend_from_slice(&batch(10, 210));
+        let end = data.len();
+        data.resize(end + 5000, 0);
+        assert!(end - last > 4 * SECTOR);
+        (data, last, end)
+    }
+
+    /// Whatever whole sectors of the last batch a crash lost (they read as
+    /// zeros), the batch is dropped and the ones before are kept.
     #[test]
     fn any_tear_of_the_last_batch_drops_only_it() {
-        let (data, offsets) = file(5);
-        let last = offsets[4];
-        let end = data.len() - 5000;
-        let tears: [(usize, usize); 5] = [
-            (last, last + BATCH_HEADER_LEN), // header missing, frames there
-            (last + BATCH_HEADER_LEN, end),  // frames missing
-            (last + 30, last + 40),          // a hole in the middle
-            (last + BATCH_HEADER_LEN + 3, end - 1), // all but both ends
-            (end - 1, end),                  // the very last byte
+        let (data, last, end) = long_last_batch();
+        let first = last / SECTOR;
+        let sectors = end.div_ceil(SECTOR) - first;
+        let tears: [(&str, Vec<usize>); 5] = [
+            ("the header's sector", vec![0]),
+            ("all but the header's", (1..sectors).collect()),
+            ("one in the middle", vec![2]),
+            ("the last", vec![sectors - 1]),
+            ("every other", (0..sectors).step_by(2).collect()),
         ];
-        for (from, to) in tears {
+        for (what, lost) in tears {
             let mut torn = data.clone();
-            torn[from..to].fill(0);
-            let contents = parse(&torn).unwrap();
+            for i in lost {
+                let from = ((first + i) * SECTOR).max(last);
+                torn[from..(first + i + 1) * SECTOR].fill(0);
+            }
+            let contents = parse(&torn).unwrap_or_else(|e| panic!("{what}: {e:?}"));
             assert_eq!(
                 compactions(&contents),
                 (0..10).collect::<Vec<_>>(),
-                "{from}..{to}"
+                "{what}"
             );
-            assert_eq!(contents.valid_len, last as u64);
+            assert_eq!(contents.valid_len, last as u64, "{what}");
             assert!(contents.torn_len > 0 && last as u64 + contents.torn_len <= end as u64);
         }
         // Cut short by the end of the file.
         let contents = parse(&data[..end - 7]).unwrap();
         assert_eq!(contents.valid_len, last as u64);
+    }
+
+    /// A change to the last batch that no lost sector explains is damage
+    /// to an acknowledged batch, refused at its offset: bytes zeroed inside
+    /// a sector, a flipped bit, a header changed; or a lost sector with a
+    /// byte written after the batch, which a torn final write cannot leave.
+    #[test]
+    fn a_change_to_the_last_batch_no_lost_sector_explains_is_refused() {
+        /// Bytes `from..to` zeroed (`None`) or XORed with a mask.
+        type Edit = (usize, usize, Option<u8>);
+        let (data, last, end) = long_last_batch();
+        let sector = (last / SECTOR + 2) * SECTOR;
+        let changes: [(&str, &[Edit]); 5] = [
+            ("a hole in a sector", &[(last + 600, last + 610, None)]),
+            ("the very last byte", &[(end - 1, end, None)]),
+            ("a flipped bit", &[(last + 1500, last + 1501, Some(0x10))]),
+            ("a header byte", &[(last + 1, last + 2, Some(0x01))]),
+            (
+                "a byte after a torn batch",
+                &[
+                    (sector, sector + SECTOR, None),
+                    (end + 700, end + 701, Some(1)),
+                ],
+            ),
+        ];
+        for (what, edits) in changes {
+            let mut changed = data.clone();
+            for &(from, to, flip) in edits {
+                for b in &mut changed[from..to] {
+                    *b = flip.map_or(0, |bit| *b ^ bit);
+                }
+            }
+            let (offset, _) = parse(&changed).map(|c| c.valid_len).expect_err(what);
+            assert_eq!(offset, last as u64, "{what}");
+        }
+        // The lost sector alone is a torn write.
+        let mut torn = data.clone();
+        torn[sector..sector + SECTOR].fill(0);
+        assert_eq!(parse(&torn).unwrap().valid_len, last as u64);
     }
 
     /// Damage to a batch followed by a valid one is refused, at the
@@ -470,14 +580,17 @@ mod tests {
         let (mut data, offsets) = file(2);
         let inner = batch(100, 101);
         let mut outer = vec![0; BATCH_HEADER_LEN];
-        let mut payload = vec![1u8];
+        let mut payload = vec![0x55u8; 1100];
         payload.extend_from_slice(&inner);
         outer.extend_from_slice(&frame(&payload));
         seal_batch(&mut outer);
         let at = data.len() - 5000;
         data.splice(at..at, outer.iter().copied());
-        // The first byte of the outer batch's frames never reached the disk.
-        data[at + BATCH_HEADER_LEN] = 0;
+        // A sector of the outer batch's frames, before the inner batch,
+        // never reached the disk.
+        let lost = (at + BATCH_HEADER_LEN + FRAME_HEADER_LEN).div_ceil(SECTOR) * SECTOR;
+        assert!(lost + SECTOR < at + BATCH_HEADER_LEN + FRAME_HEADER_LEN + 1100);
+        data[lost..lost + SECTOR].fill(0);
         let contents = parse(&data).unwrap();
         assert_eq!(contents.valid_len, at as u64);
         assert_eq!(compactions(&contents), vec![0, 1, 2]);
@@ -594,6 +707,27 @@ mod tests {
                 let (mut data, extents) = layout(&sizes);
                 let (start, end) = extents[which.index(extents.len() - 1)];
                 data[start + at.index(end - start)] ^= 1 << bit;
+                let (offset, _) = parse(&data).unwrap_err();
+                prop_assert_eq!(offset, start as u64);
+            }
+
+            /// A flipped bit in the last batch is refused too, at its
+            /// offset, when no sector of it reads as zeros (which a torn
+            /// write could explain).
+            #[test]
+            fn damage_to_the_last_batch_is_refused_where_no_sector_is_zeros(
+                sizes in prop::collection::vec(1usize..200, 1..6),
+                at in any::<prop::sample::Index>(),
+                bit in 0u8..8,
+            ) {
+                let (mut data, extents) = layout(&sizes);
+                let (start, end) = *extents.last().unwrap();
+                data[start + at.index(end - start)] ^= 1 << bit;
+                let zeros = (start / SECTOR..end.div_ceil(SECTOR)).any(|sector| {
+                    let from = (sector * SECTOR).max(start);
+                    data[from..(sector + 1) * SECTOR].iter().all(|b| *b == 0)
+                });
+                prop_assume!(!zeros);
                 let (offset, _) = parse(&data).unwrap_err();
                 prop_assert_eq!(offset, start as u64);
             }

@@ -77,9 +77,10 @@ fn overwrite(wal: &Path, offset: usize, bytes: &[u8]) {
     std::fs::write(wal, data).unwrap();
 }
 
-/// A crash may leave any part of the last, unacknowledged batch on disk:
-/// the open drops that batch, keeps everything before it, zeroes the rest
-/// and goes on appending.
+/// A crash may leave any of the last, unacknowledged batch's 512-byte
+/// sectors on disk and the others as they were (zeros): the open drops
+/// that batch, keeps everything before it, zeroes the rest and goes on
+/// appending.
 #[test]
 fn torn_final_batch_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
@@ -92,11 +93,12 @@ fn torn_final_batch_is_dropped() {
     let (last, len) = *batches(&wal).last().unwrap();
     let end = last + 16 + len;
 
+    let sector = |offset: usize| offset / 512 * 512;
     let tears = [
-        (last, last + 16),         // its header never written
-        (last + 16, end),          // its frames never written
-        (last + 100, last + 4200), // a block in the middle
-        (end - 1, end),            // its last byte
+        (last, sector(last) + 512),                      // its header's sector
+        (sector(last) + 512, end),                       // every sector after it
+        (sector(last + 100) + 512, sector(last + 4200)), // some in the middle
+        (sector(end - 1), end),                          // its last sector
     ];
     for (from, to) in tears {
         overwrite(&wal, from, &vec![0; to - from]);
@@ -118,19 +120,58 @@ fn torn_final_batch_is_dropped() {
         });
     }
 
-    // Garbage after the log (a batch header announcing more than is
-    // there): dropped too, and the store appends after its last batch.
+    // A batch's frames after the log without its header's sector (a torn
+    // write that lost it): dropped too, and the store appends after its
+    // last batch.
     let store = EmbeddedStore::open(dir.path(), StoreOptions::default()).unwrap();
     let with_more = dump(&store);
     drop(store);
-    let mut junk = b"MTRB".to_vec();
-    junk.extend_from_slice(&[0xAB; 40]);
-    overwrite(&wal, end, &junk);
+    let frames_at = sector(end) + 512;
+    overwrite(&wal, frames_at, &[0xAB; 700]);
     let store = EmbeddedStore::open(dir.path(), StoreOptions::default()).unwrap();
     assert_eq!(dump(&store), with_more);
     block_on(store.txn(put("after", "1"))).unwrap();
     store.close().unwrap();
     assert_eq!(batches(&wal).len(), 22, "20 + \"more\" + \"after\"");
+}
+
+/// A change to the last, acknowledged batch that no lost sector explains
+/// (a byte flipped where every sector holds data) is damage: refused, not
+/// dropped as a torn write. So is a batch header that does not check out
+/// in a sector that was written.
+#[test]
+fn damage_to_the_last_batch_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    populate(dir.path(), 20, StoreOptions::default());
+    let wal = dir.path().join("wal");
+    let store = EmbeddedStore::open(dir.path(), StoreOptions::default()).unwrap();
+    block_on(store.txn(put("last", "y".repeat(3000).as_str()))).unwrap();
+    store.close().unwrap();
+    let original = std::fs::read(&wal).unwrap();
+    let (last, len) = *batches(&wal).last().unwrap();
+    for byte in [last + 16 + len / 2, last + 16 + len - 1] {
+        std::fs::write(&wal, &original).unwrap();
+        flip(&wal, byte as u64);
+        let (offset, problem) = assert_refused(dir.path(), "wal");
+        assert_eq!(offset, last as u64);
+        assert!(
+            matches!(problem, Corruption::ChecksumMismatch { .. }),
+            "{problem:?}"
+        );
+    }
+    std::fs::write(&wal, &original).unwrap();
+    flip(&wal, last as u64 + 5);
+    let (offset, problem) = assert_refused(dir.path(), "wal");
+    assert_eq!(offset, last as u64);
+    assert!(matches!(problem, Corruption::BadBatchHeader), "{problem:?}");
+    // Junk after the log that claims to be a batch, in a written sector.
+    std::fs::write(&wal, &original).unwrap();
+    let end = last + 16 + len;
+    let mut junk = b"MTRB".to_vec();
+    junk.extend_from_slice(&[0xAB; 40]);
+    overwrite(&wal, end, &junk);
+    let (offset, _) = assert_refused(dir.path(), "wal");
+    assert_eq!(offset, end as u64);
 }
 
 #[test]
