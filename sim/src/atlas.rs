@@ -6,9 +6,11 @@
 //! sector. The byte is then put back, and the caller's next open must
 //! recover everything as if nothing had happened.
 //!
-//! Damage to the WAL's last batch is not made: it reads as a torn final
-//! write (never acknowledged, discarded), and a store cannot tell the two
-//! apart (see `metropolis-store`'s `wal_read`).
+//! In the WAL's last batch the atlas damages only where no sector a torn
+//! write lost could explain the change (see `Layout::Log`): a torn final
+//! write is never acknowledged and is discarded, and where a sector of
+//! the batch reads as zeros a store cannot tell the two apart (see
+//! `metropolis-store`'s `wal_read`).
 
 // What this module unwraps is the simulation's own.
 #![allow(clippy::unwrap_used)]

@@ -473,6 +473,10 @@ pub fn run(seed: u64) -> Outcome {
             ("lives ended by a power cut", ends[4]),
             ("store failures", store_failures),
             ("sector corruptions refused", refused_as_corrupt),
+            (
+                "of those, in the WAL's last write",
+                counts.last_write_corruptions,
+            ),
             ("torn writes", counts.torn_writes),
             ("names undone by a power loss", counts.undone_names),
             ("updates acknowledged", acked),

@@ -13,11 +13,11 @@
 //! read error, or a failed lock, removal or repair): the open must fail
 //! with an I/O error naming the file (never call it corruption, never
 //! swallow it), and the next open must recover everything. Or a read of
-//! the open returns one byte changed: the open may fail (as an I/O error:
-//! the store reads a file again before it calls it damaged or repairs a
-//! torn tail) or not, but an open store holds every acknowledged write,
-//! and the next open recovers everything (a byte misread must not make
-//! the store zero an acknowledged batch as a torn write).
+//! the open returns one byte changed or a sector of zeros: the open may
+//! fail (as an I/O error: the store reads a file again before it calls it
+//! damaged or repairs a torn tail) or not, but an open store holds every
+//! acknowledged write, and the next open recovers everything (a misread
+//! must not make the store zero an acknowledged batch as a torn write).
 //! Between lives, now and then, the disk's fault atlas corrupts a byte of
 //! the WAL or the snapshot where it damages what the store acknowledged
 //! ([`atlas`]): the next open must refuse, naming that file and
@@ -239,6 +239,10 @@ pub fn run(seed: u64) -> Outcome {
             ("ENOSPC injected", counts.no_space),
             ("writes refused after a failure", refused_after_failure),
             ("sector corruptions refused", refused_as_corrupt),
+            (
+                "of those, in the WAL's last write",
+                counts.last_write_corruptions,
+            ),
             ("writes acknowledged", history.acknowledged.len() as u64),
         ],
     }
@@ -301,7 +305,7 @@ fn open_under_fault(
                 }
                 Err(OpenError::Io { .. }) => opens.read_differently += 1,
                 Err(e) => {
-                    panic!("seed {seed}, life {life}: a misread byte made the open fail with: {e}")
+                    panic!("seed {seed}, life {life}: a misread made the open fail with: {e}")
                 }
             }
         }

@@ -15,15 +15,16 @@
 //!   (creations, renames, `mkdir`); a sync armed with it fails with EIO.
 //!   A fault armed at an op that cannot fail that way is spent and not
 //!   counted.
-//! - Read corruption: a read that returns one byte changed (the disk keeps
-//!   the right one), as a failing cable, controller or memory does; in a
-//!   byte up to the last non-zero one the read returns, where data is.
+//! - Read corruption: a read that returns wrong bytes (the disk keeps the
+//!   right ones), as a failing cable, controller or memory does: one byte
+//!   changed, up to the last non-zero one the read returns, or one sector
+//!   that holds data returned as zeros.
 //! - Latent sector corruption ([`SimDisk::corrupt`]): one byte of a file
 //!   changed while the power was off, only where the fault atlas allows
 //!   it: in a byte a finished write put there which no later write
-//!   covered, and, in a log, only before the last finished write (damage
-//!   to the last one reads as a torn write, by design). So a store must
-//!   refuse to open over every corruption the atlas makes.
+//!   covered, and, in a log's last finished write, only where the change
+//!   cannot read as sectors a torn write lost ([`Layout::Log`]). So a
+//!   store must refuse to open over every corruption the atlas makes.
 //!
 //! Ops are counted; a test arms a fault at an op number
 //! ([`SimDisk::arm`]), and after a crash every op fails until
@@ -72,7 +73,8 @@ pub enum DiskFault {
     /// The op (a write, a creation, a rename) fails with ENOSPC and changes
     /// nothing; a sync fails with EIO instead.
     NoSpace,
-    /// The op, a read, returns one byte changed; the disk is unchanged.
+    /// The op, a read, returns one byte changed or a sector of zeros; the
+    /// disk is unchanged.
     ReadCorruption,
 }
 
@@ -93,10 +95,12 @@ pub struct DiskCounts {
     pub read_errors: u64,
     /// ENOSPC failures injected.
     pub no_space: u64,
-    /// Reads that returned a changed byte.
+    /// Reads that returned a changed byte or a sector of zeros.
     pub read_corruptions: u64,
     /// Bytes corrupted by the fault atlas.
     pub corruptions: u64,
+    /// Of those, bytes of a log's last finished write ([`Layout::Log`]).
+    pub last_write_corruptions: u64,
 }
 
 /// One write of a file, for the fault atlas.
@@ -125,9 +129,16 @@ struct Contents {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
     /// Appended by writes, the last of which may be torn (a WAL): only
-    /// non-zero bytes of finished writes, before the last finished write
-    /// that wrote something other than zeros, and not covered by a later
-    /// write.
+    /// non-zero bytes of finished writes not covered by a later write. In
+    /// the last finished write that wrote something other than zeros, only
+    /// where the change cannot read as a torn write, which loses whole
+    /// sectors: where no sector of that write, from its start to the end
+    /// of the sector holding its last non-zero byte, is zeros but for the
+    /// changed byte, and at least 16 bytes of that sector follow its last
+    /// non-zero byte. This assumes what a WAL's reader relies on to tell a
+    /// lost sector from a changed byte: each record starts with a non-zero
+    /// byte (a magic) and ends at most 16 zero bytes after its last
+    /// non-zero one.
     Log,
     /// Written once, whole, and checked whole (a snapshot): any byte.
     Whole,
@@ -283,6 +294,7 @@ impl SimDisk {
         let inode = *s.names.get(path)?;
         let contents = s.inodes.get_mut(&inode)?;
         let mut rng = Rng(pick);
+        let mut in_last = false;
         let offset = match layout {
             Layout::Whole => {
                 if contents.durable.is_empty() || contents.writes.iter().any(|w| !w.finished) {
@@ -290,7 +302,11 @@ impl SimDisk {
                 }
                 (rng.next() % contents.durable.len() as u64) as usize
             }
-            Layout::Log => log_byte(contents, &mut rng)?,
+            Layout::Log => {
+                let (offset, last) = log_byte(contents, &mut rng)?;
+                in_last = last;
+                offset
+            }
         };
         let before = contents.durable[offset];
         let after = before ^ ((rng.next() as u8) | 1);
@@ -299,6 +315,7 @@ impl SimDisk {
             *b = after;
         }
         s.counts.corruptions += 1;
+        s.counts.last_write_corruptions += u64::from(in_last);
         Some(Damage {
             path: path.to_path_buf(),
             offset: offset as u64,
@@ -322,19 +339,17 @@ impl SimDisk {
     }
 }
 
-/// A byte of a log the atlas may corrupt (see [`Layout::Log`]): a few
-/// tries at a random byte of a random eligible write.
-fn log_byte(contents: &Contents, rng: &mut Rng) -> Option<usize> {
+/// A byte of a log the atlas may corrupt (see [`Layout::Log`]), and
+/// whether it is in the last write: a few tries at a random byte of a
+/// random eligible write.
+fn log_byte(contents: &Contents, rng: &mut Rng) -> Option<(usize, bool)> {
     let last = contents
         .writes
         .iter()
         .rposition(|w| w.finished && w.nonzero)?;
-    let eligible: Vec<usize> = (0..last)
+    let eligible: Vec<usize> = (0..=last)
         .filter(|&i| contents.writes[i].finished && contents.writes[i].nonzero)
         .collect();
-    if eligible.is_empty() {
-        return None;
-    }
     for _ in 0..64 {
         let i = eligible[(rng.next() % eligible.len() as u64) as usize];
         let w = contents.writes[i];
@@ -342,11 +357,40 @@ fn log_byte(contents: &Contents, rng: &mut Rng) -> Option<usize> {
         let covered_later = contents.writes[i + 1..]
             .iter()
             .any(|later| (later.start..later.end).contains(&offset));
-        if !covered_later && contents.durable.get(offset).is_some_and(|&b| b != 0) {
-            return Some(offset);
+        if !covered_later
+            && contents.durable.get(offset).is_some_and(|&b| b != 0)
+            && (i < last || no_sector_lost(&contents.durable, w, offset))
+        {
+            return Some((offset, i == last));
         }
     }
     None
+}
+
+/// Zero bytes a record of a log may end with, at most (see
+/// [`Layout::Log`]).
+const RECORD_TAIL_ZEROS: usize = 16;
+
+/// Whether `w`, the last write of a log, reads as written to the end of
+/// its records with any byte but the one at `offset`: no sector between
+/// its start and the end of the sector holding its last non-zero byte is
+/// zeros without that byte, and its records (ending at most
+/// [`RECORD_TAIL_ZEROS`] zero bytes after that byte) end in that sector. Then a
+/// change at `offset` cannot read as a sector the write lost.
+fn no_sector_lost(durable: &[u8], w: Written, offset: usize) -> bool {
+    let end = w.end.min(durable.len());
+    let Some(last) = durable[w.start..end].iter().rposition(|&b| b != 0) else {
+        return false;
+    };
+    let last = w.start + last;
+    if last % SECTOR + RECORD_TAIL_ZEROS >= SECTOR {
+        return false;
+    }
+    (w.start / SECTOR..=last / SECTOR).all(|sector| {
+        let from = (sector * SECTOR).max(w.start);
+        let to = ((sector + 1) * SECTOR).min(durable.len());
+        (from..to).any(|i| i != offset && durable[i] != 0)
+    })
 }
 
 impl State {
@@ -461,14 +505,27 @@ impl State {
         }
     }
 
-    /// Changes one byte of `bytes`, a read's result, up to its last
-    /// non-zero byte (none if all are zeros).
-    fn corrupt_read(&mut self, bytes: &mut [u8]) {
+    /// Misreads `bytes`, a read's result from file offset `offset`: half
+    /// the time one byte up to the last non-zero one changes, half the
+    /// time a sector (aligned in the file, clipped to `bytes`) that holds a
+    /// non-zero byte reads as zeros, as a sector lost in transfer would.
+    /// Nothing changes if `bytes` is all zeros.
+    fn corrupt_read(&mut self, bytes: &mut [u8], offset: usize) {
         let Some(last) = bytes.iter().rposition(|&b| b != 0) else {
             return;
         };
         let at = (self.rng.next() % (last as u64 + 1)) as usize;
-        bytes[at] ^= (self.rng.next() as u8) | 1;
+        if self.rng.next() & 1 == 0 {
+            bytes[at] ^= (self.rng.next() as u8) | 1;
+        } else {
+            // The sector of `at`, or (if that one is zeros) of `last`.
+            let len = bytes.len();
+            let mut sector = sector_of(at, offset, len);
+            if bytes[sector.clone()].iter().all(|&b| b == 0) {
+                sector = sector_of(last, offset, len);
+            }
+            bytes[sector].fill(0);
+        }
         self.counts.read_corruptions += 1;
     }
 
@@ -513,6 +570,13 @@ struct SimFile {
     direct: bool,
 }
 
+/// The range, within a buffer of `len` bytes read from file offset
+/// `offset`, of the file's sector that holds the buffer's byte `at`.
+fn sector_of(at: usize, offset: usize, len: usize) -> std::ops::Range<usize> {
+    let start = (offset + at) / SECTOR * SECTOR;
+    start.saturating_sub(offset)..(start + SECTOR - offset).min(len)
+}
+
 impl SyncFile for SimFile {
     fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.disk.lock().write(self.inode, buf, offset as usize)
@@ -529,7 +593,7 @@ impl SyncFile for SimFile {
             .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
         buf.copy_from_slice(bytes);
         if corrupt {
-            s.corrupt_read(buf);
+            s.corrupt_read(buf, at);
         }
         Ok(())
     }
@@ -584,7 +648,7 @@ impl Disk for SimDisk {
             .and_then(|inode| s.inodes.get(inode))
             .map(|c| c.current.clone());
         if let Some(bytes) = bytes.as_mut().filter(|_| corrupt) {
-            s.corrupt_read(bytes);
+            s.corrupt_read(bytes, 0);
         }
         Ok(bytes)
     }
@@ -671,7 +735,7 @@ mod tests {
     }
 
     #[test]
-    fn the_atlas_corrupts_a_log_only_before_its_last_write_and_repairs() {
+    fn the_atlas_corrupts_a_log_where_no_torn_write_explains_it_and_repairs() {
         let disk = SimDisk::new(3);
         let (log, whole) = (Path::new("/d/log"), Path::new("/d/whole"));
         let mut f = disk.open_synchronous(log, true, true).unwrap();
@@ -681,7 +745,7 @@ mod tests {
         assert_eq!(
             disk.corrupt(log, Layout::Log, 1),
             None,
-            "one write: may be torn"
+            "one write, whose records may end in a next sector it lost"
         );
         // Zeros (preallocation) are not a later write that makes the first
         // one safe to damage.
@@ -710,6 +774,55 @@ mod tests {
         disk.repair(&damage);
         assert_eq!(disk.read(whole).unwrap().unwrap(), b"snapshot");
         assert_eq!(disk.counts().corruptions, 201);
+    }
+
+    #[test]
+    fn the_atlas_corrupts_a_logs_last_write_only_where_no_lost_sector_explains_it() {
+        let disk = SimDisk::new(4);
+        let log = Path::new("/d/log");
+        let mut f = disk.open_synchronous(log, true, true).unwrap();
+        f.write_at(&[7; 100], 0).unwrap();
+        // Damage anywhere in `range` of the last write may be allowed,
+        // never outside it.
+        let hits = |range: std::ops::Range<u64>| {
+            let mut in_last = 0;
+            for pick in 0..300 {
+                let damage = disk.corrupt(log, Layout::Log, pick).unwrap();
+                let at = damage.offset;
+                assert!(at < 100 || range.contains(&at), "{damage:?}");
+                in_last += u64::from(at >= 100);
+                disk.repair(&damage);
+            }
+            in_last
+        };
+        // Sector 1 holds data, sector 2 only byte 1412: a change there
+        // leaves sector 2 zeros, which a torn write can make.
+        let mut w = vec![0; 2 * SECTOR];
+        w[..300].fill(9);
+        w[1412 - SECTOR] = 9;
+        f.write_at(&w, SECTOR as u64).unwrap();
+        assert!(hits(512..812) > 50);
+        // A last write with a sector of zeros between its data: not there,
+        // and the one before is no longer the last.
+        let mut w2 = vec![0; 3 * SECTOR];
+        w2[..10].fill(5);
+        w2[1110..1120].fill(5);
+        f.write_at(&w2, 3 * SECTOR as u64).unwrap();
+        assert!(hits(512..1413) > 50);
+        // A last write whose data ends within 16 bytes of a sector's end:
+        // its records may end in the next sector, which a torn write can
+        // lose.
+        // Bytes 3088..3584: the last non-zero one is the sector's last.
+        f.write_at(&[6; SECTOR - 16], 6 * SECTOR as u64 + 16)
+            .unwrap();
+        assert!(hits(512..3072) > 50);
+        // Bytes 3600..4080: the last non-zero one is 4079, and 16 follow it
+        // in its sector.
+        f.write_at(&[6; 480], 7 * SECTOR as u64 + 16).unwrap();
+        assert!(hits(512..4080) > 0);
+        // Bytes 4112..4593: 15 follow the last one.
+        f.write_at(&[6; 481], 8 * SECTOR as u64 + 16).unwrap();
+        assert!(hits(512..4080) > 0);
     }
 
     fn bytes_before(after: &[u8], damage: &Damage) -> Vec<u8> {
@@ -770,23 +883,71 @@ mod tests {
     }
 
     #[test]
-    fn a_corrupted_read_changes_one_byte_of_data_and_not_the_disk() {
+    fn a_corrupted_read_changes_a_byte_or_zeroes_a_sector_of_data_and_not_the_disk() {
         let disk = SimDisk::new(5);
         let a = Path::new("/d/a");
-        let data = [b"abcdef".as_slice(), &[0; 100]].concat();
+        // Data in sectors 0 and 2 (bytes 0..6 and 1100..1110), zeros after.
+        let mut data = vec![0; 2000];
+        data[..6].copy_from_slice(b"abcdef");
+        data[1100..1110].fill(7);
         disk.write_synced(a, &[&data]).unwrap();
-        for _ in 0..50 {
+        let (mut flips, mut zeroed) = (0, [0; 4]);
+        for _ in 0..200 {
             disk.arm(0, DiskFault::ReadCorruption);
             let read = disk.read(a).unwrap().unwrap();
             let changed: Vec<usize> = (0..data.len()).filter(|&i| read[i] != data[i]).collect();
-            assert_eq!(changed.len(), 1, "{changed:?}");
-            assert!(changed[0] < 6, "only where data is: {changed:?}");
+            assert!(!changed.is_empty());
+            if changed.len() == 1 {
+                assert!(changed[0] < 1110, "only up to the data's end: {changed:?}");
+                flips += 1;
+            } else {
+                let sector = changed[0] / SECTOR;
+                assert!(
+                    sector == 0 || sector == 2,
+                    "a sector with data: {changed:?}"
+                );
+                let range = sector * SECTOR..(sector + 1) * SECTOR;
+                assert!(read[range].iter().all(|&b| b == 0), "{changed:?}");
+                zeroed[sector] += 1;
+            }
             assert_eq!(
                 disk.read(a).unwrap().unwrap(),
                 data,
                 "the disk is unchanged"
             );
         }
+        assert!(
+            flips > 50 && zeroed[0] > 20 && zeroed[2] > 20,
+            "{flips} {zeroed:?}"
+        );
+        // A read at an offset zeroes a sector aligned in the file: of
+        // bytes 1000..1400, 1000..1024 or 1024..1400, never both.
+        let b = Path::new("/d/b");
+        let mut data = vec![0; 2000];
+        data[1010..1015].fill(9);
+        data[1100..1110].fill(7);
+        disk.write_synced(b, &[&data]).unwrap();
+        let f = disk.open_synchronous(b, false, false).unwrap();
+        let mut buf = [0; 400];
+        let mut zeroed = [0; 2];
+        for _ in 0..100 {
+            disk.arm(0, DiskFault::ReadCorruption);
+            f.read_at(&mut buf, 1000).unwrap();
+            let expect = &data[1000..1400];
+            let changed: Vec<usize> = (0..400).filter(|&i| buf[i] != expect[i]).collect();
+            match changed.len() {
+                1 => {}
+                5 => {
+                    assert_eq!(changed, (10..15).collect::<Vec<_>>());
+                    zeroed[0] += 1;
+                }
+                _ => {
+                    assert_eq!(changed, (100..110).collect::<Vec<_>>());
+                    zeroed[1] += 1;
+                }
+            }
+        }
+        assert!(zeroed[0] > 5 && zeroed[1] > 5, "{zeroed:?}");
         // At a write it is spent.
         let mut f = disk.open_synchronous(a, false, false).unwrap();
         disk.arm(0, DiskFault::ReadCorruption);
@@ -795,6 +956,6 @@ mod tests {
         disk.arm(0, DiskFault::ReadCorruption);
         f.read_at(&mut buf, 0).unwrap();
         assert_ne!(&buf, b"xb");
-        assert_eq!(disk.counts().read_corruptions, 51);
+        assert_eq!(disk.counts().read_corruptions, 301);
     }
 }
