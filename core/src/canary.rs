@@ -49,8 +49,8 @@ pub enum Canary {
     /// a missing one (`metropolis-store`, `recover`).
     ReadErrorAsMissing,
     /// The embedded store zeroes a torn final WAL batch without reading
-    /// the WAL again: a byte misread once erases an acknowledged batch
-    /// (`metropolis-store`, `recover`).
+    /// the WAL again: a sector of it misread once as zeros erases an
+    /// acknowledged batch (`metropolis-store`, `recover`).
     RepairOnOneRead,
 }
 

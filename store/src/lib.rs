@@ -76,9 +76,10 @@
 //!
 //! Open loads the snapshot (if any) and replays the WAL records after it.
 //! A torn final batch (a crash during a write that was never acknowledged:
-//! any of its blocks may be missing) is dropped with a warning and zeroed.
-//! Any other damage (a batch or frame checksum mismatch followed by a valid
-//! batch, a bad frame inside a batch whose checksum matches, an undecodable
+//! any of its 512-byte sectors may be missing, reading as zeros) is dropped
+//! with a warning and zeroed. Any other damage (a batch or frame checksum
+//! mismatch followed by a valid batch or with no sector of the batch
+//! reading as zeros, a bad frame inside a batch whose checksum matches, an undecodable
 //! or inapplicable record, a bad header, a damaged snapshot, records
 //! missing between snapshot and WAL) is an [`OpenError`] naming the file
 //! and byte offset: the store refuses to start rather than silently lose
@@ -86,7 +87,7 @@
 //! `wal_read.rs`. Before it zeroes a torn batch or refuses a file as
 //! damaged, the store reads the file again: other bytes the second time
 //! (a failing device, cable or memory) fail the open as an I/O error and
-//! change nothing, so a byte misread once cannot erase an acknowledged
+//! change nothing, so a sector misread once cannot erase an acknowledged
 //! batch. The block the next commit rewrites is taken from the bytes
 //! recovery checked, not read again. Leases restart with their full TTL,
 //! like etcd's.

@@ -72,7 +72,7 @@ pub(super) fn recover(
     };
     if contents.torn_len > 0 && !canary_planted!(RepairOnOneRead) {
         // Repairing a torn final batch zeroes it durably: only when a
-        // second read shows the same bytes, so that a byte misread there
+        // second read shows the same bytes, so that a sector misread there
         // once does not erase an acknowledged batch.
         read_back_the_same(disk, &wal_path, &data)?;
     }
