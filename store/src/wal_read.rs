@@ -24,9 +24,11 @@
 //!   opener to zero;
 //! - anything else is damage to an acknowledged batch (a batch written
 //!   after it, or a byte changed where no sector was lost): the open fails
-//!   naming the offset. So damage to the last batch is found too, unless
-//!   its data holds a whole sector of zeros there, which a lost sector
-//!   could explain.
+//!   naming the offset. Under a sound header the frames are walked, and
+//!   each frame that fails its own checksum must overlap a lost sector. So
+//!   damage to the last batch is found too, unless it is in a record
+//!   whose data holds a whole sector of zeros, which a lost sector could
+//!   explain.
 //!
 //! The frames of a torn batch under a sound header (user data) are never
 //! searched for a batch. Inside a batch whose checksum matches, any frame
@@ -172,7 +174,7 @@ fn can_be_torn(data: &[u8], pos: usize, extent: Option<usize>, problem: &Corrupt
     match (extent, problem) {
         // The header checks out, the frames do not.
         (Some(end), _) => {
-            lost_sector(data, pos, pos + BATCH_HEADER_LEN, end)
+            torn_frames(data, pos, end)
                 && data
                     .get(end..)
                     .is_none_or(|rest| rest.iter().all(|b| *b == 0))
@@ -187,6 +189,41 @@ fn can_be_torn(data: &[u8], pos: usize, extent: Option<usize>, problem: &Corrupt
         // follows.
         (None, _) => find_batch(data, pos + 1).is_none(),
     }
+}
+
+/// Whether the frames of the batch at `pos`, whose header checks out and
+/// whose frames `[pos + BATCH_HEADER_LEN, end)` do not, are what a torn
+/// write leaves: some frame fails, and every one that fails overlaps a
+/// lost sector ([`lost_sector`]). Frames are walked by their lengths while
+/// no frame header lies in a lost sector (a header outside one is as
+/// written, so its length is); one inside one ends the walk, explained.
+/// So a zero sector inside one record does not hide a changed byte in
+/// another.
+fn torn_frames(data: &[u8], pos: usize, end: usize) -> bool {
+    let mut frame = pos + BATCH_HEADER_LEN;
+    let mut failed = false;
+    while frame < end {
+        let header_end = (frame + FRAME_HEADER_LEN).min(end);
+        if lost_sector(data, pos, frame, header_end) {
+            return true;
+        }
+        if end - frame < FRAME_HEADER_LEN {
+            return false;
+        }
+        let len = u32_at(data, frame) as usize;
+        let payload = frame + FRAME_HEADER_LEN;
+        if len == 0 || len > MAX_RECORD_LEN || len > end - payload {
+            return false;
+        }
+        if crc32c(&data[payload..payload + len]) != u32_at(data, frame + 4) {
+            if !lost_sector(data, pos, payload, payload + len) {
+                return false;
+            }
+            failed = true;
+        }
+        frame = payload + len;
+    }
+    failed
 }
 
 /// Whether one of the sectors overlapping `[from, to)` reads as zeros from
@@ -509,6 +546,66 @@ mod tests {
             assert_eq!(offset, last as u64, "{what}");
         }
         // The lost sector alone is a torn write.
+        let mut torn = data.clone();
+        torn[sector..sector + SECTOR].fill(0);
+        assert_eq!(parse(&torn).unwrap().valid_len, last as u64);
+    }
+
+    /// A last batch whose middle record holds a value of 1,500 zero bytes
+    /// (two whole sectors of zeros): a change to another record is still
+    /// refused; one to that record reads as torn, since a lost sector could
+    /// explain it; a lost sector is a tear.
+    #[test]
+    fn a_zero_sector_in_one_record_hides_damage_to_that_record_only() {
+        use bytes::Bytes;
+        use metropolis_core::store::{Op, Txn};
+
+        let (mut data, _) = file(4);
+        let last = data.len() - 5000;
+        data.truncate(last);
+        let mut b = vec![0; BATCH_HEADER_LEN];
+        for n in 10..30 {
+            b.extend_from_slice(&record_frame(n));
+        }
+        let zeros_frame = last + b.len();
+        let put = Record::Txn(Txn {
+            compares: Vec::new(),
+            success: vec![Op::Put {
+                key: Bytes::from_static(b"k"),
+                value: Bytes::from(vec![0; 1500]),
+                lease: 0,
+            }],
+            failure: Vec::new(),
+        });
+        b.extend_from_slice(&frame(&encode_record(&put)));
+        let after = last + b.len();
+        for n in 30..130 {
+            b.extend_from_slice(&record_frame(n));
+        }
+        seal_batch(&mut b);
+        data.extend_from_slice(&b);
+        let end = data.len();
+        data.resize(end + 5000, 0);
+        assert_eq!(parse(&data).unwrap().records.len(), 10 + 121);
+
+        let flipped = |at: usize| {
+            let mut d = data.clone();
+            d[at] ^= 0x08;
+            parse(&d)
+        };
+        for (what, at) in [
+            ("a record before", last + BATCH_HEADER_LEN + 10),
+            ("a record after", after + 10),
+            ("the last byte", end - 1),
+        ] {
+            let (offset, _) = flipped(at).map(|c| c.valid_len).expect_err(what);
+            assert_eq!(offset, last as u64, "{what}");
+        }
+        // The zero record's checksum: its frame overlaps a zero sector.
+        assert_eq!(flipped(zeros_frame + 4).unwrap().valid_len, last as u64);
+        // A lost sector among the records after it.
+        let sector = after.div_ceil(SECTOR) * SECTOR;
+        assert!(sector + SECTOR < end);
         let mut torn = data.clone();
         torn[sector..sector + SECTOR].fill(0);
         assert_eq!(parse(&torn).unwrap().valid_len, last as u64);
