@@ -27,6 +27,11 @@ use std::path::Path;
 
 use rustix::fs::OFlags;
 
+/// The unit a crash keeps or loses a write in: each 512-byte sector of an
+/// interrupted write holds its old or its new bytes (devices with larger
+/// atomic units keep or lose several at once).
+pub const SECTOR: usize = 512;
+
 /// The file operations of the embedded store.
 pub trait Disk: Send + Sync + fmt::Debug + 'static {
     /// Creates `dir` and its missing parents (mode 0700).

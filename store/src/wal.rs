@@ -521,7 +521,7 @@ mod tests {
     /// never as damage, and recover a prefix of the commit's records.
     #[test]
     fn a_crash_during_a_split_commit_is_never_taken_for_damage() {
-        const SECTOR: usize = 512;
+        use crate::disk::SECTOR;
         let dir = tempfile::tempdir().unwrap();
         let disk = Recording::default();
         let mut wal = Wal::create(&disk, dir.path(), 1, true).unwrap();

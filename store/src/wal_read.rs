@@ -42,6 +42,7 @@ use std::path::Path;
 use metropolis_core::store::{Record, decode_record};
 
 use super::crc::crc32c;
+use super::disk::SECTOR;
 use super::error::{Corruption, OpenError};
 use super::wal::{
     BATCH_HEADER_LEN, BATCH_MAGIC, FORMAT_VERSION, FORMAT_VERSION_1, FRAME_HEADER_LEN, HEADER_LEN,
@@ -156,11 +157,6 @@ fn parse_v2(data: &[u8], records: &mut Vec<(u64, Record)>) -> Result<usize, Dama
     }
 }
 
-/// The unit a torn write is torn at: a crash keeps or loses each 512-byte
-/// sector of a write whole (devices with larger sectors keep or lose
-/// several at once).
-const SECTOR: usize = 512;
-
 /// Whether what starts at `pos`, a batch that did not check out for
 /// `problem` (`extent`: where it ends, if its header checked out), can be
 /// a final write torn by a crash rather than damage.
@@ -181,7 +177,7 @@ fn can_be_torn(data: &[u8], pos: usize, extent: Option<usize>, problem: &Corrupt
         }
         // A header whose own checksum does not match.
         (None, Corruption::BadBatchHeader) => {
-            lost_sector(data, pos, pos, pos + BATCH_HEADER_LEN)
+            LostSectors::new(data, pos, pos + BATCH_HEADER_LEN).any(pos, pos + BATCH_HEADER_LEN)
                 && find_batch(data, pos + 1).is_none()
         }
         // A sound header whose batch runs past the end of the file (or a
@@ -194,17 +190,17 @@ fn can_be_torn(data: &[u8], pos: usize, extent: Option<usize>, problem: &Corrupt
 /// Whether the frames of the batch at `pos`, whose header checks out and
 /// whose frames `[pos + BATCH_HEADER_LEN, end)` do not, are what a torn
 /// write leaves: some frame fails, and every one that fails overlaps a
-/// lost sector ([`lost_sector`]). Frames are walked by their lengths while
+/// lost sector ([`LostSectors`]). Frames are walked by their lengths while
 /// no frame header lies in a lost sector (a header outside one is as
 /// written, so its length is); one inside one ends the walk, explained.
 /// So a zero sector inside one record does not hide a changed byte in
 /// another.
 fn torn_frames(data: &[u8], pos: usize, end: usize) -> bool {
+    let lost = LostSectors::new(data, pos, end);
     let mut frame = pos + BATCH_HEADER_LEN;
     let mut failed = false;
     while frame < end {
-        let header_end = (frame + FRAME_HEADER_LEN).min(end);
-        if lost_sector(data, pos, frame, header_end) {
+        if lost.any(frame, (frame + FRAME_HEADER_LEN).min(end)) {
             return true;
         }
         if end - frame < FRAME_HEADER_LEN {
@@ -215,8 +211,8 @@ fn torn_frames(data: &[u8], pos: usize, end: usize) -> bool {
         if len == 0 || len > MAX_RECORD_LEN || len > end - payload {
             return false;
         }
-        if crc32c(&data[payload..payload + len]) != u32_at(data, frame + 4) {
-            if !lost_sector(data, pos, payload, payload + len) {
+        if !payload_checks_out(data, frame, len) {
+            if !lost.any(payload, payload + len) {
                 return false;
             }
             failed = true;
@@ -226,16 +222,38 @@ fn torn_frames(data: &[u8], pos: usize, end: usize) -> bool {
     failed
 }
 
-/// Whether one of the sectors overlapping `[from, to)` reads as zeros from
-/// `pos` to its end (or the file's): a sector a write starting at `pos`
-/// lost.
-fn lost_sector(data: &[u8], pos: usize, from: usize, to: usize) -> bool {
-    let to = to.min(data.len());
-    (from / SECTOR..to.div_ceil(SECTOR)).any(|sector| {
-        let start = (sector * SECTOR).max(pos);
-        let end = ((sector + 1) * SECTOR).min(data.len());
-        data[start..end].iter().all(|b| *b == 0)
-    })
+/// The sectors a write starting at `pos` may have lost, up to `to`: those
+/// that read as zeros from `pos` (or their start) to their end (or the
+/// file's). Each sector is looked at once.
+struct LostSectors {
+    /// The sector holding `pos`.
+    first: usize,
+    /// From `first` on, whether each is lost.
+    lost: Vec<bool>,
+}
+
+impl LostSectors {
+    fn new(data: &[u8], pos: usize, to: usize) -> Self {
+        let first = pos / SECTOR;
+        let lost = (first..to.min(data.len()).div_ceil(SECTOR))
+            .map(|sector| {
+                let start = (sector * SECTOR).max(pos);
+                let end = ((sector + 1) * SECTOR).min(data.len());
+                data[start..end].iter().all(|b| *b == 0)
+            })
+            .collect();
+        LostSectors { first, lost }
+    }
+
+    /// Whether one of the sectors overlapping `[from, to)` (at or after
+    /// `pos`) is lost.
+    fn any(&self, from: usize, to: usize) -> bool {
+        let from = from / SECTOR - self.first;
+        let to = (to.div_ceil(SECTOR) - self.first).min(self.lost.len());
+        self.lost
+            .get(from..to)
+            .is_some_and(|sectors| sectors.contains(&true))
+    }
 }
 
 /// Checks the batch at `pos`: returns where it ends, or what is wrong with
@@ -326,6 +344,13 @@ fn parse_frames(
     Ok(())
 }
 
+/// Whether the payload of the frame at `frame`, `len` bytes that fit in
+/// `data`, matches the checksum in its header.
+fn payload_checks_out(data: &[u8], frame: usize, len: usize) -> bool {
+    let payload = frame + FRAME_HEADER_LEN;
+    crc32c(&data[payload..payload + len]) == u32_at(data, frame + 4)
+}
+
 /// Checks and decodes the frame at the start of `rest` (at `pos` in the
 /// file) with payload length `len`, which fits in `rest`.
 fn check_frame(rest: &[u8], pos: usize, len: usize) -> Result<Record, Damage> {
@@ -394,10 +419,10 @@ fn find_frame(data: &[u8], from: usize) -> Option<usize> {
     (from..data.len().saturating_sub(FRAME_HEADER_LEN)).find(|&p| {
         let len = u32_at(data, p) as usize;
         let start = p + FRAME_HEADER_LEN;
-        if len == 0 || len > MAX_RECORD_LEN || len > data.len() - start {
-            return false;
-        }
-        crc32c(&data[start..start + len]) == u32_at(data, p + 4)
+        len != 0
+            && len <= MAX_RECORD_LEN
+            && len <= data.len() - start
+            && payload_checks_out(data, p, len)
     })
 }
 
