@@ -8,6 +8,7 @@
 //! - [`authorization`] is the per-method policy read from the
 //!   `metropolis.proto.ext.authorization` option at build time.
 //! - [`wire`] holds the pre-encoded Watch event.
+//! - [`json`] parses messages from their protobuf JSON mapping.
 //! - [`containerd`]: clients of the part of containerd's API the
 //!   containerd image store calls (`containerd/README.md`); not in
 //!   [`FILE_DESCRIPTOR_SET`].
@@ -26,6 +27,7 @@ include!(concat!(env!("OUT_DIR"), "/containerd.rs"));
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptor.bin"));
 
 pub mod authorization;
+pub mod json;
 pub mod wire;
 
 /// Short aliases for the packages most code uses.
