@@ -40,6 +40,7 @@ use metropolis_node::daemon::LogFormat;
 pub mod fuzz;
 pub mod hardware;
 pub mod install;
+pub mod loader;
 pub mod ports;
 pub mod progress;
 
