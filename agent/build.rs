@@ -17,7 +17,8 @@ fn main() -> ExitCode {
         eprintln!("bmaas-agent build script: CARGO_MANIFEST_DIR or OUT_DIR unset (run by cargo?)");
         return ExitCode::FAILURE;
     };
-    let efi = PathBuf::from(manifest_dir).join("..").join("efi");
+    let manifest_dir = PathBuf::from(manifest_dir);
+    let efi = manifest_dir.parent().unwrap_or(&manifest_dir).join("efi");
     // Not the whole directory: efi/target would trigger reruns.
     for path in [
         "build.sh",
@@ -29,6 +30,8 @@ fn main() -> ExitCode {
     ] {
         println!("cargo::rerun-if-changed={}", efi.join(path).display());
     }
+    // Where efi/build.sh looks for gnu-efi.
+    println!("cargo::rerun-if-env-changed=GNUEFI_LIB");
     let script = efi.join("build.sh");
     let out = PathBuf::from(out_dir).join("efi");
     let help = "the `loader` feature of bmaas-agent builds the A/B loader with efi/build.sh, \

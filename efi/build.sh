@@ -71,7 +71,9 @@ export CARGO_ENCODED_RUSTFLAGS=$'-Crelocation-model=pic\x1f-Cno-redzone=yes\x1f-
 built=$CARGO_TARGET_DIR/$target/release
 link() {
     local archive=$1 name=$2
-    local so=$out/${name%.*}.so efi=$out/$name
+    # Temporary names, renamed at the end: a concurrent run into the same
+    # OUT_DIR never sees a half-written image.
+    local so=$out/.${name%.*}.$$.so efi=$out/$name
     ld -nostdlib -znocombreloc -shared -Bsymbolic --no-undefined \
         -T "$lib/elf_x86_64_efi.lds" "$lib/crt0-efi-x86_64.o" "$archive" \
         -L"$lib" -lgnuefi -o "$so"
@@ -133,11 +135,12 @@ link() {
 
     objcopy -j .text -j .sdata -j .data -j .rodata -j .dynamic -j .dynsym \
         -j .rel -j .rela -j '.rel.*' -j '.rela.*' -j .reloc \
-        --target efi-app-x86_64 "$so" "$efi"
-    if ! objdump -h "$efi" | grep -qE '^ +[0-9]+ \.reloc '; then
+        --target efi-app-x86_64 "$so" "$efi.$$.tmp"
+    if ! objdump -h "$efi.$$.tmp" | grep -qE '^ +[0-9]+ \.reloc '; then
         echo "efi/build.sh: $name: the PE image has no .reloc section" >&2
         exit 1
     fi
+    mv -f "$efi.$$.tmp" "$efi"
     [[ -n ${EFI_KEEP_SO:-} ]] || rm -f "$so"
 }
 
