@@ -15,6 +15,7 @@ mod debug;
 mod exit;
 mod machine_view;
 mod machines;
+mod osimage;
 mod output;
 mod snapshot;
 
@@ -162,6 +163,10 @@ enum Command {
     /// backup into an empty data directory (as `etcdctl snapshot`).
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCommand),
+    /// Build OS images (the agent's format: an OCI artifact with chunk
+    /// hashes) and push them to a registry.
+    #[command(subcommand)]
+    Osimage(osimage::OsimageCommand),
     /// Print a completion script for a shell: `source <(metroctl
     /// completion bash)`, or write it where the shell looks (e.g.
     /// /usr/share/bash-completion/completions/metroctl,
@@ -316,7 +321,11 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     let limit = Duration::from_secs(cli.conn.timeout);
     let streaming = matches!(
         &cli.command,
-        Command::Watch(_) | Command::Trace(_) | Command::LoadImage(_) | Command::Snapshot(_)
+        Command::Watch(_)
+            | Command::Trace(_)
+            | Command::LoadImage(_)
+            | Command::Snapshot(_)
+            | Command::Osimage(_)
     ) || matches!(&cli.command, Command::Logs(l) if l.follows());
     if streaming {
         return run_command(cli, Some(limit)).await;
@@ -339,6 +348,10 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
         Command::Trace(args) => return debug::trace(endpoint, args).await,
         Command::LoadImage(args) => return debug::load_image(endpoint, args, format).await,
         Command::Kubeconfig(args) => return debug::kubeconfig(endpoint, args, format).await,
+        Command::Osimage(command) => {
+            let limit = connect_limit.unwrap_or(Duration::from_secs(cli.conn.timeout));
+            return osimage::run(command, format, limit).await;
+        }
         Command::Snapshot(snapshot::SnapshotCommand::Restore { file, json }) => {
             return snapshot::restore_into(&cli.conn.data_dir, &file, format.or_json(json));
         }
@@ -528,6 +541,7 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
         | Command::Trace(_)
         | Command::LoadImage(_)
         | Command::Kubeconfig(_)
+        | Command::Osimage(_)
         | Command::Snapshot(snapshot::SnapshotCommand::Restore { .. })
         | Command::Completion { .. }
         | Command::Man { .. } => {

@@ -77,8 +77,11 @@ pub enum InstallCommand {
         /// anything else.
         #[arg(long)]
         root_device: String,
-        /// File holding an encoded metropolis.proto.api.NodeParameters.
-        #[arg(long)]
+        /// File holding a metropolis.proto.api.NodeParameters: in the
+        /// protobuf JSON mapping (a file starting with {; bytes in
+        /// base64, e.g. {"cluster_bootstrap": {"owner_public_key":
+        /// "<base64>"}, "network_config": {...}}) or encoded.
+        #[arg(long, value_name = "FILE")]
         node_parameters: Option<PathBuf>,
     },
     /// Show the current request and the reports of a machine.
@@ -366,16 +369,7 @@ pub async fn install(
             let os_image = parse_image(&image, tag)?;
             let node_parameters = match node_parameters {
                 None => None,
-                Some(path) => {
-                    let bytes = std::fs::read(&path)
-                        .map_err(|e| format!("--node-parameters {}: {e}", path.display()))?;
-                    Some(api::NodeParameters::decode(bytes.as_slice()).map_err(|e| {
-                        format!(
-                            "--node-parameters {}: not an encoded NodeParameters: {e}",
-                            path.display()
-                        )
-                    })?)
-                }
+                Some(path) => Some(super::osimage::read_node_parameters(&path)?),
             };
             let request = agent::OsInstallationRequest {
                 generation: 0,
