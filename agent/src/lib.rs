@@ -36,6 +36,7 @@ use metropolis_core::provisioning::{AgentConfig, AgentLoop};
 use metropolis_core::service::agent_driver::drive_agent;
 use metropolis_node::clock::ProcessClock;
 use metropolis_node::daemon::LogFormat;
+pub mod disk;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod hardware;
