@@ -37,6 +37,7 @@ use metropolis_core::service::agent_driver::drive_agent;
 use metropolis_node::clock::ProcessClock;
 use metropolis_node::daemon::LogFormat;
 pub mod disk;
+pub mod efivars;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod hardware;
