@@ -46,9 +46,12 @@ pub mod loader;
 pub mod ports;
 pub mod progress;
 
-use crate::install::{Installer, OciInstaller, RegistryCredentials, registry_tls};
+use crate::install::{
+    Installer, MetropolisOptions, OciInstaller, RegistryCredentials, RetryPolicy, registry_tls,
+};
 use crate::ports::{MachinePorts, ProcessTimer};
 use metropolis_pki::{Credentials, curator_client_config, self_signed_agent_certificate};
+use metropolis_proto::osbase::net::proto::Net;
 
 /// Command-line configuration of `bmaas-agent`.
 #[derive(Parser, Debug, Clone)]
@@ -118,6 +121,29 @@ pub struct AgentArgs {
     /// write fails.
     #[arg(long, value_name = "SECONDS", default_value = "60")]
     pub registry_io_timeout: f64,
+    /// How many times a registry request that failed for a passing reason
+    /// (a connection, 5xx, 408, 425, 429, 499) is tried again, waiting
+    /// 0.5 s, 1 s, 2 s, ... (at most 30 s) or what its Retry-After asks
+    /// (at most 120 s). A broken layer transfer resumes where it stopped
+    /// (Range) up to 5 times without progress, besides.
+    #[arg(long, value_name = "N", default_value = "4")]
+    pub registry_retries: u32,
+    /// The network configuration this agent runs with, given to a
+    /// Metropolis node whose request's node_parameters has no
+    /// network_config: a file holding an osbase.net.proto.Net in its
+    /// protobuf JSON mapping (`{"interface": [...], "nameserver":
+    /// [{"ip": "192.0.2.53"}]}`). Without it such a node gets none (it
+    /// configures its network by DHCP).
+    #[arg(long, value_name = "FILE")]
+    pub network_config: Option<PathBuf>,
+    /// Where the firmware shows itself: a Metropolis install is refused
+    /// on a machine without it (not booted with EFI).
+    #[arg(long, value_name = "DIR", default_value = "/sys/firmware/efi")]
+    pub firmware_dir: PathBuf,
+    /// Where EFI variables are written (efivarfs): a Metropolis install
+    /// adds its boot entry here and makes it the only one in BootOrder.
+    #[arg(long, value_name = "DIR", default_value = "/sys/firmware/efi/efivars")]
+    pub efivars_dir: PathBuf,
     /// Root of the filesystem the hardware report is read from.
     #[arg(long, default_value = "/", hide = true)]
     pub hardware_root: PathBuf,
@@ -249,10 +275,30 @@ pub fn installer_from_args(args: &AgentArgs) -> Result<OciInstaller, AgentError>
     let deadline = seconds("--registry-deadline", args.registry_deadline)?;
     let io = seconds("--registry-io-timeout", args.registry_io_timeout)?;
     let ca_files: Vec<&Path> = args.registry_ca.iter().map(PathBuf::as_path).collect();
+    let network_config = match &args.network_config {
+        None => None,
+        Some(path) => {
+            let json = std::fs::read(path)
+                .map_err(|e| format!("--network-config {}: {e}", path.display()))?;
+            Some(
+                metropolis_proto::json::message_from_json::<Net>("osbase.net.proto.Net", &json)
+                    .map_err(|e| format!("--network-config {}: {e}", path.display()))?,
+            )
+        }
+    };
     let mut installer = OciInstaller::new()
         .allow_image_files(args.allow_image_files)
         .with_timeouts(io.min(Duration::from_secs(30)), io)
-        .with_deadline(deadline);
+        .with_deadline(deadline)
+        .with_retries(RetryPolicy {
+            retries: args.registry_retries,
+            ..RetryPolicy::default()
+        })
+        .with_metropolis(MetropolisOptions {
+            firmware_dir: args.firmware_dir.clone(),
+            efivars_dir: args.efivars_dir.clone(),
+            network_config,
+        });
     match registry_tls(true, &ca_files) {
         Ok(tls) => {
             for warning in &tls.warnings {

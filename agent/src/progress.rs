@@ -1,7 +1,7 @@
 //! What the operator reads in the agent's log while an image installs:
-//! the bytes written, the rate and the time left, at most every
-//! [`ProgressLog::EVERY`] and always at the start and the end; then the
-//! verification's outcome.
+//! the image, then per payload the bytes written, the rate and the time
+//! left, at most every [`ProgressLog::EVERY`] and always at the start and
+//! the end; and each step of laying out the disk.
 
 use std::time::{Duration, Instant};
 
@@ -11,8 +11,8 @@ use crate::install::Progress;
 #[derive(Debug)]
 pub struct ProgressLog {
     last_line: Option<Instant>,
-    /// When the layer began to arrive.
-    writing_start: Option<Instant>,
+    /// The payload being written and when it began.
+    writing: Option<(String, Instant)>,
 }
 
 impl Default for ProgressLog {
@@ -47,29 +47,30 @@ impl ProgressLog {
     pub fn new() -> ProgressLog {
         ProgressLog {
             last_line: None,
-            writing_start: None,
+            writing: None,
         }
     }
 
     /// The line to log for `progress` reported at `now`, if one is due.
     pub fn line(&mut self, progress: &Progress, now: Instant) -> Option<String> {
-        let (done, total) = match progress {
-            Progress::Manifest { .. } => {
-                // The layer starts to arrive right after the manifest.
+        let (payload, done, total) = match progress {
+            Progress::Writing {
+                payload,
+                written,
+                total,
+            } => (payload, *written, *total),
+            _ => {
                 self.last_line = Some(now);
-                self.writing_start = Some(now);
                 return Some(progress.to_string());
             }
-            Progress::Writing {
-                received,
-                layer_size,
-                ..
-            } => (*received, *layer_size),
-            // Reading back runs alongside writing: this is its outcome,
-            // reported once.
-            Progress::Verifying { .. } => return Some(progress.to_string()),
         };
-        let start = *self.writing_start.get_or_insert(now);
+        let start = match &self.writing {
+            Some((current, start)) if current == payload => *start,
+            _ => {
+                self.writing = Some((payload.clone(), now));
+                now
+            }
+        };
         let ended = done >= total;
         let due = self
             .last_line
@@ -79,7 +80,7 @@ impl ProgressLog {
         }
         self.last_line = Some(now);
         let elapsed = now.duration_since(start);
-        // The rate of the layer's bytes received (compressed or not).
+        // The rate of the payload's verified bytes (uncompressed).
         Some(format!(
             "{progress}, {:.1} MiB/s, ETA {}",
             mib_per_s(done, elapsed),
@@ -95,12 +96,11 @@ mod tests {
 
     const MIB: u64 = 1024 * 1024;
 
-    fn writing(received: u64, size: u64) -> Progress {
+    fn writing(written: u64, size: u64) -> Progress {
         Progress::Writing {
-            written: received,
-            total: Some(size),
-            received,
-            layer_size: size,
+            payload: "system".into(),
+            written,
+            total: size,
         }
     }
 
@@ -108,28 +108,28 @@ mod tests {
     fn lines_carry_rate_and_time_left_and_are_spaced() {
         let mut log = ProgressLog::new();
         let t0 = Instant::now();
-        let manifest = Progress::Manifest {
-            layer: "sha256:ab".into(),
-            size: 1024 * MIB,
-            compressed: false,
+        let image = Progress::Image {
+            kind: crate::install::ImageKind::Metropolis,
+            payloads: vec![("system".into(), 1024 * MIB, false)],
         };
-        assert!(log.line(&manifest, t0).is_some());
+        assert!(log.line(&image, t0).is_some());
+        // The first report of a payload starts its clock.
+        assert!(log.line(&writing(0, 1024 * MIB), t0).is_none());
         // Too soon after the last line.
         assert_eq!(log.line(&writing(64 * MIB, 1024 * MIB), t0), None);
         let t1 = t0 + Duration::from_secs(4);
         let line = log.line(&writing(256 * MIB, 1024 * MIB), t1).unwrap();
         // 256 MiB in the 4 s since writing started: 64 MiB/s, 768 MiB left.
         assert!(line.contains("64.0 MiB/s, ETA 12s"), "{line}");
-        // The end of a stage is always logged.
+        // The end of a payload is always logged.
         let t2 = t1 + Duration::from_millis(100);
         let line = log.line(&writing(1024 * MIB, 1024 * MIB), t2).unwrap();
         assert!(line.contains("ETA 0s"), "{line}");
-        let verifying = Progress::Verifying {
-            verified: 1024 * MIB,
-            total: 1024 * MIB,
+        let step = Progress::Step {
+            done: "partition table written",
         };
-        let line = log.line(&verifying, t2).unwrap();
-        assert!(!line.contains("MiB/s"), "{line}");
+        let line = log.line(&step, t2).unwrap();
+        assert_eq!(line, "partition table written");
     }
 
     #[test]

@@ -65,6 +65,31 @@ enum Login {
 trait Stream: Read + Write {}
 impl<T: Read + Write> Stream for T {}
 
+/// The manifest `artifactType` of a whole-disk OS image.
+pub const DISK_ARTIFACT: &str = "application/vnd.metropolis-rs.os.disk-image.v1";
+/// The manifest `artifactType` of a Metropolis OS image.
+pub const METROPOLIS_ARTIFACT: &str = "application/vnd.monogon.os.image.v1";
+
+/// One payload's entry in an OS image config: its size, chunk size and
+/// the SHA-256 of each chunk in standard base64 without padding.
+pub fn payload_config(name: &str, bytes: &[u8], chunk: usize) -> String {
+    use base64::Engine as _;
+    let hashes: Vec<String> = bytes
+        .chunks(chunk)
+        .map(|c| {
+            format!(
+                "\"{}\"",
+                base64::engine::general_purpose::STANDARD_NO_PAD.encode(Sha256::digest(c))
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"name":"{name}","size":{},"hash_chunk_size":{chunk},"chunk_hashes_sha256":[{}]}}"#,
+        bytes.len(),
+        hashes.join(",")
+    )
+}
+
 /// `sha256:<hex>` of `bytes`.
 pub fn digest(bytes: &[u8]) -> String {
     let hash = Sha256::digest(bytes);
@@ -338,23 +363,43 @@ impl Registry {
         d
     }
 
-    /// Pushes an OCI image whose single layer is `image` (media type
-    /// `layer_media_type`); returns the manifest digest.
-    pub fn push_image(
+    /// Pushes a whole-disk OS image (artifact type
+    /// `application/vnd.metropolis-rs.os.disk-image.v1`) whose one raw
+    /// payload, `disk`, is `payload`; returns the manifest digest.
+    pub fn push_image(&self, repo: &str, tag: &str, payload: &[u8]) -> String {
+        self.push_os_image(repo, tag, DISK_ARTIFACT, &[("disk", payload)])
+    }
+
+    /// Pushes an OS image of `artifact_type` with raw `payloads` (name,
+    /// bytes), their chunk hashes in the config at 1 MiB chunks (the
+    /// format of docs/spec/metropolis-install.md section 1, written here
+    /// independently of the agent's reader); returns the manifest digest.
+    pub fn push_os_image(
         &self,
         repo: &str,
         tag: &str,
-        layer: &[u8],
-        layer_media_type: &str,
+        artifact_type: &str,
+        payloads: &[(&str, &[u8])],
     ) -> String {
-        let config =
-            br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#;
-        let config_digest = self.push_blob(repo, config);
-        let layer_digest = self.push_blob(repo, layer);
+        let mut layers = Vec::new();
+        let mut configs = Vec::new();
+        for (name, bytes) in payloads {
+            let layer_digest = self.push_blob(repo, bytes);
+            layers.push(format!(
+                r#"{{"mediaType":"application/octet-stream","digest":"{layer_digest}","size":{}}}"#,
+                bytes.len()
+            ));
+            configs.push(payload_config(name, bytes, 1 << 20));
+        }
+        let config = format!(
+            r#"{{"format_version":"1","payloads":[{}]}}"#,
+            configs.join(",")
+        );
+        let config_digest = self.push_blob(repo, config.as_bytes());
         let manifest = format!(
-            r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{config_digest}","size":{}}},"layers":[{{"mediaType":"{layer_media_type}","digest":"{layer_digest}","size":{}}}]}}"#,
+            r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","artifactType":"{artifact_type}","config":{{"mediaType":"application/vnd.monogon.os.image.config.v1+json","digest":"{config_digest}","size":{}}},"layers":[{}]}}"#,
             config.len(),
-            layer.len()
+            layers.join(",")
         );
         self.push_manifest(
             repo,

@@ -24,7 +24,6 @@ use metropolis_transport::grpc::Channel;
 use prost::Message;
 
 const MACHINE: &str = "3b241101-e2bb-4255-8caf-4136c566a962";
-const LAYER: &str = "application/vnd.oci.image.layer.v1.tar";
 
 fn request(registry: &str, repo: &str, tag: &str, digest: &str, root: &std::path::Path) -> Vec<u8> {
     agent::OsInstallationRequest {
@@ -91,7 +90,7 @@ async fn install_flow(rt: RuntimeKind) {
     let image: Vec<u8> = (0..(3 << 20))
         .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
-    let digest = registry.push_image("os/metropolis", "v1", &image, LAYER);
+    let digest = registry.push_image("os/metropolis", "v1", &image);
 
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(&dir.path().join("d"), rt);
@@ -155,9 +154,10 @@ async fn install_flow(rt: RuntimeKind) {
     assert!(r.error.contains("--allow-image-files"), "{}", r.error);
     assert_eq!(std::fs::read(&file).unwrap(), b"old", "nothing written");
 
-    // The registry serves other bytes of the same size for the layer: the
-    // install fails naming the cause, and the device does not boot (its
-    // first and last MiB are zero), whatever it held before.
+    // The registry serves other bytes of the same size for the payload:
+    // the install fails naming the chunk (1 MiB chunks: the third), no
+    // byte of that chunk reached the device, and the device does not boot
+    // (its first and last MiB are zero), whatever it held before.
     let blob = registry.blob_path(&metropolis_tests::registry::digest(&image));
     let good = std::fs::read(&blob).unwrap();
     let mut tampered = good.clone();
@@ -166,8 +166,13 @@ async fn install_flow(rt: RuntimeKind) {
     assert_eq!(submit(&mut op, MACHINE, on_device(&digest)).await, 3);
     let r = report(&mut op, MACHINE, 3).await;
     assert!(!r.success);
-    assert!(r.error.contains("digest mismatch"), "{}", r.error);
+    assert!(r.error.contains("payload disk: chunk 2 "), "{}", r.error);
     let after = device.read();
+    assert_ne!(
+        after[2 << 20],
+        tampered[2 << 20],
+        "a byte of the bad chunk was written"
+    );
     assert!(after[..1 << 20].iter().all(|b| *b == 0), "the head is zero");
     assert!(after[3 << 20..].iter().all(|b| *b == 0), "the tail is zero");
     // Fixed, a new generation installs.

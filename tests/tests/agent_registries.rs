@@ -38,7 +38,6 @@ use metropolis_transport::grpc::Channel;
 use prost::Message;
 
 const MACHINE: &str = "6f1c0c3e-5a8b-4f0e-9a57-0f3a1c2b7d44";
-const LAYER: &str = "application/vnd.oci.image.layer.v1.tar";
 const REPO: &str = "os/metropolis";
 
 fn request(host: &str, digest: &str, root: &Path) -> Vec<u8> {
@@ -109,7 +108,7 @@ async fn installs_from_a_registry_with_tls_and_logins() {
     );
     let registry = Registry::start_secure("operator", "pa ss:word");
     let single = image(3 << 20, 1);
-    let single_digest = registry.push_image(REPO, "v1", &single, LAYER);
+    let single_digest = registry.push_image(REPO, "v1", &single);
     // A two-platform index: the agent's own platform and another.
     let own = Platform::host();
     let other_arch = if own.architecture == "arm64" {
@@ -119,8 +118,8 @@ async fn installs_from_a_registry_with_tls_and_logins() {
     };
     let mine = image(2 << 20, 2);
     let theirs = image(2 << 20, 3);
-    let mine_digest = registry.push_image(REPO, "mine", &mine, LAYER);
-    let theirs_digest = registry.push_image(REPO, "theirs", &theirs, LAYER);
+    let mine_digest = registry.push_image(REPO, "mine", &mine);
+    let theirs_digest = registry.push_image(REPO, "theirs", &theirs);
     let own_platform = format!("{}/{}", own.os, own.architecture);
     let other_platform = format!("linux/{other_arch}");
     let index_digest = registry.push_index(
@@ -265,7 +264,7 @@ async fn installs_through_the_docker_token_flow() {
         realm: &realm,
     });
     let data = image(2 << 20, 4);
-    let digest = registry.push_image(REPO, "v1", &data, LAYER);
+    let digest = registry.push_image(REPO, "v1", &data);
 
     let dir = tempfile::tempdir().unwrap();
     let (registry_ca, token_ca) = (

@@ -24,6 +24,7 @@ use super::InstallError;
 use super::credentials::{Login, RegistryCredentials};
 use super::http::{Client, Get, Response, Scheme, Url, bounded};
 use super::oci::{http_error, status_error};
+use super::retry::{Outcome, judge};
 
 /// The largest token response read.
 const MAX_TOKEN_RESPONSE_BYTES: u64 = 256 * 1024;
@@ -70,11 +71,43 @@ impl<'a> Session<'a> {
     }
 
     /// `GET url` with the session's authorization, logging in when the
-    /// registry answers `401`.
+    /// registry answers `401`, tried again as the client's retry policy
+    /// says (`retry.rs`); from byte `range_from` of the body when given.
     pub(crate) fn get(
         &mut self,
         url: &Url,
         accept: Option<&str>,
+        range_from: Option<u64>,
+    ) -> Result<Response, InstallError> {
+        let policy = self.client.retry;
+        let mut attempt = 0;
+        loop {
+            let outcome = self.get_once(url, accept, range_from);
+            match judge(&policy, attempt, outcome) {
+                Outcome::Done(result) => return result,
+                Outcome::Again(wait) => {
+                    tracing::info!(
+                        url = %url,
+                        "registry request failed; trying again in {:.1} s",
+                        wait.as_secs_f64()
+                    );
+                    std::thread::sleep(wait);
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// The wait before retry `attempt` (from 0) by the client's policy.
+    pub(crate) fn retry_delay(&self, attempt: u32) -> std::time::Duration {
+        self.client.retry.delay(attempt)
+    }
+
+    fn get_once(
+        &mut self,
+        url: &Url,
+        accept: Option<&str>,
+        range_from: Option<u64>,
     ) -> Result<Response, InstallError> {
         let get = |authorization: Option<&str>| {
             self.client
@@ -83,6 +116,7 @@ impl<'a> Session<'a> {
                     Get {
                         accept,
                         authorization,
+                        range_from,
                     },
                 )
                 .map_err(http_error)
@@ -193,6 +227,7 @@ impl<'a> Session<'a> {
                 Get {
                     accept: Some("application/json"),
                     authorization: authorization.as_deref(),
+                    range_from: None,
                 },
             )
             .map_err(http_error)?;

@@ -197,6 +197,57 @@ impl<'a> Device<'a> {
         Ok(Some(end))
     }
 
+    /// The device's size: a block device's capacity, a file's length.
+    pub(super) fn size(&self) -> Result<u64, InstallError> {
+        match self.capacity()? {
+            Some(capacity) => Ok(capacity),
+            None => Ok(self
+                .file
+                .metadata()
+                .map_err(|e| self.error("stat", e))?
+                .len()),
+        }
+    }
+
+    /// The device's logical block size: 512 for a file.
+    pub(super) fn logical_block_size(&self) -> Result<u32, InstallError> {
+        if !self.block {
+            return Ok(512);
+        }
+        const BLKSSZGET: libc::Ioctl = libc::_IO(0x12, 104);
+        let mut size: libc::c_int = 0;
+        // SAFETY: BLKSSZGET writes one int through the pointer, which
+        // points to `size`, alive for the call; the descriptor is open
+        // for as long as `self.file` is.
+        let rc = unsafe {
+            libc::ioctl(
+                std::os::fd::AsRawFd::as_raw_fd(&self.file),
+                BLKSSZGET,
+                &mut size as *mut libc::c_int,
+            )
+        };
+        if rc != 0 {
+            return Err(self.error("read the logical block size", io::Error::last_os_error()));
+        }
+        u32::try_from(size).map_err(|_| {
+            self.error(
+                "read the logical block size",
+                io::Error::other(format!("the kernel gave {size}")),
+            )
+        })
+    }
+
+    /// The device, for writes outside the image stream (the partition
+    /// table, the ESP).
+    pub(super) fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Syncs what was written to stable storage.
+    pub(super) fn sync(&self) -> Result<(), InstallError> {
+        self.file.sync_all().map_err(|e| self.error("fsync", e))
+    }
+
     /// Refuses an image of `size` bytes that a block device cannot hold.
     pub(super) fn check_capacity(&self, size: u64) -> Result<(), InstallError> {
         match self.capacity()? {

@@ -110,12 +110,38 @@ pub enum InstallError {
         /// The layer, as `host/repository@digest`.
         layer: String,
     },
-    /// The layer's SHA-256 is not the digest the manifest gives.
-    LayerDigestMismatch {
-        /// The digest the manifest gives.
-        expected: String,
-        /// The digest of what the registry sent.
-        actual: String,
+    /// The image (its config, or its payloads against its kind) is not
+    /// one this agent can install.
+    InvalidImage {
+        /// The image, as `host/repository@digest`.
+        image: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A payload chunk is not what the image config's hash says: nothing
+    /// of it reached the device.
+    ChunkMismatch {
+        /// The payload, e.g. `system`.
+        payload: String,
+        /// The chunk's index (from 0).
+        chunk: u64,
+        /// Its first byte in the payload.
+        offset: u64,
+    },
+    /// A payload ended before the size its config gives.
+    PayloadTruncated {
+        /// The payload.
+        payload: String,
+        /// The size the config gives.
+        expected: u64,
+        /// The bytes it had.
+        received: u64,
+    },
+    /// The machine cannot take a Metropolis install: it did not boot
+    /// with EFI, or this agent was built without the A/B loader.
+    Unbootable {
+        /// Why.
+        problem: String,
     },
     /// The layer's length is not the size the manifest gives.
     LayerSizeMismatch {
@@ -129,7 +155,7 @@ pub enum InstallError {
     },
     /// The layer is not valid zstd.
     Decompress {
-        /// The layer's digest.
+        /// The layer's digest, or the payload's name.
         digest: String,
         /// What is wrong.
         problem: String,
@@ -233,12 +259,26 @@ impl fmt::Display for InstallError {
                 write!(f, "invalid manifest of {image}: {problem}")
             }
             LayerNotFound { layer } => write!(f, "image layer not found: {layer}"),
-            LayerDigestMismatch { expected, actual } => {
-                write!(
-                    f,
-                    "image layer digest mismatch: expected {expected}, got {actual}"
-                )
-            }
+            InvalidImage { image, problem } => write!(f, "invalid OS image {image}: {problem}"),
+            ChunkMismatch {
+                payload,
+                chunk,
+                offset,
+            } => write!(
+                f,
+                "payload {payload}: chunk {chunk} (bytes from {offset}) does not match its \
+                 SHA-256 in the image config; nothing of it was written"
+            ),
+            PayloadTruncated {
+                payload,
+                expected,
+                received,
+            } => write!(
+                f,
+                "payload {payload} ended after {received} of the {expected} bytes the image \
+                 config gives"
+            ),
+            Unbootable { problem } => write!(f, "cannot install Metropolis: {problem}"),
             LayerSizeMismatch {
                 digest,
                 expected,

@@ -37,9 +37,11 @@ use std::io::{self, BufReader, Cursor, Read, Write};
 use serde_json::{Value, json};
 
 use super::http::{HttpError, Response, Stream, Url, read_response};
+use super::image_config::{
+    CONFIG_MEDIA_TYPE, DISK_ARTIFACT, METROPOLIS_ARTIFACT, PAYLOAD_RAW, PAYLOAD_ZSTD,
+};
 use super::manifest::{
-    DOCKER_MANIFEST, INDEX_TYPES, LAYER_RAW, LAYER_ZSTD, Manifest, ManifestProblem, OCI_MANIFEST,
-    Platform, parse_manifest,
+    INDEX_TYPES, Manifest, ManifestProblem, OCI_MANIFEST, Platform, parse_manifest,
 };
 use super::oci::{http_error, status_error};
 use super::zstd::ZstdReader;
@@ -132,7 +134,7 @@ fn platform(choice: u8) -> Platform {
 
 const MANIFEST_TYPES: [&str; 5] = [
     OCI_MANIFEST,
-    DOCKER_MANIFEST,
+    METROPOLIS_ARTIFACT,
     INDEX_TYPES[0],
     INDEX_TYPES[1],
     "text/plain",
@@ -147,12 +149,32 @@ fn built_manifest(input: &mut Input<'_>) -> Vec<u8> {
     if flags & 2 != 0 {
         doc.insert("mediaType".into(), json!(text(input, &MANIFEST_TYPES)));
     }
+    if flags & 16 != 0 {
+        doc.insert(
+            "artifactType".into(),
+            json!(text(
+                input,
+                &[METROPOLIS_ARTIFACT, DISK_ARTIFACT, OCI_MANIFEST]
+            )),
+        );
+    }
+    if flags & 32 != 0 {
+        let mut config = json!({
+            "mediaType": text(input, &[CONFIG_MEDIA_TYPE, "application/json"]),
+            "digest": digest_text(input),
+            "size": input.u64() % 64,
+        });
+        if flags & 64 != 0 {
+            config["data"] = json!(text(input, &["e30=", "not base64"]));
+        }
+        doc.insert("config".into(), config);
+    }
     let entries = usize::from(input.u8() % 4);
     if flags & 4 == 0 {
         let layers: Vec<Value> = (0..entries)
             .map(|_| {
                 json!({
-                    "mediaType": text(input, &[LAYER_RAW, LAYER_ZSTD, "application/octet-stream"]),
+                    "mediaType": text(input, &[PAYLOAD_RAW, PAYLOAD_ZSTD, "application/gzip"]),
                     "digest": digest_text(input),
                     "size": input.u64(),
                 })
@@ -196,20 +218,32 @@ fn check_manifest(body: &[u8], content_type: Option<&str>, platform: &Platform) 
         Err(ManifestProblem::Invalid(p) | ManifestProblem::Unsupported(p)) => {
             bounded("manifest", &p)
         }
-        Ok(Manifest::Image(layer)) => {
+        Ok(Manifest::Image(image)) => {
             let doc = json();
+            let artifact = doc["artifactType"].as_str();
+            assert!(
+                artifact == Some(METROPOLIS_ARTIFACT) || artifact == Some(DISK_ARTIFACT),
+                "an image of artifactType {artifact:?} accepted"
+            );
+            assert_eq!(doc["config"]["mediaType"].as_str(), Some(CONFIG_MEDIA_TYPE));
             let layers = doc["layers"].as_array().map_or(0, Vec::len);
-            assert_eq!(layers, 1, "an image manifest with {layers} layers accepted");
-            let l = &doc["layers"][0];
-            assert_eq!(
-                l["digest"].as_str(),
-                Some(layer.digest.to_string().as_str())
-            );
-            assert_eq!(l["size"].as_u64(), Some(layer.size));
-            assert_eq!(
-                l["mediaType"].as_str() == Some(LAYER_ZSTD),
-                layer.compressed
-            );
+            assert_eq!(layers, image.layers.len());
+            for (l, layer) in doc["layers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .zip(&image.layers)
+            {
+                assert_eq!(
+                    l["digest"].as_str(),
+                    Some(layer.digest.to_string().as_str())
+                );
+                assert_eq!(l["size"].as_u64(), Some(layer.size));
+                assert_eq!(
+                    l["mediaType"].as_str() == Some(PAYLOAD_ZSTD),
+                    layer.compressed
+                );
+            }
         }
         Ok(Manifest::Index(Ok(entry))) => {
             let doc = json();
@@ -224,9 +258,7 @@ fn check_manifest(body: &[u8], content_type: Option<&str>, platform: &Platform) 
                     p["os"].as_str() == Some(platform.os.as_str())
                         && p["architecture"].as_str() == Some(platform.architecture.as_str())
                         && variant
-                        && e["mediaType"]
-                            .as_str()
-                            .is_none_or(|t| t == OCI_MANIFEST || t == DOCKER_MANIFEST)
+                        && e["mediaType"].as_str().is_none_or(|t| t == OCI_MANIFEST)
                 })
             });
             let Some(first) = first else {

@@ -4,13 +4,16 @@
 
 use ruzstd::encoding::{CompressionLevel, compress_to_vec};
 
-use super::manifest::{DOCKER_MANIFEST, INDEX_TYPES, LAYER_RAW, LAYER_ZSTD, OCI_MANIFEST};
+use super::image_config::{
+    CONFIG_MEDIA_TYPE, DISK_ARTIFACT, METROPOLIS_ARTIFACT, PAYLOAD_RAW, PAYLOAD_ZSTD,
+};
+use super::manifest::{INDEX_TYPES, OCI_MANIFEST};
 
 const DIGEST: &str = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
-fn manifest(media_type: &str, layer_type: &str) -> String {
+fn manifest(artifact_type: &str, layer_type: &str) -> String {
     format!(
-        r#"{{"schemaVersion":2,"mediaType":"{media_type}","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{DIGEST}","size":2}},"layers":[{{"mediaType":"{layer_type}","digest":"{DIGEST}","size":1048576}}]}}"#
+        r#"{{"schemaVersion":2,"mediaType":"{OCI_MANIFEST}","artifactType":"{artifact_type}","config":{{"mediaType":"{CONFIG_MEDIA_TYPE}","digest":"{DIGEST}","size":2,"data":"e30="}},"layers":[{{"mediaType":"{layer_type}","digest":"{DIGEST}","size":1048576}},{{"mediaType":"{PAYLOAD_RAW}","digest":"{DIGEST}","size":7}}]}}"#
     )
 }
 
@@ -48,18 +51,22 @@ pub(crate) fn seeds() -> crate::fuzz::Seeds {
     let mut out: Vec<(&str, Vec<u8>)> = vec![
         (
             "oci-manifest",
-            with(0, &[0, 0], manifest(OCI_MANIFEST, LAYER_ZSTD).as_bytes()),
+            with(
+                0,
+                &[0, 0],
+                manifest(METROPOLIS_ARTIFACT, PAYLOAD_ZSTD).as_bytes(),
+            ),
         ),
         (
-            "docker-manifest",
-            with(0, &[1, 1], manifest(DOCKER_MANIFEST, LAYER_RAW).as_bytes()),
+            "disk-image-manifest",
+            with(0, &[1, 1], manifest(DISK_ARTIFACT, PAYLOAD_RAW).as_bytes()),
         ),
         (
             "gzip-layer",
             with(
                 0,
                 &[0, 0],
-                manifest(OCI_MANIFEST, "application/vnd.oci.image.layer.v1.tar+gzip").as_bytes(),
+                manifest(METROPOLIS_ARTIFACT, "application/gzip").as_bytes(),
             ),
         ),
         ("index", with(0, &[2, 0], index().as_bytes())),

@@ -78,6 +78,8 @@ pub(crate) struct Client {
     /// the last byte of its body, redirects included.
     pub(crate) deadline: Duration,
     pub(crate) user_agent: &'static str,
+    /// How failed requests are tried again (by [`Session`](super::auth::Session)).
+    pub(crate) retry: super::retry::RetryPolicy,
 }
 
 /// What a `GET` sends besides the request line.
@@ -88,6 +90,8 @@ pub(crate) struct Get<'a> {
     /// The `Authorization` header: sent to the URL asked for and to
     /// redirects on the same scheme and authority, never elsewhere.
     pub(crate) authorization: Option<&'a str>,
+    /// `Range: bytes=<from>-`: resuming a body from byte `from`.
+    pub(crate) range_from: Option<u64>,
 }
 
 /// A response whose head was read; the body is read through
@@ -147,7 +151,7 @@ impl Client {
         let mut url = url.clone();
         for _ in 0..=MAX_REDIRECTS {
             let authorization = get.authorization.filter(|_| url.same_origin(&origin));
-            let response = self.get_once(&url, get.accept, authorization, deadline)?;
+            let response = self.get_once(&url, get, authorization, deadline)?;
             if !matches!(response.status, 301 | 302 | 303 | 307 | 308) {
                 return Ok(response);
             }
@@ -181,7 +185,7 @@ impl Client {
     fn get_once(
         &self,
         url: &Url,
-        accept: Option<&str>,
+        get: Get<'_>,
         authorization: Option<&str>,
         deadline: Deadline,
     ) -> Result<Response, HttpError> {
@@ -194,7 +198,10 @@ impl Client {
             "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {}\r\nConnection: close\r\n",
             url.target, url.authority, self.user_agent
         );
-        for (name, value) in [("Accept", accept), ("Authorization", authorization)] {
+        if let Some(from) = get.range_from {
+            request.push_str(&format!("Range: bytes={from}-\r\n"));
+        }
+        for (name, value) in [("Accept", get.accept), ("Authorization", authorization)] {
             if let Some(value) = value {
                 if value.bytes().any(|b| b.is_ascii_control()) {
                     return Err(HttpError::Protocol {

@@ -1,5 +1,7 @@
-//! What the installer accepts of a registry's manifests: an image
-//! manifest with exactly one layer (the OS image), or an image index
+//! What the installer accepts of a registry's manifests: an OS image
+//! manifest (docs/spec/metropolis-install.md section 1: an OCI image
+//! manifest whose `artifactType` names a Metropolis or a whole-disk image,
+//! with the OS image config and one layer per payload), or an image index
 //! (multi-platform image) from which the agent's own platform's manifest
 //! is picked.
 
@@ -10,13 +12,16 @@ use serde::Deserialize;
 use super::digest::Digest;
 
 pub(super) const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-pub(super) const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 pub(super) const INDEX_TYPES: [&str; 2] = [
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
 ];
-pub(super) const LAYER_RAW: &str = "application/vnd.oci.image.layer.v1.tar";
-pub(super) const LAYER_ZSTD: &str = "application/vnd.oci.image.layer.v1.tar+zstd";
+use super::image_config::{
+    CONFIG_MEDIA_TYPE, DISK_ARTIFACT, METROPOLIS_ARTIFACT, PAYLOAD_RAW, PAYLOAD_ZSTD,
+};
+
+/// The largest config blob accepted.
+pub(super) const MAX_CONFIG_BYTES: u64 = 50 * 1024 * 1024;
 
 /// How many of an index's platforms an error lists.
 const MAX_PLATFORMS_LISTED: usize = 10;
@@ -65,11 +70,50 @@ impl fmt::Display for Platform {
     }
 }
 
-/// The OS image layer named by a verified manifest.
+/// A payload's layer, as a verified manifest names it.
+#[derive(Clone, Debug)]
 pub(super) struct Layer {
     pub(super) digest: Digest,
     pub(super) size: u64,
     pub(super) compressed: bool,
+}
+
+/// What an OS image installs as, by its manifest's `artifactType`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageKind {
+    /// Metropolis: `kernel.efi` and `system`, installed with the A/B
+    /// layout (`application/vnd.monogon.os.image.v1`).
+    Metropolis,
+    /// A whole-disk image: one payload, `disk`, written over the device
+    /// from its first byte (`application/vnd.metropolis-rs.os.disk-image.v1`).
+    Disk,
+}
+
+impl fmt::Display for ImageKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ImageKind::Metropolis => "Metropolis OS image",
+            ImageKind::Disk => "whole-disk image",
+        })
+    }
+}
+
+/// The config blob a manifest names.
+#[derive(Clone, Debug)]
+pub(super) struct ConfigRef {
+    pub(super) digest: Digest,
+    pub(super) size: u64,
+    /// The descriptor's embedded `data`, when its length is the size.
+    pub(super) data: Option<Vec<u8>>,
+}
+
+/// A verified OS image manifest.
+#[derive(Clone, Debug)]
+pub(super) struct ImageManifest {
+    pub(super) kind: ImageKind,
+    pub(super) config: ConfigRef,
+    /// One per payload, in the config's order.
+    pub(super) layers: Vec<Layer>,
 }
 
 /// An index's manifest for one platform.
@@ -80,7 +124,7 @@ pub(super) struct Entry {
 
 /// What a verified manifest is.
 pub(super) enum Manifest {
-    Image(Layer),
+    Image(ImageManifest),
     /// An image index, with the entry for the wanted platform, or the
     /// platforms it offers when none is.
     Index(Result<Entry, String>),
@@ -96,6 +140,8 @@ pub(super) enum ManifestProblem {
 struct ManifestDocument {
     schema_version: Option<u32>,
     media_type: Option<String>,
+    artifact_type: Option<String>,
+    config: Option<DescriptorDocument>,
     layers: Option<Vec<DescriptorDocument>>,
     manifests: Option<Vec<IndexEntryDocument>>,
 }
@@ -106,6 +152,7 @@ struct DescriptorDocument {
     media_type: String,
     digest: String,
     size: u64,
+    data: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -148,10 +195,9 @@ pub(super) fn parse_manifest(
     }
     if let Some(media_type) = &document.media_type
         && media_type != OCI_MANIFEST
-        && media_type != DOCKER_MANIFEST
     {
         return Err(Invalid(format!(
-            "mediaType {:?} is not an image manifest",
+            "mediaType {:?} is not an OCI image manifest",
             super::http::bounded(media_type)
         )));
     }
@@ -161,31 +207,77 @@ pub(super) fn parse_manifest(
             document.schema_version
         )));
     }
-    let Some(layers) = document.layers else {
-        return Err(Invalid("layers: missing".to_string()));
-    };
-    let [layer] = &layers[..] else {
-        return Err(Invalid(format!(
-            "layers: expected exactly one (the OS image), found {}",
-            layers.len()
-        )));
-    };
-    let compressed = match layer.media_type.as_str() {
-        LAYER_RAW => false,
-        LAYER_ZSTD => true,
+    let kind = match document.artifact_type.as_deref() {
+        Some(METROPOLIS_ARTIFACT) => ImageKind::Metropolis,
+        Some(DISK_ARTIFACT) => ImageKind::Disk,
         other => {
             return Err(Unsupported(format!(
-                "image layer media type {:?} (accepted: {LAYER_RAW}, {LAYER_ZSTD})",
-                super::http::bounded(other)
+                "artifactType {} is not an OS image (accepted: {METROPOLIS_ARTIFACT}, \
+                 {DISK_ARTIFACT}; `metroctl osimage build` makes them)",
+                other.map_or("missing".to_string(), |t| format!(
+                    "{:?}",
+                    super::http::bounded(t)
+                ))
             )));
         }
     };
-    let digest =
-        Digest::parse(&layer.digest).map_err(|e| Invalid(format!("layers[0].digest: {e}")))?;
-    Ok(Manifest::Image(Layer {
-        digest,
-        size: layer.size,
-        compressed,
+    let config = document
+        .config
+        .ok_or_else(|| Invalid("config: missing".to_string()))?;
+    if config.media_type != CONFIG_MEDIA_TYPE {
+        return Err(Invalid(format!(
+            "config.mediaType {:?} is not {CONFIG_MEDIA_TYPE}",
+            super::http::bounded(&config.media_type)
+        )));
+    }
+    if config.size > MAX_CONFIG_BYTES {
+        return Err(Invalid(format!(
+            "config.size {} is above the {MAX_CONFIG_BYTES} bytes accepted",
+            config.size
+        )));
+    }
+    let data = config.data.as_deref().and_then(|data| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .ok()
+            .filter(|bytes| bytes.len() as u64 == config.size)
+    });
+    let config = ConfigRef {
+        digest: Digest::parse(&config.digest)
+            .map_err(|e| Invalid(format!("config.digest: {e}")))?,
+        size: config.size,
+        data,
+    };
+    let layers = document
+        .layers
+        .ok_or_else(|| Invalid("layers: missing".to_string()))?
+        .iter()
+        .enumerate()
+        .map(|(i, layer)| {
+            let compressed = match layer.media_type.as_str() {
+                PAYLOAD_RAW => false,
+                PAYLOAD_ZSTD => true,
+                other => {
+                    return Err(Unsupported(format!(
+                        "layers[{i}].mediaType {:?} (accepted: {PAYLOAD_RAW}, {PAYLOAD_ZSTD})",
+                        super::http::bounded(other)
+                    )));
+                }
+            };
+            let digest = Digest::parse(&layer.digest)
+                .map_err(|e| Invalid(format!("layers[{i}].digest: {e}")))?;
+            Ok(Layer {
+                digest,
+                size: layer.size,
+                compressed,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Manifest::Image(ImageManifest {
+        kind,
+        config,
+        layers,
     }))
 }
 
@@ -203,11 +295,8 @@ fn pick(
                 _ => true,
             }
     };
-    let is_image = |e: &IndexEntryDocument| {
-        e.media_type
-            .as_deref()
-            .is_none_or(|t| t == OCI_MANIFEST || t == DOCKER_MANIFEST)
-    };
+    let is_image =
+        |e: &IndexEntryDocument| e.media_type.as_deref().is_none_or(|t| t == OCI_MANIFEST);
     let found = entries
         .iter()
         .find(|e| is_image(e) && e.platform.as_ref().is_some_and(fits));
@@ -276,36 +365,73 @@ mod tests {
 
     fn manifest(media_type: &str, layers: &str) -> Vec<u8> {
         format!(
-            r#"{{"schemaVersion":2,"mediaType":"{media_type}","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2}},"layers":[{layers}]}}"#
+            r#"{{"schemaVersion":2,"mediaType":"{media_type}","artifactType":"{METROPOLIS_ARTIFACT}","config":{{"mediaType":"{CONFIG_MEDIA_TYPE}","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2,"data":"e30="}},"layers":[{layers}]}}"#
         )
         .into_bytes()
     }
 
-    const LAYER: &str = r#"{"mediaType":"application/vnd.oci.image.layer.v1.tar+zstd","digest":"sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","size":0}"#;
+    const LAYER: &str = r#"{"mediaType":"application/zstd","digest":"sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","size":0}"#;
+    const RAW: &str = r#"{"mediaType":"application/octet-stream","digest":"sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","size":7}"#;
 
     #[test]
     fn manifests() {
-        let Ok(Manifest::Image(layer)) = parse(&manifest(OCI_MANIFEST, LAYER)) else {
+        let Ok(Manifest::Image(image)) = parse(&manifest(OCI_MANIFEST, &format!("{LAYER},{RAW}")))
+        else {
             panic!("not an image");
         };
-        assert!(layer.compressed);
-        assert_eq!(layer.size, 0);
+        assert_eq!(image.kind, ImageKind::Metropolis);
+        assert_eq!(image.config.data.as_deref(), Some(&b"{}"[..]));
+        assert_eq!(image.layers.len(), 2);
+        assert!(image.layers[0].compressed);
+        assert!(!image.layers[1].compressed);
+        assert_eq!(image.layers[1].size, 7);
+        let disk = String::from_utf8(manifest(OCI_MANIFEST, RAW))
+            .unwrap()
+            .replace(METROPOLIS_ARTIFACT, DISK_ARTIFACT);
+        let Ok(Manifest::Image(image)) = parse(disk.as_bytes()) else {
+            panic!("not a disk image");
+        };
+        assert_eq!(image.kind, ImageKind::Disk);
+        let mismatched_data = String::from_utf8(manifest(OCI_MANIFEST, RAW))
+            .unwrap()
+            .replace("e30=", "e30xMjM=");
+        let Ok(Manifest::Image(image)) = parse(mismatched_data.as_bytes()) else {
+            panic!("not an image");
+        };
+        assert!(image.config.data.is_none(), "data of another length used");
 
+        let with = |from: &str, to: &str| {
+            String::from_utf8(manifest(OCI_MANIFEST, LAYER))
+                .unwrap()
+                .replace(from, to)
+                .into_bytes()
+        };
         let cases: Vec<(Vec<u8>, &str)> = vec![
             (b"{".to_vec(), "not an image manifest"),
-            (manifest(OCI_MANIFEST, ""), "found 0"),
             (
-                manifest(OCI_MANIFEST, &format!("{LAYER},{LAYER}")),
-                "found 2",
+                with(
+                    LAYER,
+                    &LAYER.replace("application/zstd", "application/gzip"),
+                ),
+                "layers[0].mediaType \"application/gzip\"",
             ),
             (
-                manifest(OCI_MANIFEST, &LAYER.replace("+zstd", "+gzip")),
-                "media type",
-            ),
-            (
-                manifest(OCI_MANIFEST, &LAYER.replace(":0}", ":-1}")),
+                with(LAYER, &LAYER.replace(":0}", ":-1}")),
                 "not an image manifest",
             ),
+            (
+                with(
+                    METROPOLIS_ARTIFACT,
+                    "application/vnd.oci.image.config.v1+json",
+                ),
+                "artifactType \"application/vnd.oci.image.config.v1+json\" is not an OS image",
+            ),
+            (
+                with(&format!(r#""artifactType":"{METROPOLIS_ARTIFACT}","#), ""),
+                "artifactType missing",
+            ),
+            (with(CONFIG_MEDIA_TYPE, "text/plain"), "config.mediaType"),
+            (with("\"size\":2,", "\"size\":52428801,"), "config.size"),
             (manifest("text/plain", LAYER), "mediaType"),
             (manifest(INDEX_TYPES[0], LAYER), "image index"),
             (
@@ -333,7 +459,7 @@ mod tests {
                 OCI_MANIFEST,
                 &LAYER.replace("sha256:", &format!("sha256:{long}")),
             ),
-            manifest(OCI_MANIFEST, &LAYER.replace("+zstd", &long)),
+            manifest(OCI_MANIFEST, &LAYER.replace("/zstd", &long)),
             manifest(&long, LAYER),
             String::from_utf8_lossy(&index(&[("linux/amd64", OCI_MANIFEST)]))
                 .replace("sha256:", &format!("{long}:"))
@@ -375,7 +501,7 @@ mod tests {
             ("unknown/unknown", OCI_MANIFEST),
             ("linux/arm64/v8", OCI_MANIFEST),
             ("linux/amd64", INDEX_TYPES[0]),
-            ("linux/amd64", DOCKER_MANIFEST),
+            ("linux/amd64", OCI_MANIFEST),
         ]);
         let Ok(Manifest::Index(Ok(entry))) = parse(&body) else {
             panic!("no amd64 entry picked");

@@ -14,51 +14,71 @@
 
 mod aligned;
 mod auth;
+mod blob;
 mod body;
 mod credentials;
 mod deadline;
 mod device;
 mod digest;
+mod disk_image;
 mod error;
 pub(crate) mod fuzz;
 mod fuzz_seeds;
 mod http;
-mod layer;
+mod image;
+pub mod image_config;
 mod manifest;
+mod metropolis;
 mod oci;
 mod reference;
+mod retry;
 mod stages;
 mod trust;
 mod url;
+mod verify;
+mod writer;
 mod zstd;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use metropolis_proto::prelude::agent::{OsInstallationRequest, os_installation_request};
+use metropolis_proto::prelude::debug::NodeParameters;
 use metropolis_proto::prelude::debug::OsImageRef;
 use prost::Message;
 
 pub use credentials::RegistryCredentials;
 pub use device::GUARD_BYTES;
 pub use error::InstallError;
-pub use manifest::Platform;
+pub use manifest::{ImageKind, Platform};
+pub use metropolis::{MAX_KERNEL_BYTES, MetropolisOptions};
 pub use oci::{DEFAULT_DEADLINE, MAX_MANIFEST_BYTES, OciInstaller};
+pub use retry::RetryPolicy;
 pub use trust::{RegistryTls, registry_tls};
+
+/// Where and with what an image is installed: the parts of a
+/// `MetropolisInstallationRequest` besides the image.
+#[derive(Clone, Debug, Default)]
+pub struct Target {
+    /// The root device (checked by [`root_device_path`]).
+    pub root_device: PathBuf,
+    /// The node's parameters, written to the ESP by a Metropolis install.
+    pub node_parameters: Option<NodeParameters>,
+}
 
 /// Something that installs an OS image onto a root device.
 ///
 /// Implementations block until the installation ended; callers on an
 /// async runtime run them on a dedicated thread.
 pub trait Installer: Send + Sync {
-    /// Installs the image `image` names onto `root_device`, reporting
-    /// progress through `progress`. On success the device holds exactly
-    /// the image, synced to stable storage and verified by reading it
-    /// back; on failure it may hold part of it, but must not boot it.
+    /// Installs the image `image` names onto `target`, reporting progress
+    /// through `progress`. On success the device holds the image, synced
+    /// to stable storage; on failure it may hold part of it, but must not
+    /// boot it.
     fn install(
         &self,
         image: &OsImageRef,
-        root_device: &Path,
+        target: &Target,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<(), InstallError>;
 }
@@ -67,42 +87,32 @@ pub trait Installer: Send + Sync {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Progress {
-    /// The manifest was fetched and verified; the image layer is next.
-    Manifest {
-        /// The layer's digest.
-        layer: String,
-        /// The layer's size as stored in the registry.
-        size: u64,
-        /// Whether the layer is zstd-compressed.
-        compressed: bool,
+    /// The manifest and the image config were fetched and verified.
+    Image {
+        /// What the image installs as.
+        kind: ImageKind,
+        /// Its payloads: name, uncompressed size, whether compressed.
+        payloads: Vec<(String, u64, bool)>,
     },
-    /// Image bytes were written to the root device and read back
-    /// (reported every [`PROGRESS_STEP_BYTES`] received and once at the
-    /// end).
+    /// Bytes of a payload were verified, written to the root device and
+    /// read back (reported every [`PROGRESS_STEP_BYTES`] and once at the
+    /// payload's end).
     Writing {
-        /// Image bytes written and read back so far.
+        /// The payload.
+        payload: String,
+        /// Its bytes written and read back so far.
         written: u64,
-        /// The image's size, when known before the end (an uncompressed
-        /// layer).
-        total: Option<u64>,
-        /// Layer bytes received so far.
-        received: u64,
-        /// The layer's size as stored in the registry.
-        layer_size: u64,
-    },
-    /// The image on the root device was read back and compared with what
-    /// was written. Reading back runs alongside the writes, chunk by
-    /// chunk, and the held-back head last: this is reported once, when
-    /// all of it compared equal.
-    Verifying {
-        /// Bytes read back so far.
-        verified: u64,
-        /// The bytes written.
+        /// Its size.
         total: u64,
+    },
+    /// A step of laying out the disk is done, e.g. `partition table written`.
+    Step {
+        /// What was done.
+        done: &'static str,
     },
 }
 
-/// How many bytes pass between two progress reports of one stage.
+/// How many bytes pass between two progress reports of one payload.
 pub const PROGRESS_STEP_BYTES: u64 = 64 * 1024 * 1024;
 
 fn mib(bytes: u64) -> String {
@@ -112,36 +122,28 @@ fn mib(bytes: u64) -> String {
 impl fmt::Display for Progress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Progress::Manifest {
-                layer,
-                size,
-                compressed,
-            } => write!(
-                f,
-                "manifest verified; image layer {layer}, {}{}",
-                mib(*size),
-                if *compressed { ", zstd" } else { "" }
-            ),
-            Progress::Writing {
-                written,
-                total,
-                received,
-                layer_size,
-            } => {
-                write!(f, "written and read back: {}", mib(*written))?;
-                if let Some(total) = total {
-                    write!(f, " of {}", mib(*total))?;
-                } else {
-                    write!(f, " ({} of {} received)", mib(*received), mib(*layer_size))?;
+            Progress::Image { kind, payloads } => {
+                write!(f, "image verified: {kind}")?;
+                for (i, (name, size, compressed)) in payloads.iter().enumerate() {
+                    let sep = if i == 0 { "; " } else { ", " };
+                    write!(f, "{sep}{name} {}", mib(*size))?;
+                    if *compressed {
+                        f.write_str(" (zstd)")?;
+                    }
                 }
                 Ok(())
             }
-            Progress::Verifying { verified, total } => write!(
+            Progress::Writing {
+                payload,
+                written,
+                total,
+            } => write!(
                 f,
-                "verified: {} of {} on the device as written",
-                mib(*verified),
+                "{payload}: verified, written and read back {} of {}",
+                mib(*written),
                 mib(*total)
             ),
+            Progress::Step { done } => f.write_str(done),
         }
     }
 }
@@ -206,8 +208,11 @@ pub fn install_request(
             problem: "missing".to_string(),
         });
     };
-    let root_device = root_device_path(&metropolis.root_device)?;
-    installer.install(image, &root_device, progress)
+    let target = Target {
+        root_device: root_device_path(&metropolis.root_device)?,
+        node_parameters: metropolis.node_parameters.clone(),
+    };
+    installer.install(image, &target, progress)
 }
 
 /// [`install_request`] for an encoded `OSInstallationRequest`, as the

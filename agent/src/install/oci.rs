@@ -1,26 +1,28 @@
 //! [`OciInstaller`]: an OS image from an OCI registry onto the root
 //! device.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use metropolis_proto::prelude::debug::OsImageRef;
 use serde::Deserialize;
 
-use super::aligned::AlignedBuf;
 use super::auth::Session;
 use super::credentials::RegistryCredentials;
-use super::device::Device;
 use super::digest::{Digest, digest_of};
+use super::disk_image::install_disk;
 use super::http::{Client, HttpError, Response, bounded};
-use super::layer::write_layer;
+use super::image::FetchedImage;
+use super::image_config::ImageConfig;
 use super::manifest::{
-    DOCKER_MANIFEST, INDEX_TYPES, Layer, Manifest, ManifestProblem, OCI_MANIFEST, Platform,
+    INDEX_TYPES, ImageKind, ImageManifest, Manifest, ManifestProblem, OCI_MANIFEST, Platform,
     parse_manifest,
 };
+use super::metropolis::{MetropolisOptions, install_metropolis};
 use super::reference::Reference;
-use super::{InstallError, Installer, Progress};
+use super::retry::RetryPolicy;
+use super::verify::workers;
+use super::{InstallError, Installer, Progress, Target};
 
 /// The largest manifest accepted (the size the OCI distribution
 /// specification asks registries to accept at least).
@@ -33,11 +35,14 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
 ///
 /// # What it fetches
 ///
+/// The image format is the reference's (docs/spec/metropolis-install.md,
+/// section 1).
+///
 /// 1. The manifest, `GET /v2/<repository>/manifests/<digest>` (by
 ///    `<tag>` when the reference has one), accepting the OCI image
-///    manifest, Docker image manifest v2, OCI image index and Docker
-///    manifest list media types, at most [`MAX_MANIFEST_BYTES`]. Its
-///    SHA-256 must equal the reference's digest, also when fetched by tag.
+///    manifest and the OCI image index and Docker manifest list media
+///    types, at most [`MAX_MANIFEST_BYTES`]. Its SHA-256 must equal the
+///    reference's digest, also when fetched by tag.
 /// 2. An image index (a multi-platform image): the entry for the agent's
 ///    platform ([`Platform::host`], e.g. `linux/amd64`;
 ///    [`with_platform`](Self::with_platform) to choose another) is
@@ -45,21 +50,25 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
 ///    index gives. An index without that platform fails with
 ///    [`InstallError::PlatformNotFound`], naming the platforms it offers.
 ///    An index inside an index is refused.
-/// 3. The image manifest must have `schemaVersion` 2 and exactly one
-///    layer: the OS image. Accepted layer media types:
-///    - `application/vnd.oci.image.layer.v1.tar`: despite the name, the
-///      blob **is** the raw disk image, written as it is;
-///    - `application/vnd.oci.image.layer.v1.tar+zstd`: the blob is the
-///      raw disk image compressed with zstd (one or more frames; see
-///      `zstd.rs` for the window limit).
+/// 3. The image manifest: `schemaVersion` 2, an `artifactType` that says
+///    what the image installs as ([`ImageKind`]: a Metropolis OS image,
+///    `application/vnd.monogon.os.image.v1`, or a whole-disk image,
+///    `application/vnd.metropolis-rs.os.disk-image.v1`), the OS image
+///    config, and one layer per payload, `application/octet-stream` (raw)
+///    or `application/zstd`. Anything else is refused.
+/// 4. The config (embedded in its descriptor, or fetched), verified by
+///    digest: each payload's size, chunk size and chunk hashes
+///    ([`ImageConfig`]).
+/// 5. Each payload's layer, `GET /v2/<repository>/blobs/<digest>`,
+///    streamed through the chunk verifier (`verify.rs`: every chunk's
+///    SHA-256 checked on every core before any byte of it is handed on),
+///    resumed with `Range` when its transfer breaks (`blob.rs`), and onto
+///    the device ([`ImageKind`] says how). Memory stays bounded whatever
+///    the payload's size.
 ///
-///    Anything else (gzip layers, several layers) is refused.
-/// 4. The layer, `GET /v2/<repository>/blobs/<digest>`, streamed to the
-///    root device through a fixed-size buffer (memory stays bounded
-///    whatever the image size), with its SHA-256 and length checked
-///    against the manifest's descriptor as it streams (a layer longer than
-///    declared stops the transfer at once; the digest is checked at the
-///    end, so a layer that fails it has already been written).
+/// Requests that fail for a passing reason (a connection, 5xx, 429, ...)
+/// are tried again with backoff, honouring `Retry-After`
+/// ([`with_retries`](Self::with_retries), `retry.rs`).
 ///
 /// Redirects (registries send blob downloads to storage elsewhere) are
 /// followed up to 5 times: to `https` anywhere, to `http` only on the
@@ -83,17 +92,11 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
 /// # The root device
 ///
 /// A block device; a regular file only with
-/// [`allow_image_files`](Self::allow_image_files) (created unless under
-/// `/dev/`, cut to the image's length). A raw layer larger than a block
-/// device is refused before writing. The device never boots bytes whose
-/// digest did not verify: its first and last mebibyte are zeroed before the
-/// image is written, and the image's own first mebibyte is written only
-/// once the whole layer verified (`device.rs`, "Head last", says why and
-/// what it costs). After writing, the device is synced (`fsync`), then read
-/// back and its SHA-256 compared with that of the bytes written (a mismatch
-/// zeroes the head again). The read goes through the page cache, so it
-/// catches short or misplaced writes and a wrong device size, not media
-/// errors the drive hides behind the cache.
+/// [`allow_image_files`](Self::allow_image_files). A whole-disk image is
+/// written from the device's first byte, its head last (`device.rs`, "Head
+/// last"); a Metropolis image is laid out as `metropolis.rs` says (the
+/// partition table last). What is written is read back and compared
+/// alongside the writes.
 ///
 /// # TLS
 ///
@@ -120,6 +123,8 @@ pub struct OciInstaller {
     credentials: Arc<RegistryCredentials>,
     platform: Platform,
     allow_files: bool,
+    metropolis: MetropolisOptions,
+    workers: usize,
 }
 
 impl Default for OciInstaller {
@@ -139,11 +144,36 @@ impl OciInstaller {
                 io_timeout: Duration::from_secs(60),
                 deadline: DEFAULT_DEADLINE,
                 user_agent: concat!("metropolis-agent/", env!("CARGO_PKG_VERSION")),
+                retry: RetryPolicy::default(),
             },
             credentials: Arc::new(RegistryCredentials::new()),
             platform: Platform::host(),
             allow_files: false,
+            metropolis: MetropolisOptions::default(),
+            workers: workers(),
         }
+    }
+
+    /// How failed registry requests are tried again (by default
+    /// [`RetryPolicy::default`]).
+    pub fn with_retries(mut self, policy: RetryPolicy) -> Self {
+        self.client.retry = policy;
+        self
+    }
+
+    /// Where a Metropolis install finds the firmware and its variables,
+    /// and the network configuration it gives the node when the request
+    /// gives none.
+    pub fn with_metropolis(mut self, options: MetropolisOptions) -> Self {
+        self.metropolis = options;
+        self
+    }
+
+    /// How many threads verify payload chunks (by default one per core,
+    /// at most 8).
+    pub fn with_verify_threads(mut self, threads: usize) -> Self {
+        self.workers = threads.max(1);
+        self
     }
 
     /// Lets the root device be a regular file (an image file, for
@@ -199,7 +229,7 @@ impl Installer for OciInstaller {
     fn install(
         &self,
         image: &OsImageRef,
-        root_device: &Path,
+        target: &Target,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<(), InstallError> {
         let reference = Reference::parse(image, self.client.tls.is_some())?;
@@ -209,28 +239,88 @@ impl Installer for OciInstaller {
             &reference.base,
             &reference.repository,
         );
-        let layer = self.fetch_image_manifest(&mut session, &reference)?;
-        progress(&Progress::Manifest {
-            layer: layer.digest.to_string(),
-            size: layer.size,
-            compressed: layer.compressed,
+        let manifest = self.fetch_image_manifest(&mut session, &reference)?;
+        let config = fetch_config(&mut session, &reference, &manifest)?;
+        progress(&Progress::Image {
+            kind: manifest.kind,
+            payloads: config
+                .payloads
+                .iter()
+                .zip(&manifest.layers)
+                .map(|(p, l)| (p.name.clone(), p.size, l.compressed))
+                .collect(),
         });
-        let device = Device::open(root_device, self.allow_files)?;
-        if !layer.compressed {
-            device.check_capacity(layer.size)?;
+        let mut image = FetchedImage {
+            session,
+            reference: &reference,
+            manifest,
+            config,
+            workers: self.workers,
+        };
+        match image.manifest.kind {
+            ImageKind::Disk => install_disk(&mut image, target, self.allow_files, progress),
+            ImageKind::Metropolis => install_metropolis(
+                &mut image,
+                target,
+                &self.metropolis,
+                self.allow_files,
+                progress,
+            ),
         }
-        let mut response = fetch_layer(&mut session, &reference, &layer)?;
-        // From here until the image verified, the device does not boot
-        // (device.rs, "Head last").
-        device.invalidate()?;
-        let written = write_layer(&mut response, &layer, &device, progress)?;
-        device.commit(&written.head, written.length, &mut AlignedBuf::new(0))?;
-        progress(&Progress::Verifying {
-            verified: written.length,
-            total: written.length,
-        });
-        Ok(())
     }
+}
+
+/// The image config `manifest` names: embedded in its descriptor or
+/// fetched, verified by digest, parsed and checked against the layers.
+fn fetch_config(
+    session: &mut Session<'_>,
+    reference: &Reference,
+    manifest: &ImageManifest,
+) -> Result<ImageConfig, InstallError> {
+    let invalid = |problem: String| InstallError::InvalidImage {
+        image: reference.name(),
+        problem,
+    };
+    let body = match &manifest.config.data {
+        Some(data) => data.clone(),
+        None => {
+            let url = reference.url("blobs", &manifest.config.digest.to_string())?;
+            let mut response = session.get(&url, None, None)?;
+            if response.status != 200 {
+                return Err(status_error(response));
+            }
+            response
+                .read_body(manifest.config.size)
+                .map_err(|source| InstallError::Transfer {
+                    url: response.url.to_string(),
+                    source,
+                })?
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "the config is longer than the {} bytes its descriptor gives",
+                        manifest.config.size
+                    ))
+                })?
+        }
+    };
+    let actual = digest_of(&body);
+    if actual != manifest.config.digest || body.len() as u64 != manifest.config.size {
+        return Err(invalid(format!(
+            "the config ({} bytes, {actual}) is not the {} bytes of {} its descriptor gives",
+            body.len(),
+            manifest.config.size,
+            manifest.config.digest
+        )));
+    }
+    let config = ImageConfig::parse(&body).map_err(|e| invalid(format!("config: {e}")))?;
+    if config.payloads.len() != manifest.layers.len() {
+        return Err(invalid(format!(
+            "the config has {} payloads and the manifest {} layers; each payload is one layer",
+            config.payloads.len(),
+            manifest.layers.len()
+        )));
+    }
+    Ok(config)
 }
 
 /// The error document of the OCI distribution API.
@@ -252,13 +342,13 @@ impl OciInstaller {
         &self,
         session: &mut Session<'_>,
         reference: &Reference,
-    ) -> Result<Layer, InstallError> {
+    ) -> Result<ImageManifest, InstallError> {
         let by = match &reference.tag {
             Some(tag) => tag.clone(),
             None => reference.digest.to_string(),
         };
         match self.fetch_manifest(session, reference, &by, reference.digest, None)? {
-            Manifest::Image(layer) => Ok(layer),
+            Manifest::Image(image) => Ok(image),
             Manifest::Index(Err(offered)) => Err(InstallError::PlatformNotFound {
                 image: reference.name(),
                 platform: self.platform.to_string(),
@@ -273,7 +363,7 @@ impl OciInstaller {
                     entry.digest,
                     Some(entry.size),
                 )? {
-                    Manifest::Image(layer) => Ok(layer),
+                    Manifest::Image(image) => Ok(image),
                     Manifest::Index(_) => Err(InstallError::InvalidManifest {
                         image: reference.name(),
                         problem: format!(
@@ -297,11 +387,8 @@ impl OciInstaller {
         size: Option<u64>,
     ) -> Result<Manifest, InstallError> {
         let url = reference.url("manifests", by)?;
-        let accept = format!(
-            "{OCI_MANIFEST}, {DOCKER_MANIFEST}, {}, {}",
-            INDEX_TYPES[0], INDEX_TYPES[1]
-        );
-        let mut response = session.get(&url, Some(&accept))?;
+        let accept = format!("{OCI_MANIFEST}, {}, {}", INDEX_TYPES[0], INDEX_TYPES[1]);
+        let mut response = session.get(&url, Some(&accept), None)?;
         match response.status {
             200 => {}
             404 => {
@@ -351,39 +438,6 @@ impl OciInstaller {
             },
         )
     }
-}
-
-fn fetch_layer(
-    session: &mut Session<'_>,
-    reference: &Reference,
-    layer: &Layer,
-) -> Result<Response, InstallError> {
-    let url = reference.url("blobs", &layer.digest.to_string())?;
-    let response = session.get(&url, None)?;
-    match response.status {
-        200 => {}
-        404 => {
-            return Err(InstallError::LayerNotFound {
-                layer: format!(
-                    "{}/{}@{}",
-                    reference.base.authority, reference.repository, layer.digest
-                ),
-            });
-        }
-        _ => return Err(status_error(response)),
-    }
-    if let Some(length) = response.content_length()
-        && length != layer.size
-    {
-        return Err(InstallError::Protocol {
-            url: response.url.to_string(),
-            problem: format!(
-                "Content-Length {length} is not the layer size {} the manifest gives",
-                layer.size
-            ),
-        });
-    }
-    Ok(response)
 }
 
 pub(super) fn http_error(e: HttpError) -> InstallError {

@@ -1,6 +1,6 @@
-//! The stages an image's chunks pass through after they were received,
-//! each on its own thread (see [`layer`](super::layer), "Four threads"):
-//! hashing, writing, reading back. Each takes chunks from the stage
+//! The stages a payload's chunks pass through after they were received
+//! and verified, each on its own thread (see [`writer`](super::writer),
+//! "Three threads"): writing, reading back. Each takes chunks from the stage
 //! before and gives them to the next; the last gives the buffer back to
 //! be filled again. A stage that fails returns, dropping its channels,
 //! and the stages around it see that and stop.
@@ -11,13 +11,12 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use super::InstallError;
 use super::aligned::AlignedBuf;
 use super::device::{Device, Head};
-use super::digest::Hasher;
 
 /// The size of each buffer, and so of the writes to the device.
 pub(super) const CHUNK_BYTES: usize = 2 * 1024 * 1024;
 
 /// How many buffers circulate between the stages: enough for each of
-/// the four to hold one while another waits in every queue.
+/// the three to hold one while another waits in every queue.
 pub(super) const POOL_BUFFERS: usize = 8;
 
 /// A filled buffer on its way from stage to stage: the image's bytes
@@ -49,35 +48,20 @@ impl Chunk {
     }
 }
 
-/// Hashes each chunk into `hasher` when `feed` (a raw layer, whose bytes
-/// are the image's) and sends it on; the hasher once the chunks ended.
-pub(super) fn hash(
-    chunks: Receiver<Chunk>,
-    out: SyncSender<Chunk>,
-    mut hasher: Hasher,
-    feed: bool,
-) -> Hasher {
-    for chunk in chunks {
-        if feed {
-            hasher.update(chunk.bytes());
-        }
-        if out.send(chunk).is_err() {
-            break;
-        }
-    }
-    hasher
-}
-
-/// Holds back the head and writes the rest of each chunk to `device`,
-/// then sends it on to be read back; the head once the chunks ended.
+/// Holds back the head (when `hold_head`) and writes the rest of each
+/// chunk to `device`, then sends it on to be read back; the head once the
+/// chunks ended.
 pub(super) fn write(
     chunks: Receiver<Chunk>,
     out: SyncSender<Chunk>,
     device: &Device,
+    hold_head: bool,
 ) -> Result<Head, InstallError> {
     let mut head = Head::new();
     for mut chunk in chunks {
-        chunk.held = head.hold(chunk.bytes(), chunk.offset);
+        if hold_head {
+            chunk.held = head.hold(chunk.bytes(), chunk.offset);
+        }
         let rest = &chunk.bytes()[chunk.held..];
         if !rest.is_empty() {
             device.write_at(rest, chunk.offset + chunk.held as u64)?;

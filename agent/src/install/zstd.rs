@@ -48,19 +48,9 @@ impl<R: BufRead> ZstdReader<R> {
         }
     }
 
-    /// The source.
-    pub(crate) fn source(&self) -> &R {
-        &self.source
-    }
-
     /// The source, mutably (reading from it corrupts the stream).
     pub(crate) fn source_mut(&mut self) -> &mut R {
         &mut self.source
-    }
-
-    /// The source, giving up the decompressor.
-    pub(crate) fn into_source(self) -> R {
-        self.source
     }
 
     fn next_frame(&mut self) -> io::Result<()> {

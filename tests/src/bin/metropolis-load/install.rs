@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use bmaas_agent::install::{Installer, OciInstaller, Progress};
+use bmaas_agent::install::{Installer, OciInstaller, Progress, Target};
 use metropolis_proto::prelude::debug::OsImageRef;
 use metropolis_tests::loop_device::LoopDevice;
 use metropolis_tests::registry::Registry;
@@ -70,15 +70,17 @@ async fn install(image: OsImageRef, target: PathBuf) -> Result<Timed> {
     let started = Instant::now();
     let written = tokio::task::spawn_blocking(move || {
         let mut written = None;
+        let target = Target {
+            root_device: target,
+            node_parameters: None,
+        };
         OciInstaller::new()
             .allow_image_files(true)
             .install(&image, &target, &mut |p: &Progress| {
                 if let Progress::Writing {
-                    received,
-                    layer_size,
-                    ..
+                    written: w, total, ..
                 } = p
-                    && received == layer_size
+                    && w == total
                 {
                     written = Some(started.elapsed());
                 }
@@ -143,12 +145,7 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
     std::fs::write(&source, &data).context(|| "writing the image for dd".into())?;
     // The registry's storage on the same disk as the target.
     let registry = Registry::start_in(work);
-    let digest = registry.push_image(
-        "os/metropolis",
-        "bench",
-        &data,
-        "application/vnd.oci.image.layer.v1.tar",
-    );
+    let digest = registry.push_image("os/metropolis", "bench", &data);
     drop(data);
     let image = OsImageRef {
         scheme: "http".into(),

@@ -1,0 +1,217 @@
+//! Installing Metropolis the way the reference does
+//! (docs/spec/metropolis-install.md sections 2 to 4): the A/B layout, the
+//! ESP with the loader, the node's kernel and its parameters, `system` in
+//! slot A, the partition table, the EFI boot entry.
+//!
+//! # Order
+//!
+//! Everything that can refuse the install is checked before the device is
+//! touched: the agent has the A/B loader, the machine booted with EFI, the
+//! image has both payloads, the disk takes the layout ([`Layout::plan`])
+//! and `system` fits slot A, and `kernel.efi` was fetched and verified
+//! (held in memory: it is at most [`MAX_KERNEL_BYTES`]). Then:
+//!
+//! 1. the whole device is discarded (errors ignored: not every device
+//!    can), and its first and last mebibyte zeroed and synced, so that
+//!    from here until the end the disk boots neither the old system nor a
+//!    part of the new one (the reference relies on the discard alone);
+//! 2. the ESP is formatted and its files written;
+//! 3. `system` streams into slot A, each chunk verified before it is
+//!    written, and read back;
+//! 4. the GPT: backup first, sync, then the protective MBR and the
+//!    primary, sync ([`gpt::write`]): only now is there a disk to boot;
+//! 5. the boot entry, through efivarfs.
+
+use std::path::PathBuf;
+
+use metropolis_proto::osbase::net::proto::Net;
+use prost::Message;
+
+use super::device::{Device, GUARD_BYTES};
+use super::image::FetchedImage;
+use super::writer::{Placement, StreamError, write_payload};
+use super::{InstallError, Progress, Target};
+use crate::disk::{self, Layout, esp, gpt};
+use crate::{efivars, loader};
+
+/// The node's EFI program payload.
+pub(super) const KERNEL_PAYLOAD: &str = "kernel.efi";
+/// The system partition's contents payload.
+pub(super) const SYSTEM_PAYLOAD: &str = "system";
+/// Where the ESP holds the node's kernel for slot A.
+pub(super) const KERNEL_PATH: &str = "EFI/metropolis/boot-a.efi";
+/// Where the ESP holds the node's parameters.
+pub(super) const PARAMETERS_PATH: &str = "metropolis/parameters.pb";
+/// The largest `kernel.efi` accepted: it must fit the 384 MiB ESP beside
+/// the loader, and is held in memory until the ESP is written.
+pub const MAX_KERNEL_BYTES: u64 = 256 * 1024 * 1024;
+
+/// What a Metropolis install needs of the machine besides the disk.
+#[derive(Clone, Debug)]
+pub struct MetropolisOptions {
+    /// `/sys/firmware/efi`: present only on a machine booted with EFI.
+    pub firmware_dir: PathBuf,
+    /// `/sys/firmware/efi/efivars`: where the boot entry is written.
+    pub efivars_dir: PathBuf,
+    /// The network configuration the agent runs with, given to the node
+    /// when the request's `node_parameters` has none.
+    pub network_config: Option<Net>,
+}
+
+impl Default for MetropolisOptions {
+    fn default() -> Self {
+        MetropolisOptions {
+            firmware_dir: PathBuf::from("/sys/firmware/efi"),
+            efivars_dir: PathBuf::from("/sys/firmware/efi/efivars"),
+            network_config: None,
+        }
+    }
+}
+
+fn unusable(target: &Target, problem: String) -> InstallError {
+    InstallError::DeviceUnusable {
+        path: target.root_device.clone(),
+        problem,
+    }
+}
+
+/// Installs the Metropolis image `image` onto `target` (see the
+/// [module](self)).
+pub(super) fn install_metropolis(
+    image: &mut FetchedImage,
+    target: &Target,
+    options: &MetropolisOptions,
+    allow_files: bool,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<(), InstallError> {
+    let loader = loader::ab_loader().map_err(|e| InstallError::Unbootable {
+        problem: e.to_string(),
+    })?;
+    if !efivars::efi_booted(&options.firmware_dir) {
+        return Err(InstallError::Unbootable {
+            problem: format!(
+                "Metropolis can only be installed on EFI-booted machines, and this one was not \
+                 ({} does not exist)",
+                options.firmware_dir.display()
+            ),
+        });
+    }
+    let (kernel, _) = image.payload(KERNEL_PAYLOAD)?;
+    let (system, _) = image.payload(SYSTEM_PAYLOAD)?;
+    if kernel.size > MAX_KERNEL_BYTES {
+        return Err(InstallError::InvalidImage {
+            image: image.name(),
+            problem: format!(
+                "its {KERNEL_PAYLOAD} is {} bytes; at most {MAX_KERNEL_BYTES} fit the ESP",
+                kernel.size
+            ),
+        });
+    }
+    let device = Device::open(&target.root_device, allow_files)?;
+    let layout = Layout::plan(device.size()?, device.logical_block_size()?)
+        .map_err(|e| unusable(target, e.to_string()))?;
+    let slot_a = *layout.system_a();
+    if system.size > slot_a.length {
+        return Err(unusable(
+            target,
+            format!(
+                "the image's {SYSTEM_PAYLOAD} is {} bytes, larger than the {} bytes of {}",
+                system.size, slot_a.length, slot_a.name
+            ),
+        ));
+    }
+    let parameters = node_parameters(target, options);
+    let kernel_bytes = image.read_payload(KERNEL_PAYLOAD, |payload| {
+        let mut bytes = Vec::with_capacity(kernel.size as usize);
+        std::io::Read::read_to_end(payload, &mut bytes).map_err(StreamError::Read)?;
+        Ok(bytes)
+    })?;
+
+    // The device is touched from here on.
+    let size = device.size()?;
+    if let Err(e) = disk::discard(device.file(), 0..size) {
+        tracing::info!("root device not discarded ({e}); writing over it");
+    }
+    device.invalidate()?;
+    progress(&Progress::Step {
+        done: "old partition table cleared",
+    });
+    let files: [(&str, &[u8]); 3] = [
+        (loader::ESP_PATH, loader),
+        (KERNEL_PATH, &kernel_bytes),
+        (PARAMETERS_PATH, &parameters),
+    ];
+    esp::format(device.file(), &layout, &files).map_err(|e| unusable(target, e.to_string()))?;
+    progress(&Progress::Step {
+        done: "ESP formatted: loader, kernel and node parameters written",
+    });
+    let place = Placement {
+        payload: SYSTEM_PAYLOAD,
+        base: slot_a.offset,
+        size: system.size,
+        hold_head: false,
+    };
+    image.read_payload(SYSTEM_PAYLOAD, |payload| {
+        write_payload(payload, &place, &device, progress).map(drop)
+    })?;
+    device.sync()?;
+    gpt::write(device.file(), &layout).map_err(|e| unusable(target, e.to_string()))?;
+    progress(&Progress::Step {
+        done: "partition table written",
+    });
+    let entry = efivars::add_boot_entry(&options.efivars_dir, &layout).map_err(|e| {
+        InstallError::Unbootable {
+            problem: format!("the disk is written but the boot entry is not: {e}"),
+        }
+    })?;
+    tracing::info!("boot entry Boot{entry:04X} added and made the only one in BootOrder");
+    progress(&Progress::Step {
+        done: "EFI boot entry written",
+    });
+    debug_assert!(GUARD_BYTES <= slot_a.offset);
+    Ok(())
+}
+
+/// `parameters.pb`: the request's `node_parameters` (empty when unset),
+/// with the agent's own network configuration when it has none.
+fn node_parameters(target: &Target, options: &MetropolisOptions) -> Vec<u8> {
+    let mut parameters = target.node_parameters.clone().unwrap_or_default();
+    if parameters.network_config.is_none() {
+        parameters.network_config = options.network_config.clone();
+    }
+    parameters.encode_to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metropolis_proto::prelude::debug::NodeParameters;
+
+    #[test]
+    fn parameters_are_the_request_s_with_the_agent_s_network_when_unset() {
+        let agent_net = Net {
+            interface: Vec::new(),
+            ..Default::default()
+        };
+        let options = MetropolisOptions {
+            network_config: Some(agent_net.clone()),
+            ..MetropolisOptions::default()
+        };
+        let mut target = Target::default();
+        let decoded = |bytes: Vec<u8>| NodeParameters::decode(bytes.as_slice()).ok();
+        let filled = decoded(node_parameters(&target, &options)).unwrap_or_default();
+        assert_eq!(filled.network_config, Some(agent_net));
+
+        let own = Net {
+            nameserver: vec![Default::default()],
+            ..Default::default()
+        };
+        target.node_parameters = Some(NodeParameters {
+            network_config: Some(own.clone()),
+            ..Default::default()
+        });
+        let kept = decoded(node_parameters(&target, &options)).unwrap_or_default();
+        assert_eq!(kept.network_config, Some(own));
+        assert!(node_parameters(&Target::default(), &MetropolisOptions::default()).is_empty());
+    }
+}

@@ -1,0 +1,149 @@
+//! Trying a registry request again: which failures are worth another try,
+//! and how long to wait before it (docs/spec/metropolis-install.md
+//! section 1, "Registry I/O").
+//!
+//! Retried: connections that could not be made or broke, and the statuses
+//! a registry or a proxy in front of it gives for a passing condition:
+//! 408, 425, 429, 499 and every 5xx but 501 (not implemented), 505
+//! (version not supported) and 511 (network authentication required),
+//! which no retry fixes. Waits double from [`RetryPolicy::first_delay`]
+//! up to [`RetryPolicy::max_delay`]; a `Retry-After` (seconds or an HTTP
+//! date) replaces the wait, up to [`MAX_RETRY_AFTER`].
+
+use std::time::{Duration, SystemTime};
+
+use super::InstallError;
+use super::http::Response;
+
+/// The longest `Retry-After` honoured: a registry asking for more gets
+/// this much.
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
+
+/// How often and how patiently requests are tried again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Tries after the first; 0 never tries again.
+    pub retries: u32,
+    /// The wait before the first retry.
+    pub first_delay: Duration,
+    /// The longest wait between two tries (a `Retry-After` aside).
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// Four retries, waiting 0.5 s, 1 s, 2 s and 4 s: a registry that is
+    /// down fails the install within about 8 s, and the agent's next
+    /// generation may try again.
+    fn default() -> Self {
+        RetryPolicy {
+            retries: 4,
+            first_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before retry `attempt` (from 0) without a `Retry-After`.
+    pub(crate) fn delay(&self, attempt: u32) -> Duration {
+        self.first_delay
+            .saturating_mul(1u32 << attempt.min(20))
+            .min(self.max_delay)
+    }
+}
+
+/// Whether a registry answering `status` may answer otherwise later.
+pub(crate) fn retryable_status(status: u16) -> bool {
+    matches!(status, 408 | 425 | 429 | 499)
+        || ((500..600).contains(&status) && !matches!(status, 501 | 505 | 511))
+}
+
+/// Whether a request that failed with `e` may succeed when made again.
+pub(crate) fn retryable_error(e: &InstallError) -> bool {
+    matches!(
+        e,
+        InstallError::Unreachable { .. } | InstallError::Transfer { .. }
+    )
+}
+
+/// The wait a `Retry-After` value asks for, seen at `now`: delay-seconds
+/// or an HTTP date; `None` when it is neither.
+pub(crate) fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    let wait = if let Ok(seconds) = value.parse::<u64>() {
+        Duration::from_secs(seconds)
+    } else {
+        let at = httpdate::parse_http_date(value).ok()?;
+        at.duration_since(now).unwrap_or(Duration::ZERO)
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
+}
+
+/// What to do with the outcome of one try.
+pub(crate) enum Outcome {
+    /// Done: hand it to the caller.
+    Done(Result<Response, InstallError>),
+    /// Try again after this wait.
+    Again(Duration),
+}
+
+/// Judges the outcome of try `attempt` (from 0) under `policy`.
+pub(crate) fn judge(
+    policy: &RetryPolicy,
+    attempt: u32,
+    outcome: Result<Response, InstallError>,
+) -> Outcome {
+    if attempt >= policy.retries {
+        return Outcome::Done(outcome);
+    }
+    match &outcome {
+        Ok(response) if retryable_status(response.status) => {
+            let wait = response
+                .header("retry-after")
+                .and_then(|v| retry_after(v, SystemTime::now()))
+                .unwrap_or_else(|| policy.delay(attempt));
+            Outcome::Again(wait)
+        }
+        Err(e) if retryable_error(e) => Outcome::Again(policy.delay(attempt)),
+        _ => Outcome::Done(outcome),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_worth_another_try() {
+        for status in [408, 425, 429, 499, 500, 502, 503, 504, 507, 599] {
+            assert!(retryable_status(status), "{status}");
+        }
+        for status in [200, 206, 301, 400, 401, 403, 404, 416, 501, 505, 511] {
+            assert!(!retryable_status(status), "{status}");
+        }
+    }
+
+    #[test]
+    fn waits_double_up_to_the_cap() {
+        let policy = RetryPolicy::default();
+        let waits: Vec<u64> = (0..8).map(|a| policy.delay(a).as_millis() as u64).collect();
+        assert_eq!(waits, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]);
+    }
+
+    #[test]
+    fn retry_after_in_seconds_or_as_a_date() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        assert_eq!(retry_after(" 3 ", now), Some(Duration::from_secs(3)));
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:27:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after("999999", now), Some(MAX_RETRY_AFTER));
+        assert_eq!(retry_after("soon", now), None);
+        assert_eq!(retry_after("-1", now), None);
+    }
+}
