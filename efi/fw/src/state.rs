@@ -2,7 +2,7 @@
 //!
 //! The file is a protobuf `ABLoaderData { Slot active_slot = 1; Slot
 //! next_slot = 2; }` with `enum Slot { SLOT_NONE = 0; SLOT_A = 1; SLOT_B =
-//! 2; }` (docs: /work/shared/spec/metropolis-install.md, section 3).
+//! 2; }` (docs: docs/spec/metropolis-install.md, section 3).
 //! Decoded by hand: two varint fields, unknown fields skipped, anything
 //! malformed treated as a missing file. Plain Rust, tested on the host.
 
