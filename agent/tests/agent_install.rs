@@ -1,6 +1,9 @@
 //! `bmaas_agent::install` against the in-test registry
-//! (`fake_registry`): images written exactly, verified, never bootable
-//! unverified; failures reported with their cause.
+//! (`fake_registry`): OS images (the format of
+//! docs/spec/metropolis-install.md, section 1) written exactly, every
+//! chunk verified before a byte of it is written, never bootable
+//! unverified; transfers resumed and requests tried again; failures
+//! reported with their cause.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,74 +12,914 @@ mod fake_registry;
 use std::net::TcpListener;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fake_registry::*;
 
 use bmaas_agent::install::{
-    GUARD_BYTES, InstallError, Installer, OciInstaller, Progress, install_encoded_request,
-    install_request, root_device_path,
+    GUARD_BYTES, ImageKind, InstallError, Installer, MetropolisOptions, OciInstaller, Progress,
+    RetryPolicy, Target, install_encoded_request, install_request, root_device_path,
 };
 use metropolis_proto::prelude::agent::{
     MetropolisInstallationRequest, OsInstallationRequest, os_installation_request,
 };
-use metropolis_proto::prelude::debug::OsImageRef;
+use metropolis_proto::prelude::debug::{NodeParameters, OsImageRef};
 use prost::Message;
+
+const MIB: usize = 1024 * 1024;
+
+/// The blob requests `registry` saw, in order.
+fn blob_requests(registry: &Registry, path: &str) -> Vec<Seen> {
+    registry
+        .seen()
+        .into_iter()
+        .filter(|s| s.path == path)
+        .collect()
+}
 
 #[test]
 fn a_raw_image_is_written_exactly_with_progress() {
     let registry = Registry::start();
-    let data = image(3 * 1024 * 1024 + 12345, 1);
-    let (digest, layer_digest) = registry.push(RAW, &data);
+    let data = image(3 * MIB + 12345, 1);
+    let pushed = registry.push_disk(&data, Compression::Raw, CHUNK);
     let dir = tempfile::tempdir().unwrap();
     let disk = dir.path().join("disk.img");
 
-    let (result, reports) = install(&installer(), &registry.image_ref(&digest), &disk);
+    let (result, reports) = install(
+        &installer(),
+        &registry.image_ref(&pushed.manifest_digest),
+        &disk,
+    );
     result.unwrap();
     assert!(
         std::fs::read(&disk).unwrap() == data,
         "the file is the image"
     );
 
-    assert_eq!(
-        reports.first(),
-        Some(&Progress::Manifest {
-            layer: layer_digest.clone(),
-            size: data.len() as u64,
-            compressed: false,
-        })
-    );
     let len = data.len() as u64;
-    assert!(reports.contains(&Progress::Writing {
-        written: len,
-        total: Some(len),
-        received: len,
-        layer_size: len,
-    }));
     assert_eq!(
-        reports.last(),
-        Some(&Progress::Verifying {
-            verified: len,
-            total: len,
-        })
+        reports,
+        vec![
+            Progress::Image {
+                kind: ImageKind::Disk,
+                payloads: vec![("disk".to_string(), len, false)],
+            },
+            Progress::Writing {
+                payload: "disk".to_string(),
+                written: len,
+                total: len,
+            },
+        ]
     );
-    for report in &reports {
-        assert!(!report.to_string().is_empty());
-    }
+    assert_eq!(
+        reports[0].to_string(),
+        "image verified: whole-disk image; disk 3.0 MiB"
+    );
+    assert_eq!(
+        reports[1].to_string(),
+        "disk: verified, written and read back 3.0 MiB of 3.0 MiB"
+    );
 
+    // The manifest, the config, the layer: one request each.
     let seen = registry.seen();
-    assert_eq!(seen.len(), 2, "{seen:?}");
-    assert_eq!(seen[0].path, format!("/v2/{REPO}/manifests/{digest}"));
+    let paths: Vec<&str> = seen.iter().map(|s| s.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            pushed.manifest_path(),
+            pushed.config_path(),
+            pushed.blob_path(0)
+        ]
+    );
     let accept = seen[0].accept.clone().unwrap_or_default();
     assert!(
         accept.contains("application/vnd.oci.image.manifest.v1+json"),
         "{accept}"
     );
     assert!(
-        accept.contains("application/vnd.docker.distribution.manifest.v2+json"),
+        accept.contains("application/vnd.oci.image.index.v1+json"),
         "{accept}"
     );
-    assert_eq!(seen[1].path, format!("/v2/{REPO}/blobs/{layer_digest}"));
+    assert!(seen.iter().all(|s| s.range.is_none()), "{seen:?}");
+}
+
+#[test]
+fn any_chunk_size_reads_back_exactly() {
+    let data = image(9 * MIB + 12345, 2);
+    // Chunks dividing nothing, larger than a verifier batch (4 MiB), and
+    // one chunk for the whole payload.
+    for chunk in [4096, 1_000_003, 5 * MIB, 16 * MIB] {
+        let registry = Registry::start();
+        let pushed = registry.push_disk(&data, Compression::Raw, chunk);
+        let dir = tempfile::tempdir().unwrap();
+        let disk = dir.path().join("disk.img");
+        install(
+            &installer(),
+            &registry.image_ref(&pushed.manifest_digest),
+            &disk,
+        )
+        .0
+        .unwrap();
+        assert!(std::fs::read(&disk).unwrap() == data, "chunk {chunk}");
+    }
+}
+
+#[test]
+fn zstd_payloads_are_decompressed_and_read_back_exactly() {
+    let data = image(1_000_000, 4);
+    // Mostly repetitive data, so that it compresses.
+    let repetitive: Vec<u8> = data.iter().map(|b| b & 0x03).collect();
+    let registry = Registry::start();
+    let compressed = registry.push_disk(&repetitive, Compression::Zstd, CHUNK);
+    assert!(compressed.layers[0].len() < repetitive.len() / 2);
+    // Poorly compressible data, and a hand-built frame of raw blocks
+    // followed by a second frame.
+    let random = registry.push_disk(&data, Compression::Zstd, 100_000);
+    let mut handmade = raw_zstd_frame(&data[..300_000]);
+    handmade.extend(raw_zstd_frame(&data[300_000..]));
+    let two_frames = registry.push_image(
+        DISK_ARTIFACT,
+        os_config("1", &[payload_config("disk", &data, CHUNK)]),
+        &[(ZSTD, handmade)],
+    );
+
+    for (pushed, expected) in [
+        (compressed, &repetitive),
+        (random, &data),
+        (two_frames, &data),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = dir.path().join("disk.img");
+        let (result, reports) = install(
+            &installer(),
+            &registry.image_ref(&pushed.manifest_digest),
+            &disk,
+        );
+        result.unwrap();
+        assert!(std::fs::read(&disk).unwrap() == *expected);
+        let len = expected.len() as u64;
+        assert_eq!(
+            reports,
+            vec![
+                Progress::Image {
+                    kind: ImageKind::Disk,
+                    payloads: vec![("disk".to_string(), len, true)],
+                },
+                Progress::Writing {
+                    payload: "disk".to_string(),
+                    written: len,
+                    total: len,
+                },
+            ]
+        );
+        assert!(reports[0].to_string().ends_with("(zstd)"), "{}", reports[0]);
+    }
+}
+
+#[test]
+fn corrupt_zstd_is_a_decompression_error() {
+    let registry = Registry::start();
+    let data = image(1000, 5);
+    let mut layer = raw_zstd_frame(&data);
+    layer[13] |= 0b110; // The first block's type: 3 is reserved.
+    let pushed = registry.push_image(
+        DISK_ARTIFACT,
+        os_config("1", &[payload_config("disk", &data, CHUNK)]),
+        &[(ZSTD, layer)],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let err = must_fail(install(
+        &installer(),
+        &registry.image_ref(&pushed.manifest_digest),
+        &dir.path().join("disk.img"),
+    ));
+    assert!(matches!(err, InstallError::Decompress { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains(pushed.layer_digest()), "{text}");
+    assert!(text.contains("(payload disk)"), "{text}");
+}
+
+#[test]
+fn by_tag_the_digest_is_still_verified() {
+    let registry = Registry::start();
+    let data = image(5000, 6);
+    let pushed = registry.push_disk(&data, Compression::Raw, CHUNK);
+    registry.route(
+        &format!("/v2/{REPO}/manifests/v1.2"),
+        Route::ok(OCI_MANIFEST, pushed.manifest.clone()),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    let mut by_tag = registry.image_ref(&pushed.manifest_digest);
+    by_tag.tag = "v1.2".into();
+    install(&installer(), &by_tag, &disk).0.unwrap();
+    assert!(std::fs::read(&disk).unwrap() == data);
+    assert_eq!(
+        registry.seen()[0].path,
+        format!("/v2/{REPO}/manifests/v1.2")
+    );
+
+    // The tag now names another image than the digest asks for.
+    let other = registry.push_disk(b"other", Compression::Raw, CHUNK);
+    registry.route(
+        &format!("/v2/{REPO}/manifests/v1.2"),
+        Route::ok(OCI_MANIFEST, other.manifest.clone()),
+    );
+    let err = must_fail(install(&installer(), &by_tag, &disk));
+    match &err {
+        InstallError::ManifestDigestMismatch { expected, actual } => {
+            assert_eq!(expected, &pushed.manifest_digest);
+            assert_eq!(actual, &other.manifest_digest);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_manifest_digest_mismatch_is_refused() {
+    let registry = Registry::start();
+    let pushed = registry.push_disk(&image(5000, 7), Compression::Raw, CHUNK);
+    // Serve a different manifest under the requested digest.
+    let evil = b"evil".to_vec();
+    let forged = os_manifest(
+        DISK_ARTIFACT,
+        &os_config("1", &[payload_config("disk", &evil, CHUNK)]),
+        true,
+        &[descriptor(RAW, &evil)],
+    );
+    registry.route(
+        &pushed.manifest_path(),
+        Route::ok(OCI_MANIFEST, forged.clone()),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    let err = must_fail(install(
+        &installer(),
+        &registry.image_ref(&pushed.manifest_digest),
+        &disk,
+    ));
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "manifest digest mismatch: expected {}, got {}",
+            pushed.manifest_digest,
+            sha256(&forged)
+        )
+    );
+    assert!(
+        !disk.exists(),
+        "nothing is written before the manifest is verified"
+    );
+}
+
+/// A target holding an old system (0xaa everywhere), longer than the
+/// images.
+fn old_system(dir: &Path) -> std::path::PathBuf {
+    let disk = dir.join("disk.img");
+    std::fs::write(&disk, vec![0xaa; 8 * MIB]).unwrap();
+    disk
+}
+
+fn head_is_zero(disk: &Path) -> bool {
+    let bytes = std::fs::read(disk).unwrap();
+    bytes.len() >= GUARD_BYTES as usize && bytes[..GUARD_BYTES as usize].iter().all(|b| *b == 0)
+}
+
+/// A whole-disk image whose `disk` payload is `data`, its layer
+/// compressed by hand into raw zstd blocks when `zstd` (so that a payload
+/// of other bytes compresses to a layer of the same size).
+fn push_disk_layer(registry: &Registry, data: &[u8], chunk: usize, zstd: bool) -> Pushed {
+    let layer = if zstd {
+        (ZSTD, raw_zstd_frame(data))
+    } else {
+        (RAW, data.to_vec())
+    };
+    registry.push_image(
+        DISK_ARTIFACT,
+        os_config("1", &[payload_config("disk", data, chunk)]),
+        &[layer],
+    )
+}
+
+#[test]
+fn a_wrong_chunk_is_named_and_none_of_it_is_written() {
+    for zstd in [false, true] {
+        let registry = Registry::start();
+        // Two verifier batches (4 MiB each): the first verifies and is
+        // written, the second holds the bad chunk.
+        let data = image(6 * MIB, 8);
+        let chunk = 64 * 1024;
+        let pushed = push_disk_layer(&registry, &data, chunk, zstd);
+        let mut served = data.clone();
+        served[5 * MIB + 100] ^= 1;
+        let bad = 5 * MIB / chunk;
+        let offset = bad * chunk;
+        let tampered = if zstd {
+            raw_zstd_frame(&served)
+        } else {
+            served.clone()
+        };
+        assert_eq!(tampered.len(), pushed.layers[0].len());
+        registry.route(&pushed.blob_path(0), Route::ok(RAW, tampered));
+        let dir = tempfile::tempdir().unwrap();
+        let disk = old_system(dir.path());
+        let image_ref = registry.image_ref(&pushed.manifest_digest);
+
+        let err = must_fail(install(&installer(), &image_ref, &disk));
+        match &err {
+            InstallError::ChunkMismatch {
+                payload,
+                chunk: c,
+                offset: o,
+            } => assert_eq!(
+                (payload.as_str(), *c, *o),
+                ("disk", bad as u64, offset as u64)
+            ),
+            other => panic!("zstd {zstd}: {other:?}"),
+        }
+        assert!(
+            err.to_string()
+                .starts_with(&format!("payload disk: chunk {bad} (bytes from {offset})")),
+            "{err}"
+        );
+        let after = std::fs::read(&disk).unwrap();
+        assert_eq!(after.len(), 8 * MIB);
+        assert!(head_is_zero(&disk), "zstd {zstd}: the head is not bootable");
+        assert!(
+            after[offset..offset + chunk] != served[offset..offset + chunk],
+            "zstd {zstd}: the bad chunk was written"
+        );
+        assert!(
+            after[offset..].iter().all(|b| *b == 0xaa),
+            "zstd {zstd}: a byte of the bad chunk or of a later one was written"
+        );
+
+        // The registry fixed, the same request installs.
+        registry.route(
+            &pushed.blob_path(0),
+            Route::ok(RAW, pushed.layers[0].clone()),
+        );
+        install(&installer(), &image_ref, &disk).0.unwrap();
+        assert!(std::fs::read(&disk).unwrap() == data, "zstd {zstd}");
+    }
+}
+
+#[test]
+fn unverified_bytes_never_leave_a_bootable_head() {
+    let registry = Registry::start();
+    let data = image(3 * MIB, 13);
+    let pushed = registry.push_disk(&data, Compression::Raw, CHUNK);
+    let image_ref = registry.image_ref(&pushed.manifest_digest);
+    let dir = tempfile::tempdir().unwrap();
+    let blob = pushed.blob_path(0);
+
+    // Other bytes of the same size, in the first chunk.
+    let mut tampered = data.clone();
+    tampered[5] ^= 1;
+    registry.route(&blob, Route::ok(RAW, tampered));
+    let disk = old_system(dir.path());
+    let err = must_fail(install(&installer(), &image_ref, &disk));
+    assert!(
+        matches!(err, InstallError::ChunkMismatch { chunk: 0, .. }),
+        "{err:?}"
+    );
+    assert!(
+        head_is_zero(&disk),
+        "the old system's head is gone, the new one not written"
+    );
+
+    // Cut short, again and again: the full length declared, 2 MiB sent,
+    // the connection closed; the resumed requests end the same way.
+    registry.route(
+        &blob,
+        Route::framed(200, data.clone(), Framing::Truncated(2 * MIB)),
+    );
+    let disk = old_system(dir.path());
+    let err = must_fail(install(&installer(), &image_ref, &disk));
+    assert!(matches!(err, InstallError::Transfer { .. }), "{err:?}");
+    assert!(head_is_zero(&disk));
+
+    // A failure before the first byte of the layer leaves the target
+    // alone (after the retries a 500 earns).
+    registry.route(&blob, Route::framed(500, b"down".to_vec(), Framing::Length));
+    let disk = old_system(dir.path());
+    let err = must_fail(install(&installer(), &image_ref, &disk));
+    assert!(
+        matches!(err, InstallError::Status { status: 500, .. }),
+        "{err:?}"
+    );
+    assert_eq!(std::fs::read(&disk).unwrap(), vec![0xaa; 8 * MIB]);
+
+    // Served right, it installs.
+    registry.route(&blob, Route::ok(RAW, data.clone()));
+    install(&installer(), &image_ref, &disk).0.unwrap();
+    assert!(std::fs::read(&disk).unwrap() == data);
+}
+
+#[test]
+fn layers_of_another_length_than_declared() {
+    let data = image(50_000, 9);
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    let registry = Registry::start();
+    let pushed = registry.push_disk(&data, Compression::Raw, 4096);
+    let image_ref = registry.image_ref(&pushed.manifest_digest);
+    let blob = pushed.blob_path(0);
+
+    // Longer than the manifest says, without a Content-Length: read up to
+    // the payload's size and no further.
+    let mut longer = data.clone();
+    longer.extend_from_slice(b"more");
+    registry.route(&blob, Route::framed(200, longer, Framing::Chunked));
+    install(&installer(), &image_ref, &disk).0.unwrap();
+    assert!(std::fs::read(&disk).unwrap() == data);
+
+    // Shorter, without a Content-Length: the body ends early, every time
+    // it is resumed (this registry ignores Range).
+    registry.route(
+        &blob,
+        Route::framed(200, data[..40_000].to_vec(), Framing::Close),
+    );
+    let before = blob_requests(&registry, &blob).len();
+    let err = must_fail(install(&installer(), &image_ref, &disk));
+    match &err {
+        InstallError::PayloadTruncated {
+            payload,
+            expected,
+            received,
+        } => assert_eq!(
+            (payload.as_str(), *expected, *received),
+            ("disk", 50_000, 40_000)
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        err.to_string(),
+        "payload disk ended after 40000 of the 50000 bytes the image config gives"
+    );
+    let tries = &blob_requests(&registry, &blob)[before..];
+    assert!((2..=10).contains(&tries.len()), "{tries:?}");
+    assert_eq!(tries[0].range, None);
+    assert!(
+        tries[1..]
+            .iter()
+            .all(|s| s.range.as_deref() == Some("bytes=40000-")),
+        "{tries:?}"
+    );
+
+    // Resumed, the registry sends the whole blob again, shorter than
+    // what was received already.
+    registry.route(
+        &blob,
+        Route::Sequence(vec![
+            Route::framed(200, data[..40_000].to_vec(), Framing::Close),
+            Route::framed(200, data[..30_000].to_vec(), Framing::Close),
+        ]),
+    );
+    let err = must_fail(install(&installer(), &image_ref, &disk));
+    match &err {
+        InstallError::LayerSizeMismatch {
+            expected, received, ..
+        } => assert_eq!((*expected, *received), (50_000, 30_000)),
+        other => panic!("{other:?}"),
+    }
+
+    // A Content-Length shorter than the manifest's size.
+    registry.route(&blob, Route::ok(RAW, data[..10].to_vec()));
+    let err = must_fail(install(&installer(), &image_ref, &disk));
+    assert!(
+        matches!(
+            err,
+            InstallError::PayloadTruncated {
+                expected: 50_000,
+                received: 10,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+
+    // The connection closes before the declared length, every time.
+    registry.route(
+        &blob,
+        Route::framed(200, data.clone(), Framing::Truncated(30_000)),
+    );
+    let err = must_fail(install(&installer(), &image_ref, &disk));
+    assert!(matches!(err, InstallError::Transfer { .. }), "{err:?}");
+}
+
+#[test]
+fn a_broken_transfer_resumes_with_a_range() {
+    for compression in [Compression::Raw, Compression::Zstd] {
+        let registry = Registry::start();
+        let data = image(3 * MIB + 777, 40);
+        let pushed = registry.push_disk(&data, compression, CHUNK);
+        let blob = pushed.blob_path(0);
+        let cut = 1_234_567;
+        registry.route(
+            &blob,
+            Route::Ranged {
+                body: pushed.layers[0].clone(),
+                cut: Some(cut),
+            },
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let disk = dir.path().join("disk.img");
+        install(
+            &installer(),
+            &registry.image_ref(&pushed.manifest_digest),
+            &disk,
+        )
+        .0
+        .unwrap();
+        assert!(std::fs::read(&disk).unwrap() == data, "{compression:?}");
+        let tries = blob_requests(&registry, &blob);
+        let ranges: Vec<Option<&str>> = tries.iter().map(|s| s.range.as_deref()).collect();
+        assert_eq!(
+            ranges,
+            [None, Some(format!("bytes={cut}-").as_str())],
+            "{compression:?}"
+        );
+    }
+}
+
+#[test]
+fn a_registry_ignoring_the_range_sends_it_all_again() {
+    let registry = Registry::start();
+    let data = image(2 * MIB + 5, 41);
+    let pushed = registry.push_disk(&data, Compression::Raw, CHUNK);
+    let blob = pushed.blob_path(0);
+    registry.route(
+        &blob,
+        Route::Sequence(vec![
+            Route::framed(200, data.clone(), Framing::Truncated(MIB + 3)),
+            Route::ok(RAW, data.clone()),
+        ]),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    let image_ref = registry.image_ref(&pushed.manifest_digest);
+    install(&installer(), &image_ref, &disk).0.unwrap();
+    assert!(std::fs::read(&disk).unwrap() == data);
+    let tries = blob_requests(&registry, &blob);
+    assert_eq!(tries.len(), 2);
+    assert_eq!(
+        tries[1].range.as_deref(),
+        Some(format!("bytes={}-", MIB + 3).as_str())
+    );
+
+    // A 206 from another byte than asked for is refused.
+    let content_range = format!("bytes 0-{}/{}", data.len() - 1, data.len());
+    registry.route(
+        &blob,
+        Route::Sequence(vec![
+            Route::framed(200, data.clone(), Framing::Truncated(MIB + 3)),
+            Route::Reply {
+                status: 206,
+                content_type: None,
+                headers: vec![("Content-Range".into(), content_range)],
+                body: data.clone(),
+                framing: Framing::Length,
+            },
+        ]),
+    );
+    let err = must_fail(install(&installer(), &image_ref, &disk));
+    assert!(matches!(err, InstallError::Protocol { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&format!(
+            "asked for bytes from {}, the registry sent them from 0",
+            MIB + 3
+        )),
+        "{err}"
+    );
+    // And one without a Content-Range.
+    registry.route(
+        &blob,
+        Route::Sequence(vec![
+            Route::framed(200, data.clone(), Framing::Truncated(MIB + 3)),
+            Route::framed(206, data[MIB + 3..].to_vec(), Framing::Length),
+        ]),
+    );
+    let err = must_fail(install(&installer(), &image_ref, &disk));
+    assert!(
+        err.to_string().contains("206 without a Content-Range"),
+        "{err}"
+    );
+}
+
+#[test]
+fn passing_failures_are_tried_again_honouring_retry_after() {
+    let registry = Registry::start();
+    let data = image(100_000, 42);
+    let pushed = registry.push_disk(&data, Compression::Raw, CHUNK);
+    let busy = || Route::status(503, &[("Retry-After", "0")]);
+    registry.route(
+        &pushed.manifest_path(),
+        Route::Sequence(vec![
+            busy(),
+            Route::ok(OCI_MANIFEST, pushed.manifest.clone()),
+        ]),
+    );
+    registry.route(
+        &pushed.blob_path(0),
+        Route::Sequence(vec![
+            busy(),
+            Route::status(429, &[("Retry-After", "0")]),
+            Route::ok(RAW, data.clone()),
+        ]),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    let image_ref = registry.image_ref(&pushed.manifest_digest);
+    // The default backoff would wait 0.5 s, then 1 s: Retry-After says 0.
+    let patient = installer().with_retries(RetryPolicy::default());
+    let started = Instant::now();
+    install(&patient, &image_ref, &disk).0.unwrap();
+    let took = started.elapsed();
+    assert!(std::fs::read(&disk).unwrap() == data);
+    assert!(took < Duration::from_millis(1000), "took {took:?}");
+    assert_eq!(blob_requests(&registry, &pushed.manifest_path()).len(), 2);
+    assert_eq!(blob_requests(&registry, &pushed.blob_path(0)).len(), 3);
+
+    // A 503 that lasts: given up after the policy's retries.
+    registry.route(&pushed.manifest_path(), busy());
+    let before = blob_requests(&registry, &pushed.manifest_path()).len();
+    let err = must_fail(install(&installer(), &image_ref, &disk));
+    assert!(
+        matches!(err, InstallError::Status { status: 503, .. }),
+        "{err:?}"
+    );
+    let tries = blob_requests(&registry, &pushed.manifest_path()).len() - before;
+    assert_eq!(tries, 1 + fast_retries().retries as usize);
+
+    // A 501 is not tried again, nor is a 404.
+    for status in [501, 404] {
+        registry.route(&pushed.manifest_path(), Route::status(status, &[]));
+        let before = blob_requests(&registry, &pushed.manifest_path()).len();
+        must_fail(install(&installer(), &image_ref, &disk));
+        let tries = blob_requests(&registry, &pushed.manifest_path()).len() - before;
+        assert_eq!(tries, 1, "{status}");
+    }
+}
+
+#[test]
+fn an_embedded_config_is_used_without_a_request() {
+    let registry = Registry::start();
+    let data = image(70_000, 43);
+    let config = os_config("1", &[payload_config("disk", &data, 4096)]);
+    let manifest = os_manifest(DISK_ARTIFACT, &config, true, &[descriptor(RAW, &data)]);
+    let pushed = registry.push_manifest(manifest, config, false, vec![data.clone()]);
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    install(
+        &installer(),
+        &registry.image_ref(&pushed.manifest_digest),
+        &disk,
+    )
+    .0
+    .unwrap();
+    assert!(std::fs::read(&disk).unwrap() == data);
+    assert!(
+        registry
+            .seen()
+            .iter()
+            .all(|s| s.path != pushed.config_path()),
+        "{:?}",
+        registry.seen()
+    );
+}
+
+#[test]
+fn a_config_that_is_not_its_digest_is_refused() {
+    let registry = Registry::start();
+    let data = image(70_000, 44);
+    let pushed = registry.push_disk(&data, Compression::Raw, 4096);
+    // Served under its digest: another config (of other chunk hashes).
+    let other = os_config("1", &[payload_config("disk", &image(70_000, 45), 4096)]);
+    assert_eq!(other.len(), pushed.config.len());
+    registry.route(&pushed.config_path(), Route::ok(RAW, other.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    let err = must_fail(install(
+        &installer(),
+        &registry.image_ref(&pushed.manifest_digest),
+        &disk,
+    ));
+    assert!(matches!(err, InstallError::InvalidImage { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains(&pushed.config_digest), "{text}");
+    assert!(text.contains(&sha256(&other)), "{text}");
+    assert!(
+        !disk.exists(),
+        "nothing is written before the config verified"
+    );
+
+    // Embedded in the descriptor: the same.
+    let manifest = os_manifest(
+        DISK_ARTIFACT,
+        &pushed.config,
+        true,
+        &[descriptor(RAW, &data)],
+    );
+    let manifest = String::from_utf8(manifest)
+        .unwrap()
+        .replace(&base64_of(&pushed.config), &base64_of(&other));
+    let forged = registry.push_manifest(
+        manifest.into_bytes(),
+        pushed.config.clone(),
+        false,
+        vec![data.clone()],
+    );
+    let err = must_fail(install(
+        &installer(),
+        &registry.image_ref(&forged.manifest_digest),
+        &disk,
+    ));
+    assert!(matches!(err, InstallError::InvalidImage { .. }), "{err:?}");
+    assert!(err.to_string().contains(&sha256(&other)), "{err}");
+    assert!(!disk.exists());
+}
+
+fn base64_of(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+#[test]
+fn configs_that_do_not_describe_the_image_are_refused() {
+    let data = image(10_000, 46);
+    let hashes = chunk_hashes(&data, 1000);
+    let disk_entry = payload_config("disk", &data, 1000);
+    // The config, the layers (media type, bytes), what the error says.
+    type Case = (Vec<u8>, Vec<(&'static str, Vec<u8>)>, &'static str);
+    let cases: Vec<Case> = vec![
+        (
+            os_config("2", std::slice::from_ref(&disk_entry)),
+            vec![(RAW, data.clone())],
+            "config: format_version is \"2\"; this agent reads version \"1\"",
+        ),
+        (
+            os_config("1", &[payload_entry("disk", 10_000, 1000, &hashes[..9])]),
+            vec![(RAW, data.clone())],
+            "payloads[0].chunk_hashes_sha256: 9 hashes for 10000 bytes in chunks of 1000; \
+             expected 10",
+        ),
+        (
+            os_config("1", std::slice::from_ref(&disk_entry)),
+            vec![(RAW, data.clone()), (RAW, data.clone())],
+            "the config has 1 payloads and the manifest 2 layers",
+        ),
+        (
+            os_config("1", &[payload_config("system", &data, 1000)]),
+            vec![(RAW, data.clone())],
+            "a whole-disk image has exactly one payload, disk; it has system",
+        ),
+        (
+            os_config(
+                "1",
+                &[disk_entry.clone(), payload_config("extra", b"x", 1000)],
+            ),
+            vec![(RAW, data.clone()), (RAW, b"x".to_vec())],
+            "a whole-disk image has exactly one payload, disk; it has disk, extra",
+        ),
+    ];
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    for (config, layers, expected) in cases {
+        let pushed = registry.push_image(DISK_ARTIFACT, config, &layers);
+        let err = must_fail(install(
+            &installer(),
+            &registry.image_ref(&pushed.manifest_digest),
+            &disk,
+        ));
+        assert!(
+            matches!(err, InstallError::InvalidImage { .. }),
+            "{expected}: {err:?}"
+        );
+        assert!(
+            err.to_string().contains(expected),
+            "{err} lacks {expected:?}"
+        );
+        assert!(!disk.exists(), "{expected}: the device was touched");
+        let fetched = registry.seen();
+        assert!(
+            fetched.iter().all(|s| !pushed
+                .layer_digests
+                .iter()
+                .any(|d| s.path.ends_with(d.as_str()))),
+            "{expected}: a payload was fetched"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_layer_media_type_is_named() {
+    let registry = Registry::start();
+    let data = image(1000, 47);
+    let pushed = registry.push_image(
+        DISK_ARTIFACT,
+        os_config("1", &[payload_config("disk", &data, 1000)]),
+        &[("application/gzip", data.clone())],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    let err = must_fail(install(
+        &installer(),
+        &registry.image_ref(&pushed.manifest_digest),
+        &disk,
+    ));
+    assert!(matches!(err, InstallError::Unsupported { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("layers[0].mediaType \"application/gzip\""),
+        "{err}"
+    );
+    assert!(!disk.exists());
+}
+
+#[test]
+fn a_metropolis_image_is_checked_before_the_device_is_touched() {
+    let registry = Registry::start();
+    let kernel = image(5000, 48);
+    let system = image(20_000, 49);
+    let whole = registry.push_metropolis(&kernel, &system, Compression::Zstd, 4096);
+    let without_system = registry.push_payloads(
+        METROPOLIS_ARTIFACT,
+        &[("kernel.efi", &kernel)],
+        Compression::Raw,
+        4096,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    // A firmware directory that exists: the machine "booted with EFI".
+    let firmware = dir.path().join("efi");
+    std::fs::create_dir(&firmware).unwrap();
+    let efi = installer().with_metropolis(MetropolisOptions {
+        firmware_dir: firmware.clone(),
+        efivars_dir: firmware.join("efivars"),
+        network_config: None,
+    });
+
+    // The image is fetched and verified first.
+    let (result, reports) = install(&efi, &registry.image_ref(&whole.manifest_digest), &disk);
+    assert_eq!(
+        reports.first(),
+        Some(&Progress::Image {
+            kind: ImageKind::Metropolis,
+            payloads: vec![
+                ("kernel.efi".to_string(), 5000, true),
+                ("system".to_string(), 20_000, true),
+            ],
+        })
+    );
+    // Then the agent's loader; then the image's payloads; then the disk
+    // (20 KB take no A/B layout).
+    let err = result.unwrap_err();
+    if cfg!(feature = "loader") {
+        assert!(
+            matches!(err, InstallError::DeviceUnusable { .. }),
+            "{err:?}"
+        );
+    } else {
+        assert!(matches!(err, InstallError::Unbootable { .. }), "{err:?}");
+        assert!(err.to_string().contains("without the A/B loader"), "{err}");
+    }
+    let err = must_fail(install(
+        &efi,
+        &registry.image_ref(&without_system.manifest_digest),
+        &disk,
+    ));
+    if cfg!(feature = "loader") {
+        assert!(matches!(err, InstallError::InvalidImage { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("it has no system payload"),
+            "{err}"
+        );
+    } else {
+        assert!(matches!(err, InstallError::Unbootable { .. }), "{err:?}");
+    }
+    // A machine not booted with EFI is refused either way.
+    let not_efi = installer().with_metropolis(MetropolisOptions {
+        firmware_dir: dir.path().join("no-efi"),
+        efivars_dir: dir.path().join("no-efi/efivars"),
+        network_config: None,
+    });
+    let err = must_fail(install(
+        &not_efi,
+        &registry.image_ref(&without_system.manifest_digest),
+        &disk,
+    ));
+    assert!(matches!(err, InstallError::Unbootable { .. }), "{err:?}");
+    assert!(!disk.exists() || std::fs::metadata(&disk).unwrap().len() == 0);
+    // No payload was fetched.
+    assert!(registry.seen().iter().all(|s| {
+        !whole
+            .layer_digests
+            .iter()
+            .chain(&without_system.layer_digests)
+            .any(|d| s.path.ends_with(d.as_str()))
+    }));
 }
 
 #[test]
@@ -84,12 +927,13 @@ fn chunked_and_close_delimited_blobs_are_written() {
     for framing in [Framing::Chunked, Framing::Close] {
         let registry = Registry::start();
         let data = image(700_001, 2);
-        let (digest, layer_digest) = registry.push(RAW, &data);
+        let (digest, layer_digest) = registry.push(&data);
         registry.route(
             &format!("/v2/{REPO}/blobs/{layer_digest}"),
             Route::Reply {
                 status: 200,
                 content_type: None,
+                headers: Vec::new(),
                 body: data.clone(),
                 framing,
             },
@@ -107,7 +951,7 @@ fn chunked_and_close_delimited_blobs_are_written() {
 fn a_longer_existing_file_is_cut_to_the_image() {
     let registry = Registry::start();
     let data = image(100_000, 3);
-    let (digest, _) = registry.push(RAW, &data);
+    let (digest, _) = registry.push(&data);
     let dir = tempfile::tempdir().unwrap();
     let disk = dir.path().join("disk.img");
     std::fs::write(&disk, vec![0xff; 1_000_000]).unwrap();
@@ -118,158 +962,10 @@ fn a_longer_existing_file_is_cut_to_the_image() {
 }
 
 #[test]
-fn zstd_images_are_decompressed() {
-    let data = image(1_000_000, 4);
-    // A real compressed frame (mostly repetitive data so it compresses).
-    let repetitive: Vec<u8> = data.iter().map(|b| b & 0x03).collect();
-    let compressed = ruzstd::encoding::compress_to_vec(
-        &repetitive[..],
-        ruzstd::encoding::CompressionLevel::Fastest,
-    );
-    assert!(compressed.len() < repetitive.len());
-    // A hand-built frame of raw blocks, followed by a second frame.
-    let mut handmade = raw_zstd_frame(&data[..300_000]);
-    handmade.extend(raw_zstd_frame(&data[300_000..]));
-
-    for (layer, expected) in [(compressed, repetitive), (handmade, data)] {
-        let registry = Registry::start();
-        let (digest, layer_digest) = registry.push(ZSTD, &layer);
-        let dir = tempfile::tempdir().unwrap();
-        let disk = dir.path().join("disk.img");
-        let (result, reports) = install(&installer(), &registry.image_ref(&digest), &disk);
-        result.unwrap();
-        assert!(std::fs::read(&disk).unwrap() == expected);
-        assert_eq!(
-            reports.first(),
-            Some(&Progress::Manifest {
-                layer: layer_digest,
-                size: layer.len() as u64,
-                compressed: true,
-            })
-        );
-        assert!(reports.contains(&Progress::Writing {
-            written: expected.len() as u64,
-            total: None,
-            received: layer.len() as u64,
-            layer_size: layer.len() as u64,
-        }));
-    }
-}
-
-#[test]
-fn corrupt_zstd_is_a_decompression_error() {
-    let registry = Registry::start();
-    let mut layer = raw_zstd_frame(&image(1000, 5));
-    layer[13] |= 0b110; // The first block's type: 3 is reserved.
-    let (digest, layer_digest) = registry.push(ZSTD, &layer);
-    let dir = tempfile::tempdir().unwrap();
-    let err = must_fail(install(
-        &installer(),
-        &registry.image_ref(&digest),
-        &dir.path().join("disk.img"),
-    ));
-    assert!(matches!(err, InstallError::Decompress { .. }), "{err:?}");
-    assert!(err.to_string().contains(&layer_digest), "{err}");
-}
-
-#[test]
-fn by_tag_the_digest_is_still_verified() {
-    let registry = Registry::start();
-    let data = image(5000, 6);
-    let (digest, _) = registry.push(RAW, &data);
-    let tagged = manifest(RAW, &sha256(&data), data.len() as u64);
-    registry.route(
-        &format!("/v2/{REPO}/manifests/v1.2"),
-        Route::ok(OCI_MANIFEST, tagged),
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let disk = dir.path().join("disk.img");
-    let mut by_tag = registry.image_ref(&digest);
-    by_tag.tag = "v1.2".into();
-    install(&installer(), &by_tag, &disk).0.unwrap();
-    assert!(std::fs::read(&disk).unwrap() == data);
-    assert_eq!(
-        registry.seen()[0].path,
-        format!("/v2/{REPO}/manifests/v1.2")
-    );
-
-    // The tag now names another manifest than the digest asks for.
-    let other = manifest(RAW, &sha256(b"other"), 5);
-    registry.route(
-        &format!("/v2/{REPO}/manifests/v1.2"),
-        Route::ok(OCI_MANIFEST, other.clone()),
-    );
-    let err = must_fail(install(&installer(), &by_tag, &disk));
-    match &err {
-        InstallError::ManifestDigestMismatch { expected, actual } => {
-            assert_eq!(expected, &digest);
-            assert_eq!(actual, &sha256(&other));
-        }
-        other => panic!("{other:?}"),
-    }
-}
-
-#[test]
-fn a_manifest_digest_mismatch_is_refused() {
-    let registry = Registry::start();
-    let (digest, _) = registry.push(RAW, &image(5000, 7));
-    // Serve a different manifest under the requested digest.
-    let forged = manifest(RAW, &sha256(b"evil"), 4);
-    registry.route(
-        &format!("/v2/{REPO}/manifests/{digest}"),
-        Route::ok(OCI_MANIFEST, forged.clone()),
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let disk = dir.path().join("disk.img");
-    let err = must_fail(install(&installer(), &registry.image_ref(&digest), &disk));
-    assert_eq!(
-        err.to_string(),
-        format!(
-            "manifest digest mismatch: expected {digest}, got {}",
-            sha256(&forged)
-        )
-    );
-    assert!(
-        !disk.exists(),
-        "nothing is written before the manifest is verified"
-    );
-}
-
-#[test]
-fn a_layer_digest_mismatch_is_refused() {
-    let registry = Registry::start();
-    let data = image(200_000, 8);
-    let (digest, layer_digest) = registry.push(RAW, &data);
-    let mut tampered = data.clone();
-    tampered[123_456] ^= 1;
-    registry.route(
-        &format!("/v2/{REPO}/blobs/{layer_digest}"),
-        Route::ok("application/octet-stream", tampered.clone()),
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let err = must_fail(install(
-        &installer(),
-        &registry.image_ref(&digest),
-        &dir.path().join("disk.img"),
-    ));
-    match &err {
-        InstallError::LayerDigestMismatch { expected, actual } => {
-            assert_eq!(expected, &layer_digest);
-            assert_eq!(actual, &sha256(&tampered));
-        }
-        other => panic!("{other:?}"),
-    }
-    assert!(
-        err.to_string()
-            .starts_with("image layer digest mismatch: expected sha256:")
-    );
-}
-
-#[test]
 fn a_regular_file_is_written_only_when_image_files_are_allowed() {
     let registry = Registry::start();
     let data = image(100_000, 12);
-    let (digest, _) = registry.push(RAW, &data);
+    let (digest, _) = registry.push(&data);
     let dir = tempfile::tempdir().unwrap();
     let disk = dir.path().join("disk.img");
     std::fs::write(&disk, b"old").unwrap();
@@ -291,176 +987,113 @@ fn a_regular_file_is_written_only_when_image_files_are_allowed() {
     assert!(std::fs::read(&disk).unwrap() == data);
 }
 
-/// A target holding an old system (0xaa everywhere), longer than the
-/// image.
-fn old_system(dir: &Path) -> std::path::PathBuf {
-    let disk = dir.join("disk.img");
-    std::fs::write(&disk, vec![0xaa; 5 << 20]).unwrap();
-    disk
-}
-
-fn head_is_zero(disk: &Path) -> bool {
-    let bytes = std::fs::read(disk).unwrap();
-    bytes.len() >= GUARD_BYTES as usize && bytes[..GUARD_BYTES as usize].iter().all(|b| *b == 0)
-}
-
-#[test]
-fn unverified_bytes_never_leave_a_bootable_head() {
-    let registry = Registry::start();
-    let data = image(3 << 20, 13);
-    let (digest, layer_digest) = registry.push(RAW, &data);
-    let dir = tempfile::tempdir().unwrap();
-    let blob = format!("/v2/{REPO}/blobs/{layer_digest}");
-
-    // Other bytes of the same size.
-    let mut tampered = data.clone();
-    tampered[(2 << 20) + 5] ^= 1;
-    registry.route(&blob, Route::ok("application/octet-stream", tampered));
-    let disk = old_system(dir.path());
-    let err = must_fail(install(&installer(), &registry.image_ref(&digest), &disk));
-    assert!(
-        matches!(err, InstallError::LayerDigestMismatch { .. }),
-        "{err:?}"
-    );
-    assert!(
-        head_is_zero(&disk),
-        "the old system's head is gone, the new one not written"
-    );
-
-    // Cut short: the full length declared, 2 MiB sent, the connection
-    // closed.
-    registry.route(
-        &blob,
-        Route::Reply {
-            status: 200,
-            content_type: None,
-            body: data.clone(),
-            framing: Framing::Truncated(2 << 20),
-        },
-    );
-    let disk = old_system(dir.path());
-    let err = must_fail(install(&installer(), &registry.image_ref(&digest), &disk));
-    assert!(matches!(err, InstallError::Transfer { .. }), "{err:?}");
-    assert!(head_is_zero(&disk));
-
-    // A failure before the first byte of the layer leaves the target alone.
-    registry.route(
-        &blob,
-        Route::Reply {
-            status: 500,
-            content_type: None,
-            body: b"down".to_vec(),
-            framing: Framing::Length,
-        },
-    );
-    let disk = old_system(dir.path());
-    must_fail(install(&installer(), &registry.image_ref(&digest), &disk));
-    assert_eq!(std::fs::read(&disk).unwrap(), vec![0xaa; 5 << 20]);
-
-    // Served right, it installs.
-    registry.route(&blob, Route::ok("application/octet-stream", data.clone()));
-    install(&installer(), &registry.image_ref(&digest), &disk)
-        .0
-        .unwrap();
-    assert!(std::fs::read(&disk).unwrap() == data);
-}
-
-#[test]
-fn layer_size_mismatches_are_refused() {
-    let data = image(50_000, 9);
-    let dir = tempfile::tempdir().unwrap();
-    let disk = dir.path().join("disk.img");
-
-    // Longer than the manifest says, without a Content-Length.
-    let registry = Registry::start();
-    let (digest, layer_digest) = registry.push(RAW, &data);
-    let mut longer = data.clone();
-    longer.extend_from_slice(b"more");
-    registry.route(
-        &format!("/v2/{REPO}/blobs/{layer_digest}"),
-        Route::Reply {
-            status: 200,
-            content_type: None,
-            body: longer,
-            framing: Framing::Chunked,
-        },
-    );
-    let err = must_fail(install(&installer(), &registry.image_ref(&digest), &disk));
-    assert!(
-        matches!(
-            err,
-            InstallError::LayerSizeMismatch {
-                expected: 50_000,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-
-    // Shorter, without a Content-Length: the body ends early.
-    registry.route(
-        &format!("/v2/{REPO}/blobs/{layer_digest}"),
-        Route::Reply {
-            status: 200,
-            content_type: None,
-            body: data[..40_000].to_vec(),
-            framing: Framing::Close,
-        },
-    );
-    let err = must_fail(install(&installer(), &registry.image_ref(&digest), &disk));
-    match &err {
-        InstallError::LayerSizeMismatch {
-            expected, received, ..
-        } => assert_eq!((*expected, *received), (50_000, 40_000)),
-        other => panic!("{other:?}"),
-    }
-
-    // A Content-Length that disagrees with the manifest.
-    registry.route(
-        &format!("/v2/{REPO}/blobs/{layer_digest}"),
-        Route::ok("application/octet-stream", data[..10].to_vec()),
-    );
-    let err = must_fail(install(&installer(), &registry.image_ref(&digest), &disk));
-    assert!(matches!(err, InstallError::Protocol { .. }), "{err:?}");
-    assert!(err.to_string().contains("Content-Length 10"), "{err}");
-
-    // The connection closes before the declared length.
-    registry.route(
-        &format!("/v2/{REPO}/blobs/{layer_digest}"),
-        Route::Reply {
-            status: 200,
-            content_type: None,
-            body: data.clone(),
-            framing: Framing::Truncated(30_000),
-        },
-    );
-    let err = must_fail(install(&installer(), &registry.image_ref(&digest), &disk));
-    assert!(matches!(err, InstallError::Transfer { .. }), "{err:?}");
-}
-
 #[test]
 fn a_missing_layer_is_reported() {
     let registry = Registry::start();
-    let (digest, layer_digest) = registry.push(RAW, &image(1000, 10));
-    registry
-        .routes
-        .lock()
-        .unwrap()
-        .remove(&format!("/v2/{REPO}/blobs/{layer_digest}"));
+    let pushed = registry.push_disk(&image(1000, 10), Compression::Raw, CHUNK);
+    registry.routes.lock().unwrap().remove(&pushed.blob_path(0));
     let dir = tempfile::tempdir().unwrap();
     let err = must_fail(install(
         &installer(),
-        &registry.image_ref(&digest),
+        &registry.image_ref(&pushed.manifest_digest),
         &dir.path().join("disk.img"),
     ));
     assert!(matches!(err, InstallError::LayerNotFound { .. }), "{err:?}");
     assert_eq!(
         err.to_string(),
         format!(
-            "image layer not found: {}/{REPO}@{layer_digest}",
-            registry.host()
+            "image layer not found: {}/{REPO}@{} (payload disk)",
+            registry.host(),
+            pushed.layer_digest()
         )
     );
+}
+
+#[test]
+fn unusable_manifests_are_refused() {
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    let config = os_config("1", &[payload_config("disk", b"x", 1)]);
+    let layer = descriptor(RAW, b"x");
+    let os_image = String::from_utf8(os_manifest(
+        DISK_ARTIFACT,
+        &config,
+        true,
+        std::slice::from_ref(&layer),
+    ))
+    .unwrap();
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"not json".to_vec(), "invalid manifest"),
+        (
+            br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#
+                .to_vec(),
+            "is an image index without a linux/",
+        ),
+        (
+            br#"{"schemaVersion":2,"layers":[]}"#.to_vec(),
+            "unsupported: ",
+        ),
+        (
+            br#"{"schemaVersion":2,"layers":[]}"#.to_vec(),
+            "artifactType missing is not an OS image",
+        ),
+        // A container image is not an OS image.
+        (
+            os_image
+                .replace(
+                    &format!("\"artifactType\": \"{DISK_ARTIFACT}\",\n"),
+                    "",
+                )
+                .replace(CONFIG_MEDIA_TYPE, "application/vnd.oci.image.config.v1+json")
+                .into_bytes(),
+            "artifactType missing",
+        ),
+        (
+            os_image
+                .replace(DISK_ARTIFACT, "application/vnd.example.other+type")
+                .into_bytes(),
+            "artifactType \"application/vnd.example.other+type\" is not an OS image",
+        ),
+        (
+            os_image
+                .replace(CONFIG_MEDIA_TYPE, "application/vnd.oci.image.config.v1+json")
+                .into_bytes(),
+            "config.mediaType \"application/vnd.oci.image.config.v1+json\"",
+        ),
+        (
+            os_image.replace("\"schemaVersion\": 2", "\"schemaVersion\": 1").into_bytes(),
+            "schemaVersion",
+        ),
+    ];
+    for (body, expected) in cases {
+        let digest = sha256(&body);
+        registry.route(
+            &format!("/v2/{REPO}/manifests/{digest}"),
+            Route::ok(OCI_MANIFEST, body),
+        );
+        let err = must_fail(install(&installer(), &registry.image_ref(&digest), &disk));
+        assert!(
+            err.to_string().contains(expected),
+            "{err} lacks {expected:?}"
+        );
+        assert!(!disk.exists());
+    }
+    // The unmodified manifest is fine: the cases fail for their change.
+    registry.push_manifest(
+        os_image.clone().into_bytes(),
+        config,
+        false,
+        vec![b"x".to_vec()],
+    );
+    install(
+        &installer(),
+        &registry.image_ref(&sha256(os_image.as_bytes())),
+        &disk,
+    )
+    .0
+    .unwrap();
+    assert_eq!(std::fs::read(&disk).unwrap(), b"x");
 }
 
 #[test]
@@ -488,6 +1121,7 @@ fn registry_errors_carry_their_codes() {
         Route::Reply {
             status: 401,
             content_type: Some("application/json".into()),
+            headers: Vec::new(),
             body: br#"{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}"#
                 .to_vec(),
             framing: Framing::Length,
@@ -540,7 +1174,7 @@ fn redirects_are_followed_on_the_same_host_and_to_https() {
     let (tls, cert) = tls_server();
     let storage = Registry::start_with(Some(tls));
     let data = image(400_000, 11);
-    let (digest, layer_digest) = registry.push(RAW, &data);
+    let (digest, layer_digest) = registry.push(&data);
     let blob = format!("/v2/{REPO}/blobs/{layer_digest}");
     // blob → 307 same host → 302 other host (absolute URL) → 200.
     registry.route(
@@ -557,10 +1191,7 @@ fn redirects_are_followed_on_the_same_host_and_to_https() {
             location: format!("https://{}/bucket/blob", storage.host()),
         },
     );
-    storage.route(
-        "/bucket/blob",
-        Route::ok("application/octet-stream", data.clone()),
-    );
+    storage.route("/bucket/blob", Route::ok(RAW, data.clone()));
     let dir = tempfile::tempdir().unwrap();
     let disk = dir.path().join("disk.img");
     let trusting = installer().with_tls(client_trusting(&cert));
@@ -595,37 +1226,6 @@ fn redirects_are_followed_on_the_same_host_and_to_https() {
     );
     let err = must_fail(install(&installer(), &registry.image_ref(&digest), &disk));
     assert!(err.to_string().contains("redirects"), "{err}");
-}
-
-#[test]
-fn unusable_manifests_are_refused() {
-    let registry = Registry::start();
-    let dir = tempfile::tempdir().unwrap();
-    let disk = dir.path().join("disk.img");
-    let cases: [(&[u8], &str); 4] = [
-        (b"not json", "invalid manifest"),
-        (
-            br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#,
-            "is an image index without a linux/",
-        ),
-        (
-            br#"{"schemaVersion":2,"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","size":0}]}"#,
-            "unsupported:",
-        ),
-        (br#"{"schemaVersion":2,"layers":[]}"#, "expected exactly one"),
-    ];
-    for (body, expected) in cases {
-        let digest = sha256(body);
-        registry.route(
-            &format!("/v2/{REPO}/manifests/{digest}"),
-            Route::ok(OCI_MANIFEST, body.to_vec()),
-        );
-        let err = must_fail(install(&installer(), &registry.image_ref(&digest), &disk));
-        assert!(
-            err.to_string().contains(expected),
-            "{err} lacks {expected:?}"
-        );
-    }
 }
 
 #[test]
@@ -744,7 +1344,7 @@ fn https_registries_work_with_a_caller_supplied_root() {
         .unwrap();
     let registry = Registry::start_with(Some(Arc::new(server_config)));
     let data = image(300_000, 12);
-    let (digest, _) = registry.push(RAW, &data);
+    let (digest, _) = registry.push(&data);
     let image = OsImageRef {
         scheme: "https".into(),
         ..registry.image_ref(&digest)
@@ -766,7 +1366,7 @@ fn https_registries_work_with_a_caller_supplied_root() {
 #[test]
 fn a_missing_device_under_dev_is_not_created() {
     let registry = Registry::start();
-    let (digest, _) = registry.push(RAW, &image(1000, 13));
+    let (digest, _) = registry.push(&image(1000, 13));
     let device = Path::new("/dev/metropolis-test-no-such-device");
     let err = must_fail(install(&installer(), &registry.image_ref(&digest), device));
     assert!(
@@ -784,7 +1384,7 @@ fn a_missing_device_under_dev_is_not_created() {
 #[test]
 fn a_directory_is_not_a_device() {
     let registry = Registry::start();
-    let (digest, _) = registry.push(RAW, &image(1000, 14));
+    let (digest, _) = registry.push(&image(1000, 14));
     let dir = tempfile::tempdir().unwrap();
     let err = must_fail(install(
         &installer(),
@@ -801,21 +1401,36 @@ fn a_directory_is_not_a_device() {
 }
 
 /// An installer that records what it was asked to do.
-struct Recorder(Mutex<Vec<(OsImageRef, std::path::PathBuf)>>);
+struct Recorder(Mutex<Vec<(OsImageRef, Target)>>);
 
 impl Installer for Recorder {
     fn install(
         &self,
         image: &OsImageRef,
-        root_device: &Path,
+        target: &Target,
         _progress: &mut dyn FnMut(&Progress),
     ) -> Result<(), InstallError> {
-        self.0
-            .lock()
-            .unwrap()
-            .push((image.clone(), root_device.to_path_buf()));
+        self.0.lock().unwrap().push((image.clone(), target.clone()));
         Ok(())
     }
+}
+
+/// What a [`Recorder`] was asked: the image, the root device and the
+/// node parameters.
+fn recorded(recorder: &Recorder) -> Vec<(OsImageRef, std::path::PathBuf, Option<NodeParameters>)> {
+    recorder
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(image, target)| {
+            (
+                image.clone(),
+                target.root_device.clone(),
+                target.node_parameters.clone(),
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -846,13 +1461,22 @@ fn whole_requests_are_checked_and_dispatched() {
         &mut progress,
     )
     .unwrap();
-    let encoded = request("/dev/disk/by-id/x", Some(image.clone())).encode_to_vec();
-    install_encoded_request(&recorder, &encoded, &mut progress).unwrap();
+    // The node parameters go with the root device.
+    let parameters = NodeParameters {
+        network_config: Some(Default::default()),
+        cluster: None,
+    };
+    let mut with_parameters = request("/dev/disk/by-id/x", Some(image.clone()));
+    if let Some(os_installation_request::Type::Metropolis(metropolis)) = &mut with_parameters.r#type
+    {
+        metropolis.node_parameters = Some(parameters.clone());
+    }
+    install_encoded_request(&recorder, &with_parameters.encode_to_vec(), &mut progress).unwrap();
     assert_eq!(
-        *recorder.0.lock().unwrap(),
+        recorded(&recorder),
         vec![
-            (image.clone(), "/dev/nvme0n1".into()),
-            (image.clone(), "/dev/disk/by-id/x".into()),
+            (image.clone(), "/dev/nvme0n1".into(), None),
+            (image.clone(), "/dev/disk/by-id/x".into(), Some(parameters)),
         ]
     );
 

@@ -45,7 +45,7 @@ fn basic_logins_go_over_https_only() {
     let (tls, cert) = tls_server();
     let registry = Registry::start_with(Some(tls));
     let data = image(200_000, 21);
-    let (digest, _) = registry.push(RAW, &data);
+    let (digest, _) = registry.push(&data);
     registry.require(Some(Gate {
         authorization: basic("op", "s3cret"),
         challenge: r#"Basic realm="Registry Realm""#.into(),
@@ -89,7 +89,7 @@ fn basic_logins_go_over_https_only() {
 
     // The same registry in the clear: the password is not sent.
     let plain = Registry::start();
-    let (digest, _) = plain.push(RAW, &data);
+    let (digest, _) = plain.push(&data);
     plain.require(Some(Gate {
         authorization: basic("op", "s3cret"),
         challenge: r#"Basic realm="x""#.into(),
@@ -106,7 +106,7 @@ fn the_docker_token_flow_with_a_login_and_anonymously() {
     let registry = Registry::start_with(Some(tls.clone()));
     let tokens = Registry::start_with(Some(tls));
     let data = image(150_000, 22);
-    let (digest, layer_digest) = registry.push(RAW, &data);
+    let (digest, layer_digest) = registry.push(&data);
     let challenge = format!(
         r#"Bearer realm="https://{}/token",service="fake-registry",scope="repository:{REPO}:pull""#,
         tokens.host()
@@ -176,7 +176,7 @@ fn the_docker_token_flow_with_a_login_and_anonymously() {
     // layer to storage elsewhere goes without it.
     let (storage_tls, storage_cert) = tls_server();
     let storage = Registry::start_with(Some(storage_tls));
-    storage.route("/blob", Route::ok("application/octet-stream", data.clone()));
+    storage.route("/blob", Route::ok(RAW, data.clone()));
     registry.route(
         &format!("/v2/{REPO}/blobs/{layer_digest}"),
         Route::Redirect {
@@ -208,7 +208,7 @@ fn redirects_never_go_down_to_http() {
     let (tls, cert) = tls_server();
     let registry = Registry::start_with(Some(tls));
     let data = image(10_000, 23);
-    let (digest, layer_digest) = registry.push(RAW, &data);
+    let (digest, layer_digest) = registry.push(&data);
     registry.route(
         &format!("/v2/{REPO}/blobs/{layer_digest}"),
         Route::Redirect {
@@ -225,28 +225,19 @@ fn redirects_never_go_down_to_http() {
     assert!(err.to_string().contains("only https is followed"), "{err}");
 }
 
-/// Serves an index of `platforms` (each an image of its own bytes);
-/// the index's digest and each platform's image.
+/// Serves an index of `platforms` (each a whole-disk image of its own
+/// bytes); the index's digest and each platform's image.
 fn push_index(registry: &Registry, platforms: &[&str]) -> (String, Vec<Vec<u8>>) {
     let mut entries = Vec::new();
     let mut images = Vec::new();
     for (i, platform) in platforms.iter().enumerate() {
         let data = image(50_000 + i, 30 + i as u64);
-        let layer_digest = sha256(&data);
-        let manifest = manifest(RAW, &layer_digest, data.len() as u64);
-        let digest = sha256(&manifest);
-        registry.route(
-            &format!("/v2/{REPO}/manifests/{digest}"),
-            Route::ok(OCI_MANIFEST, manifest.clone()),
-        );
-        registry.route(
-            &format!("/v2/{REPO}/blobs/{layer_digest}"),
-            Route::ok("application/octet-stream", data.clone()),
-        );
+        let pushed = registry.push_disk(&data, Compression::Raw, CHUNK);
         let (os, architecture) = platform.split_once('/').unwrap();
         entries.push(format!(
-            r#"{{"mediaType":"{OCI_MANIFEST}","digest":"{digest}","size":{},"platform":{{"os":"{os}","architecture":"{architecture}"}}}}"#,
-            manifest.len()
+            r#"{{"mediaType":"{OCI_MANIFEST}","digest":"{}","size":{},"platform":{{"os":"{os}","architecture":"{architecture}"}}}}"#,
+            pushed.manifest_digest,
+            pushed.manifest.len()
         ));
         images.push(data);
     }
@@ -322,22 +313,31 @@ fn image_indexes_give_the_agents_platform() {
 fn a_dripping_registry_fails_at_the_deadline_and_leaves_no_bootable_head() {
     let registry = Registry::start();
     let data = image(3 * GUARD_BYTES as usize, 24);
-    let (digest, layer_digest) = registry.push(RAW, &data);
+    let (digest, layer_digest) = registry.push(&data);
     let blob = format!("/v2/{REPO}/blobs/{layer_digest}");
-    // Past the head, 100 bytes every 20 ms: each read gets bytes long
-    // before the 10 s socket timeout, but the whole would take hours.
+    let drip = |fast: usize| Route::Reply {
+        status: 200,
+        content_type: Some(RAW.into()),
+        headers: Vec::new(),
+        body: data.clone(),
+        framing: Framing::Drip {
+            fast,
+            chunk: 100,
+            pause: Duration::from_millis(20),
+        },
+    };
+    // 2 MiB at once, then 100 bytes every 20 ms: each read gets bytes long
+    // before the 10 s socket timeout, but the whole would take hours. The
+    // transfer is resumed when the deadline cuts it; this registry
+    // ignores the range and sends the blob from its start, even slower
+    // (1 MiB at once), so the resumed request cannot even get back to
+    // where the first one stopped before its own deadline.
     registry.route(
         &blob,
-        Route::Reply {
-            status: 200,
-            content_type: Some("application/octet-stream".into()),
-            body: data.clone(),
-            framing: Framing::Drip {
-                fast: 2 * GUARD_BYTES as usize,
-                chunk: 100,
-                pause: Duration::from_millis(20),
-            },
-        },
+        Route::Sequence(vec![
+            drip(2 * GUARD_BYTES as usize),
+            drip(GUARD_BYTES as usize),
+        ]),
     );
     let dir = tempfile::tempdir().unwrap();
     let disk = dir.path().join("disk.img");
@@ -349,6 +349,19 @@ fn a_dripping_registry_fails_at_the_deadline_and_leaves_no_bootable_head() {
     assert!(matches!(err, InstallError::Transfer { .. }), "{err:?}");
     assert!(err.to_string().contains("request deadline of 2 s"), "{err}");
     assert!(took < Duration::from_secs(6), "took {took:?}");
+    let tries: Vec<_> = registry
+        .seen()
+        .into_iter()
+        .filter(|s| s.path == blob)
+        .collect();
+    assert_eq!(tries.len(), 2, "{tries:?}");
+    assert!(
+        tries[1]
+            .range
+            .as_deref()
+            .is_some_and(|r| r.starts_with("bytes=")),
+        "{tries:?}"
+    );
     let after = std::fs::read(&disk).unwrap();
     assert!(
         after[..GUARD_BYTES as usize].iter().all(|b| *b == 0),
@@ -356,7 +369,7 @@ fn a_dripping_registry_fails_at_the_deadline_and_leaves_no_bootable_head() {
     );
 
     // The registry fixed, the next install succeeds.
-    registry.route(&blob, Route::ok("application/octet-stream", data.clone()));
+    registry.route(&blob, Route::ok(RAW, data.clone()));
     install(&strict, &registry.image_ref(&digest), &disk)
         .0
         .unwrap();

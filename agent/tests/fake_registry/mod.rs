@@ -2,7 +2,16 @@
 //! server on 127.0.0.1 (optionally over TLS) serving manifests and blobs
 //! the way the OCI distribution API does, asking for logins like a
 //! registry with token or Basic authentication, and misbehaving on
-//! purpose (wrong bytes, short bodies, redirects, dripping bodies).
+//! purpose (wrong bytes, short bodies, redirects, dripping bodies,
+//! answers that change from one request to the next).
+//!
+//! Images are OS images as docs/spec/metropolis-install.md section 1 has
+//! them: an OCI manifest with an `artifactType`, the OS image config
+//! (each payload's size and the SHA-256 of each of its chunks) and one
+//! layer per payload. They are built here from the spec, independently of
+//! the agent's reader ([`os_manifest`], [`os_config`], [`payload_config`]),
+//! and pushed with [`Registry::push_disk`], [`Registry::push_metropolis`]
+//! or, for forged images, [`Registry::push_image`].
 //!
 //! Shared by the installer's test files; each uses only part of it.
 
@@ -17,17 +26,165 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use bmaas_agent::install::{InstallError, Installer, OciInstaller, Progress};
+use base64::Engine as _;
+use bmaas_agent::install::{InstallError, Installer, OciInstaller, Progress, RetryPolicy, Target};
 use metropolis_proto::prelude::debug::OsImageRef;
 use sha2::{Digest as _, Sha256};
 
-pub const RAW: &str = "application/vnd.oci.image.layer.v1.tar";
-pub const ZSTD: &str = "application/vnd.oci.image.layer.v1.tar+zstd";
+/// A raw payload layer.
+pub const RAW: &str = "application/octet-stream";
+/// A zstd-compressed payload layer.
+pub const ZSTD: &str = "application/zstd";
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The OS image config's media type.
+pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.monogon.os.image.config.v1+json";
+/// A whole-disk image's `artifactType` (one payload, `disk`).
+pub const DISK_ARTIFACT: &str = "application/vnd.metropolis-rs.os.disk-image.v1";
+/// A Metropolis image's `artifactType` (`kernel.efi` and `system`).
+pub const METROPOLIS_ARTIFACT: &str = "application/vnd.monogon.os.image.v1";
 pub const REPO: &str = "os/metropolis";
 
 pub fn sha256(data: &[u8]) -> String {
     format!("sha256:{:x}", Sha256::digest(data))
+}
+
+/// How a payload's layer is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    /// `application/octet-stream`: the payload as it is.
+    Raw,
+    /// `application/zstd`: one zstd frame (ruzstd, fastest level).
+    Zstd,
+}
+
+impl Compression {
+    /// The layer's media type and bytes for `payload`.
+    pub fn layer(self, payload: &[u8]) -> (&'static str, Vec<u8>) {
+        match self {
+            Compression::Raw => (RAW, payload.to_vec()),
+            Compression::Zstd => (
+                ZSTD,
+                ruzstd::encoding::compress_to_vec(
+                    payload,
+                    ruzstd::encoding::CompressionLevel::Fastest,
+                ),
+            ),
+        }
+    }
+}
+
+/// The SHA-256 of each `chunk`-byte chunk of `payload` (the last may be
+/// shorter), in standard base64 without padding.
+pub fn chunk_hashes(payload: &[u8], chunk: usize) -> Vec<String> {
+    payload
+        .chunks(chunk)
+        .map(|c| base64::engine::general_purpose::STANDARD_NO_PAD.encode(Sha256::digest(c)))
+        .collect()
+}
+
+/// One payload's entry of an OS image config, hashing `payload`
+/// (uncompressed) in chunks of `chunk` bytes.
+pub fn payload_config(name: &str, payload: &[u8], chunk: usize) -> String {
+    payload_entry(
+        name,
+        payload.len() as u64,
+        chunk as u64,
+        &chunk_hashes(payload, chunk),
+    )
+}
+
+/// A payload entry as given, for configs that lie.
+pub fn payload_entry(name: &str, size: u64, chunk: u64, hashes: &[String]) -> String {
+    let hashes: Vec<String> = hashes.iter().map(|h| format!("\"{h}\"")).collect();
+    format!(
+        r#"{{"name":"{name}","size":{size},"hash_chunk_size":{chunk},"chunk_hashes_sha256":[{}]}}"#,
+        hashes.join(",")
+    )
+}
+
+/// An OS image config of `format_version` with `payloads` (entries from
+/// [`payload_config`] or [`payload_entry`]).
+pub fn os_config(format_version: &str, payloads: &[String]) -> Vec<u8> {
+    format!(
+        r#"{{"format_version":"{format_version}","payloads":[{}]}}"#,
+        payloads.join(",")
+    )
+    .into_bytes()
+}
+
+/// A layer descriptor.
+pub fn descriptor(media_type: &str, blob: &[u8]) -> String {
+    format!(
+        r#"{{"mediaType":"{media_type}","digest":"{}","size":{}}}"#,
+        sha256(blob),
+        blob.len()
+    )
+}
+
+/// An OS image manifest of `artifact_type` naming `config` (embedded in
+/// its descriptor's `data` when `embed`) and `layers` (descriptors, from
+/// [`descriptor`]).
+pub fn os_manifest(artifact_type: &str, config: &[u8], embed: bool, layers: &[String]) -> Vec<u8> {
+    let data = if embed {
+        format!(
+            r#","data":"{}""#,
+            base64::engine::general_purpose::STANDARD.encode(config)
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        r#"{{
+  "schemaVersion": 2,
+  "mediaType": "{OCI_MANIFEST}",
+  "artifactType": "{artifact_type}",
+  "config": {{"mediaType": "{CONFIG_MEDIA_TYPE}", "digest": "{}", "size": {}{data}}},
+  "layers": [{}]
+}}"#,
+        sha256(config),
+        config.len(),
+        layers.join(", ")
+    )
+    .into_bytes()
+}
+
+/// What a push served.
+#[derive(Clone, Debug)]
+pub struct Pushed {
+    /// The manifest's digest: what an `OsImageRef` names.
+    pub manifest_digest: String,
+    /// The manifest.
+    pub manifest: Vec<u8>,
+    /// The config's digest.
+    pub config_digest: String,
+    /// The config.
+    pub config: Vec<u8>,
+    /// Each layer's digest, in payload order.
+    pub layer_digests: Vec<String>,
+    /// Each layer's bytes (compressed ones compressed).
+    pub layers: Vec<Vec<u8>>,
+}
+
+impl Pushed {
+    /// The first layer's digest (a whole-disk image's only one).
+    pub fn layer_digest(&self) -> &str {
+        &self.layer_digests[0]
+    }
+
+    /// The path of layer `i`'s blob.
+    pub fn blob_path(&self, i: usize) -> String {
+        format!("/v2/{REPO}/blobs/{}", self.layer_digests[i])
+    }
+
+    /// The path of the config's blob.
+    pub fn config_path(&self) -> String {
+        format!("/v2/{REPO}/blobs/{}", self.config_digest)
+    }
+
+    /// The path of the manifest, by digest.
+    pub fn manifest_path(&self) -> String {
+        format!("/v2/{REPO}/manifests/{}", self.manifest_digest)
+    }
 }
 
 /// Deterministic, poorly compressible test data.
@@ -61,7 +218,7 @@ pub fn raw_zstd_frame(data: &[u8]) -> Vec<u8> {
     frame
 }
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Framing {
     Length,
     Chunked,
@@ -78,13 +235,25 @@ pub enum Framing {
     },
 }
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub enum Route {
+    /// The same answer to every request, whatever its `Range`.
     Reply {
         status: u16,
         content_type: Option<String>,
+        /// More header fields.
+        headers: Vec<(String, String)>,
         body: Vec<u8>,
         framing: Framing,
+    },
+    /// A blob served the way a registry that supports ranges does: a
+    /// request without `Range` gets `200` with the whole length declared,
+    /// cut after `cut` bytes (the connection closed) when set; one with
+    /// `Range: bytes=<n>-` gets `206` with `Content-Range` and the rest
+    /// from byte `n`, whole.
+    Ranged {
+        body: Vec<u8>,
+        cut: Option<usize>,
     },
     Redirect {
         status: u16,
@@ -97,6 +266,8 @@ pub enum Route {
         expect: Option<String>,
         token: String,
     },
+    /// Each request takes the first of these; the last one stays.
+    Sequence(Vec<Route>),
 }
 
 impl Route {
@@ -104,7 +275,33 @@ impl Route {
         Route::Reply {
             status: 200,
             content_type: Some(content_type.to_string()),
+            headers: Vec::new(),
             body,
+            framing: Framing::Length,
+        }
+    }
+
+    /// `body` with `status` and `framing`, no media type.
+    pub fn framed(status: u16, body: Vec<u8>, framing: Framing) -> Route {
+        Route::Reply {
+            status,
+            content_type: None,
+            headers: Vec::new(),
+            body,
+            framing,
+        }
+    }
+
+    /// A bodiless answer of `status` with the header fields `headers`.
+    pub fn status(status: u16, headers: &[(&str, &str)]) -> Route {
+        Route::Reply {
+            status,
+            content_type: None,
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            body: Vec::new(),
             framing: Framing::Length,
         }
     }
@@ -116,6 +313,8 @@ pub struct Seen {
     pub path: String,
     pub accept: Option<String>,
     pub authorization: Option<String>,
+    /// The `Range` header.
+    pub range: Option<String>,
 }
 
 /// A registry's login requirement: `/v2/` requests without this exact
@@ -200,21 +399,110 @@ impl Registry {
         self.seen.lock().unwrap().clone()
     }
 
-    /// Serves `layer` as the only layer of a manifest; the manifest's
-    /// digest and the layer's digest.
-    pub fn push(&self, media_type: &str, layer: &[u8]) -> (String, String) {
-        let layer_digest = sha256(layer);
-        let manifest = manifest(media_type, &layer_digest, layer.len() as u64);
-        let digest = sha256(&manifest);
+    /// Serves an OS image: `manifest` under its digest, `config` at its
+    /// digest unless `config_served` is false (an embedded config needs
+    /// no blob), and `layers` (media type, bytes) at theirs.
+    pub fn push_manifest(
+        &self,
+        manifest: Vec<u8>,
+        config: Vec<u8>,
+        config_served: bool,
+        layers: Vec<Vec<u8>>,
+    ) -> Pushed {
+        let pushed = Pushed {
+            manifest_digest: sha256(&manifest),
+            config_digest: sha256(&config),
+            layer_digests: layers.iter().map(|l| sha256(l)).collect(),
+            manifest,
+            config,
+            layers,
+        };
         self.route(
-            &format!("/v2/{REPO}/manifests/{digest}"),
-            Route::ok(OCI_MANIFEST, manifest),
+            &pushed.manifest_path(),
+            Route::ok(OCI_MANIFEST, pushed.manifest.clone()),
         );
-        self.route(
-            &format!("/v2/{REPO}/blobs/{layer_digest}"),
-            Route::ok("application/octet-stream", layer.to_vec()),
-        );
-        (digest, layer_digest)
+        if config_served {
+            self.route(
+                &pushed.config_path(),
+                Route::ok("application/octet-stream", pushed.config.clone()),
+            );
+        }
+        for (i, layer) in pushed.layers.iter().enumerate() {
+            self.route(
+                &pushed.blob_path(i),
+                Route::ok("application/octet-stream", layer.clone()),
+            );
+        }
+        pushed
+    }
+
+    /// Serves an image of `artifact_type` whose config is `config` (served
+    /// as a blob) and whose layers are `layers` (media type, bytes).
+    pub fn push_image(
+        &self,
+        artifact_type: &str,
+        config: Vec<u8>,
+        layers: &[(&str, Vec<u8>)],
+    ) -> Pushed {
+        let descriptors: Vec<String> = layers
+            .iter()
+            .map(|(media_type, bytes)| descriptor(media_type, bytes))
+            .collect();
+        let manifest = os_manifest(artifact_type, &config, false, &descriptors);
+        let layers = layers.iter().map(|(_, bytes)| bytes.clone()).collect();
+        self.push_manifest(manifest, config, true, layers)
+    }
+
+    /// Serves an image of `artifact_type` with `payloads` (name, bytes),
+    /// each layer stored as `compression` says and hashed in chunks of
+    /// `chunk` bytes; the config is a blob of its own.
+    pub fn push_payloads(
+        &self,
+        artifact_type: &str,
+        payloads: &[(&str, &[u8])],
+        compression: Compression,
+        chunk: usize,
+    ) -> Pushed {
+        let entries: Vec<String> = payloads
+            .iter()
+            .map(|(name, bytes)| payload_config(name, bytes, chunk))
+            .collect();
+        let layers: Vec<(&str, Vec<u8>)> = payloads
+            .iter()
+            .map(|(_, bytes)| compression.layer(bytes))
+            .collect();
+        self.push_image(artifact_type, os_config("1", &entries), &layers)
+    }
+
+    /// Serves a whole-disk image whose one payload, `disk`, is `payload`.
+    pub fn push_disk(&self, payload: &[u8], compression: Compression, chunk: usize) -> Pushed {
+        self.push_payloads(DISK_ARTIFACT, &[("disk", payload)], compression, chunk)
+    }
+
+    /// Serves a Metropolis image of `kernel` (`kernel.efi`) and `system`.
+    pub fn push_metropolis(
+        &self,
+        kernel: &[u8],
+        system: &[u8],
+        compression: Compression,
+        chunk: usize,
+    ) -> Pushed {
+        self.push_payloads(
+            METROPOLIS_ARTIFACT,
+            &[("kernel.efi", kernel), ("system", system)],
+            compression,
+            chunk,
+        )
+    }
+
+    /// [`push_disk`](Self::push_disk), raw, in chunks of [`CHUNK`] bytes:
+    /// the manifest's digest and the layer's.
+    pub fn push(&self, payload: &[u8]) -> (String, String) {
+        let pushed = self.push_disk(payload, Compression::Raw, CHUNK);
+        (
+            pushed.manifest_digest.clone(),
+            pushed.layer_digest().to_string(),
+        )
     }
 
     pub fn image_ref(&self, digest: &str) -> OsImageRef {
@@ -238,17 +526,33 @@ impl Drop for Registry {
     }
 }
 
-pub fn manifest(media_type: &str, layer_digest: &str, size: u64) -> Vec<u8> {
-    format!(
-        r#"{{
-  "schemaVersion": 2,
-  "mediaType": "{OCI_MANIFEST}",
-  "config": {{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": "{}", "size": 2}},
-  "layers": [{{"mediaType": "{media_type}", "digest": "{layer_digest}", "size": {size}}}]
-}}"#,
-        sha256(b"{}")
-    )
-    .into_bytes()
+/// The chunk size of [`Registry::push`]'s images.
+pub const CHUNK: usize = 64 * 1024;
+
+/// The first byte a `Range: bytes=<n>-` asks for.
+fn range_from(range: &str) -> Option<usize> {
+    range
+        .strip_prefix("bytes=")?
+        .strip_suffix('-')?
+        .parse()
+        .ok()
+}
+
+/// The route for `path`, a [`Route::Sequence`] advanced by one.
+fn take_route(routes: &Mutex<HashMap<String, Route>>, path: &str) -> Option<Route> {
+    let mut routes = routes.lock().unwrap();
+    let without_query = path.split('?').next().unwrap_or("");
+    let key = if routes.contains_key(path) {
+        path
+    } else {
+        without_query
+    };
+    let route = routes.get_mut(key)?;
+    match route {
+        Route::Sequence(steps) if steps.len() > 1 => Some(steps.remove(0)),
+        Route::Sequence(steps) => steps.first().cloned(),
+        other => Some(other.clone()),
+    }
 }
 
 /// Answers one request on `stream`.
@@ -281,40 +585,33 @@ pub fn serve(
             .map(|(_, value)| value.trim().to_string())
     };
     let authorization = field("authorization");
+    let range = field("range");
     seen.lock().unwrap().push(Seen {
         path: path.clone(),
         accept: field("accept"),
         authorization: authorization.clone(),
+        range: range.clone(),
     });
     let gate = gate.lock().unwrap().clone();
-    let route = match gate {
+    let (route, challenge) = match gate {
         Some(gate)
             if path.starts_with("/v2/")
                 && authorization.as_deref() != Some(gate.authorization.as_str()) =>
         {
-            Some(Route::Reply {
-                status: 401,
-                content_type: Some("application/json".into()),
-                body:
-                    br#"{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}"#
-                        .to_vec(),
-                framing: Framing::Length,
-            })
-            .map(|route| (route, Some(gate.challenge)))
+            (
+                Some(Route::Reply {
+                    status: 401,
+                    content_type: Some("application/json".into()),
+                    headers: Vec::new(),
+                    body:
+                        br#"{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}"#
+                            .to_vec(),
+                    framing: Framing::Length,
+                }),
+                Some(gate.challenge),
+            )
         }
-        _ => {
-            let routes = routes.lock().unwrap();
-            let without_query = path.split('?').next().unwrap_or("");
-            routes
-                .get(&path)
-                .or_else(|| routes.get(without_query))
-                .cloned()
-                .map(|route| (route, None))
-        }
-    };
-    let (route, challenge) = match route {
-        Some((route, challenge)) => (Some(route), challenge),
-        None => (None, None),
+        _ => (take_route(routes, &path), None),
     };
     let route = match route {
         Some(Route::Token { expect, token }) => {
@@ -324,19 +621,38 @@ pub fn serve(
                     format!(r#"{{"token":"{token}","expires_in":300}}"#).into_bytes(),
                 )
             } else {
-                Route::Reply {
-                    status: 401,
-                    content_type: None,
-                    body: Vec::new(),
-                    framing: Framing::Length,
-                }
+                Route::framed(401, Vec::new(), Framing::Length)
             })
         }
+        Some(Route::Ranged { body, cut }) => Some(match range.as_deref().and_then(range_from) {
+            Some(from) if from < body.len() => Route::Reply {
+                status: 206,
+                content_type: Some("application/octet-stream".into()),
+                headers: vec![(
+                    "Content-Range".into(),
+                    format!("bytes {from}-{}/{}", body.len() - 1, body.len()),
+                )],
+                body: body[from..].to_vec(),
+                framing: Framing::Length,
+            },
+            Some(_) => Route::status(
+                416,
+                &[("Content-Range", &format!("bytes */{}", body.len()))],
+            ),
+            None => Route::Reply {
+                status: 200,
+                content_type: Some("application/octet-stream".into()),
+                headers: Vec::new(),
+                framing: cut.map_or(Framing::Length, Framing::Truncated),
+                body,
+            },
+        }),
         other => other,
     };
     let route = route.unwrap_or_else(|| Route::Reply {
         status: 404,
         content_type: Some("application/json".into()),
+        headers: Vec::new(),
         body: br#"{"errors":[{"code":"BLOB_UNKNOWN","message":"blob unknown to registry"}]}"#
             .to_vec(),
         framing: Framing::Length,
@@ -346,10 +662,11 @@ pub fn serve(
             "HTTP/1.1 {status} Redirect\r\nLocation: {location}\r\nContent-Length: 0\r\n\r\n"
         )
         .into_bytes(),
-        Route::Token { .. } => return,
+        Route::Token { .. } | Route::Ranged { .. } | Route::Sequence(_) => return,
         Route::Reply {
             status,
             content_type,
+            headers,
             body,
             framing,
         } => {
@@ -359,6 +676,9 @@ pub fn serve(
             }
             if let Some(content_type) = content_type {
                 out.push_str(&format!("Content-Type: {content_type}\r\n"));
+            }
+            for (name, value) in headers {
+                out.push_str(&format!("{name}: {value}\r\n"));
             }
             match framing {
                 Framing::Length | Framing::Truncated(_) | Framing::Drip { .. } => {
@@ -406,22 +726,38 @@ pub fn serve(
     let _ = stream.flush();
 }
 
-/// An installer with short timeouts, writing image files (the tests'
-/// root devices are files).
+/// Retries as fast as they go: three, 1 ms apart, so that a test of a
+/// failing registry does not wait out the default backoff.
+pub fn fast_retries() -> RetryPolicy {
+    RetryPolicy {
+        retries: 3,
+        first_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(2),
+    }
+}
+
+/// An installer with short timeouts and [`fast_retries`], writing image
+/// files (the tests' root devices are files).
 pub fn installer() -> OciInstaller {
     OciInstaller::new()
         .with_timeouts(Duration::from_secs(5), Duration::from_secs(10))
+        .with_retries(fast_retries())
         .allow_image_files(true)
 }
 
-/// Installs, collecting the progress reports.
+/// Installs onto `device` (no node parameters), collecting the progress
+/// reports.
 pub fn install(
     installer: &OciInstaller,
     image: &OsImageRef,
     device: &Path,
 ) -> (Result<(), InstallError>, Vec<Progress>) {
+    let target = Target {
+        root_device: device.to_path_buf(),
+        node_parameters: None,
+    };
     let mut reports = Vec::new();
-    let result = installer.install(image, device, &mut |p: &Progress| reports.push(p.clone()));
+    let result = installer.install(image, &target, &mut |p: &Progress| reports.push(p.clone()));
     (result, reports)
 }
 
