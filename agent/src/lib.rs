@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use metropolis_core::ports::MonotonicClock;
-use metropolis_core::provisioning::{AgentConfig, AgentLoop};
-use metropolis_core::service::agent_driver::drive_agent;
+use metropolis_core::provisioning::{AgentConfig, AgentLoop, RebootAfter};
+use metropolis_core::service::agent_driver::{AgentStopped, drive_agent};
 use metropolis_node::clock::ProcessClock;
 use metropolis_node::daemon::LogFormat;
 pub mod disk;
@@ -45,11 +45,13 @@ pub mod install;
 pub mod loader;
 pub mod ports;
 pub mod progress;
+pub mod reboot;
 
 use crate::install::{
     Installer, MetropolisOptions, OciInstaller, RegistryCredentials, RetryPolicy, registry_tls,
 };
 use crate::ports::{MachinePorts, ProcessTimer};
+use crate::reboot::RebootMethod;
 use metropolis_pki::{Credentials, curator_client_config, self_signed_agent_certificate};
 use metropolis_proto::osbase::net::proto::Net;
 
@@ -144,6 +146,28 @@ pub struct AgentArgs {
     /// adds its boot entry here and makes it the only one in BootOrder.
     #[arg(long, value_name = "DIR", default_value = "/sys/firmware/efi/efivars")]
     pub efivars_dir: PathBuf,
+    /// When to reboot the machine after an install, once its report was
+    /// delivered: `success` (the machine boots what was installed; after a
+    /// failure the agent keeps heartbeating so a new generation can
+    /// retry), `always` (also after a failure, as the reference agent
+    /// does) or `never` (trials and tests). The reboot is `reboot(2)`
+    /// after `sync(2)` unless --reboot-command says otherwise.
+    #[arg(long, value_enum, default_value_t = RebootWhen::Success)]
+    pub reboot: RebootWhen,
+    /// Reboot by running this program (no arguments; it must exit 0)
+    /// instead of calling reboot(2), e.g. a script running `systemctl
+    /// reboot`. The agent exits 0 once it did.
+    #[arg(long, value_name = "PROGRAM")]
+    pub reboot_command: Option<PathBuf>,
+    /// Seconds one heartbeat may take, connecting included: a stalled
+    /// connection counts as a failed heartbeat, retried with backoff.
+    #[arg(long, value_name = "SECONDS", default_value = "10")]
+    pub heartbeat_timeout: f64,
+    /// Seconds one installation may take in all, from its first registry
+    /// request to the last byte written; past it the installation fails
+    /// saying so.
+    #[arg(long, value_name = "SECONDS", default_value = "900")]
+    pub install_timeout: f64,
     /// Root of the filesystem the hardware report is read from.
     #[arg(long, default_value = "/", hide = true)]
     pub hardware_root: PathBuf,
@@ -223,8 +247,14 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
         )
         .into());
     }
+    let heartbeat_timeout = seconds("--heartbeat-timeout", args.heartbeat_timeout)?;
     let config = AgentConfig {
         interval: Duration::from_secs_f64(args.interval),
+        reboot_after: match args.reboot {
+            RebootWhen::Never => RebootAfter::Never,
+            RebootWhen::Success => RebootAfter::Success,
+            RebootWhen::Always => RebootAfter::Always,
+        },
         ..AgentConfig::default()
     };
     let clock = ProcessClock::new();
@@ -243,13 +273,18 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
         &metropolis_runtime_tokio::rt::TokioRuntime::shared(),
         "heartbeating",
     );
-    let ports = MachinePorts::new(
+    let mut ports = MachinePorts::new(
         args.endpoint.clone(),
         tls,
         args.state_dir.clone(),
         args.hardware_root.clone(),
         installer,
     );
+    ports.heartbeat_timeout = heartbeat_timeout;
+    ports.reboot = match &args.reboot_command {
+        Some(program) => RebootMethod::Command(program.clone()),
+        None => RebootMethod::Kernel,
+    };
     let stopped = drive_agent(
         machine,
         args.machine_id.clone(),
@@ -258,7 +293,24 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
         Arc::new(ProcessTimer(clock)),
     )
     .await;
-    Err(stopped.into())
+    match stopped {
+        AgentStopped::Rebooting { generation } => {
+            tracing::info!(generation, "the machine is rebooting; the agent exits");
+            Ok(())
+        }
+        other => Err(other.into()),
+    }
+}
+
+/// When the agent reboots the machine after an install (`--reboot`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RebootWhen {
+    /// Never.
+    Never,
+    /// After a successful install.
+    Success,
+    /// After every install.
+    Always,
 }
 
 /// A positive, finite number of seconds given as `flag`.
@@ -290,6 +342,7 @@ pub fn installer_from_args(args: &AgentArgs) -> Result<OciInstaller, AgentError>
         .allow_image_files(args.allow_image_files)
         .with_timeouts(io.min(Duration::from_secs(30)), io)
         .with_deadline(deadline)
+        .with_install_limit(seconds("--install-timeout", args.install_timeout)?)
         .with_retries(RetryPolicy {
             retries: args.registry_retries,
             ..RetryPolicy::default()

@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::FutureExt;
@@ -22,7 +23,11 @@ use metropolis_transport::grpc::Channel;
 use crate::hardware::gather_hardware_report;
 use crate::install::{Installer, Progress, install_encoded_request};
 use crate::progress::ProgressLog;
+use crate::reboot::{RebootMethod, reboot};
 use crate::write_last_acted;
+
+/// The default of [`MachinePorts::heartbeat_timeout`] (the reference's).
+pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The agent's ports on this machine.
 pub struct MachinePorts {
@@ -37,6 +42,10 @@ pub struct MachinePorts {
     pub hardware_root: PathBuf,
     /// What installs.
     pub installer: Arc<dyn Installer>,
+    /// How long one heartbeat may take (connecting included).
+    pub heartbeat_timeout: Duration,
+    /// How the machine reboots after an install, when the loop asks.
+    pub reboot: RebootMethod,
     /// The connection of the last heartbeat that did not fail.
     channel: Arc<Mutex<Option<Channel>>>,
 }
@@ -57,6 +66,8 @@ impl MachinePorts {
             state_dir,
             hardware_root,
             installer,
+            heartbeat_timeout: DEFAULT_HEARTBEAT_TIMEOUT,
+            reboot: RebootMethod::Kernel,
             channel: Arc::default(),
         }
     }
@@ -77,7 +88,8 @@ impl AgentPorts for MachinePorts {
             self.tls.clone(),
             self.channel.clone(),
         );
-        async move {
+        let timeout = self.heartbeat_timeout;
+        let heartbeat = async move {
             let channel = match cached {
                 Some(channel) => channel,
                 None => connect::tls(&TokioRuntime::shared(), &endpoint, tls)
@@ -95,8 +107,30 @@ impl AgentPorts for MachinePorts {
                     Err(format!("{:?}: {}", status.code(), status.message()))
                 }
             }
+        };
+        let slot = self.channel.clone();
+        async move {
+            match tokio::time::timeout(timeout, heartbeat).await {
+                Ok(result) => result,
+                Err(_) => {
+                    // The connection may be stuck: the next heartbeat
+                    // connects again.
+                    *lock(&slot) = None;
+                    Err(format!(
+                        "no answer within {:.1} s (--heartbeat-timeout)",
+                        timeout.as_secs_f64()
+                    ))
+                }
+            }
         }
         .boxed()
+    }
+
+    fn reboot(&self, generation: i64) -> Result<(), String> {
+        tracing::info!(generation, method = ?self.reboot, "rebooting");
+        // The connection ends with the process; nothing more is sent.
+        *lock(&self.channel) = None;
+        reboot(&self.reboot)
     }
 
     fn persist_last_acted(&self, generation: i64) -> Result<(), String> {

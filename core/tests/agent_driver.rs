@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use metropolis_core::ports::MonotonicClock;
-use metropolis_core::provisioning::{AgentConfig, AgentLoop};
+use metropolis_core::provisioning::{AgentConfig, AgentLoop, RebootAfter};
 use metropolis_core::service::agent_driver::{AgentPorts, AgentStopped, drive_agent};
 use metropolis_proto::prelude::agent;
 use metropolis_testkit::clock::ManualClock;
@@ -36,6 +36,7 @@ struct Script {
     events: Mutex<Vec<String>>,
     install_done: Arc<AtomicBool>,
     persist_fails: bool,
+    reboot_fails: bool,
 }
 
 impl Script {
@@ -86,6 +87,15 @@ impl AgentPorts for Script {
     fn hardware_report(&self) -> agent::AgentHardwareReport {
         agent::AgentHardwareReport::default()
     }
+
+    fn reboot(&self, generation: i64) -> Result<(), String> {
+        self.note(format!("reboot {generation}"));
+        if self.reboot_fails {
+            Err("not permitted".to_string())
+        } else {
+            Ok(())
+        }
+    }
 }
 
 fn offer(generation: i64) -> Bytes {
@@ -105,10 +115,15 @@ struct Run {
 
 impl Run {
     fn new(script: Script) -> Run {
+        Run::rebooting(script, RebootAfter::Never)
+    }
+
+    fn rebooting(script: Script, reboot_after: RebootAfter) -> Run {
         let clock = ManualClock::new();
         let script = Arc::new(script);
         let config = AgentConfig {
             interval: INTERVAL,
+            reboot_after,
             ..AgentConfig::default()
         };
         let machine = AgentLoop::new(config, None, 7, clock.now()).unwrap();
@@ -221,10 +236,41 @@ fn a_generation_that_cannot_be_persisted_stops_the_agent_uninstalled() {
     script.answers.lock().unwrap().push_back(Ok(Some(offer(4))));
     let mut run = Run::new(script);
     let stopped = run.poll().unwrap();
-    assert_eq!(stopped.generation, 4);
-    assert!(stopped.to_string().contains("disk full"), "{stopped}");
+    assert!(
+        matches!(&stopped, AgentStopped::NotPersisted { generation: 4, error } if error == "disk full"),
+        "{stopped}"
+    );
     assert_eq!(
         run.script.events(),
         ["heartbeat report=None hardware=false", "persist 4"]
     );
+}
+
+#[test]
+fn the_driver_reboots_once_the_success_was_reported() {
+    for fails in [false, true] {
+        let script = Script {
+            reboot_fails: fails,
+            ..Script::default()
+        };
+        script.answers.lock().unwrap().push_back(Ok(Some(offer(5))));
+        let mut run = Run::rebooting(script, RebootAfter::Success);
+        assert!(run.poll().is_none());
+        run.script.install_done.store(true, Ordering::Relaxed);
+        let stopped = run.poll().expect("stopped to reboot");
+        let events = run.script.events();
+        // The reboot comes right after the heartbeat carrying the report.
+        assert_eq!(
+            events[events.len() - 2..],
+            ["heartbeat report=Some(5) hardware=false", "reboot 5"]
+        );
+        if fails {
+            assert!(
+                matches!(&stopped, AgentStopped::RebootFailed { generation: 5, error } if error == "not permitted"),
+                "{stopped}"
+            );
+        } else {
+            assert_eq!(stopped, AgentStopped::Rebooting { generation: 5 });
+        }
+    }
 }

@@ -696,6 +696,14 @@ impl AgentProcess {
             .arg("0.2")
             .arg("--log")
             .arg("info")
+            // Never the test machine's reboot(2): a test that wants to see
+            // the reboot gives --reboot and --reboot-command itself.
+            .args(
+                (!extra.contains(&"--reboot"))
+                    .then_some(["--reboot", "never"])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -711,6 +719,23 @@ impl AgentProcess {
     /// What the agent logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits up to `timeout` for the agent to exit by itself; its status,
+    /// or `None` while it still runs.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + timeout;
+        let child = self.child.as_mut()?;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Kills the agent with SIGKILL.

@@ -277,3 +277,72 @@ async fn install_flow(rt: RuntimeKind) {
 }
 
 against_both_runtimes!(install_flow);
+
+/// `--reboot success`: a failed install keeps the agent heartbeating (a
+/// new generation can retry), a successful one reboots once its report
+/// was delivered: here through `--reboot-command`, a script leaving a
+/// marker, after which the agent exits 0. (The default, `reboot(2)`,
+/// would reboot the test machine; the tests' agents run `--reboot never`
+/// otherwise.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reboots_once_a_successful_install_was_reported() {
+    assert!(Registry::available(), "docker-registry is not installed");
+    let registry = Registry::start();
+    let image: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+    let digest = registry.push_image("os/metropolis", "v1", &image);
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("d"), RuntimeKind::Tokio);
+    let EnrolledMachine {
+        key_file,
+        operator: mut op,
+    } = d.enroll_machine(MACHINE, dir.path()).await;
+    let marker = dir.path().join("rebooted");
+    let script = dir.path().join("reboot.sh");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho rebooted > {}\n", marker.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let script_arg = script.display().to_string();
+    let flags = [
+        "--allow-image-files",
+        "--reboot",
+        "success",
+        "--reboot-command",
+        script_arg.as_str(),
+    ];
+    let state = dir.path().join("state");
+    let mut agent = AgentProcess::start_with(&d, MACHINE, &key_file, &state, &flags);
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let disk = shm.path().join("disk.img");
+    std::fs::write(&disk, b"").unwrap();
+
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let bad = request(&registry.addr, "os/metropolis", "", &wrong, &disk);
+    assert_eq!(submit(&mut op, MACHINE, bad).await, 1);
+    let r = report(&mut op, MACHINE, 1).await;
+    assert!(!r.success);
+    assert_eq!(
+        agent.wait_exit(Duration::from_secs(2)),
+        None,
+        "exited after a failure"
+    );
+    assert!(!marker.exists(), "rebooted after a failure");
+
+    let good = request(&registry.addr, "os/metropolis", "", &digest, &disk);
+    assert_eq!(submit(&mut op, MACHINE, good).await, 2);
+    let r = report(&mut op, MACHINE, 2).await;
+    assert!(r.success, "{}\n{}", r.error, agent.log());
+    let status = agent
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("the agent did not reboot:\n{}", agent.log()));
+    assert!(status.success(), "{status}\n{}", agent.log());
+    assert!(
+        marker.exists(),
+        "the reboot command did not run:\n{}",
+        agent.log()
+    );
+    assert!(agent.log().contains("rebooting"), "{}", agent.log());
+    assert!(std::fs::read(&disk).unwrap() == image);
+}

@@ -22,6 +22,7 @@ use serde::Deserialize;
 
 use super::InstallError;
 use super::credentials::{Login, RegistryCredentials};
+use super::deadline::Deadline;
 use super::http::{Client, Get, Response, Scheme, Url, bounded};
 use super::oci::{http_error, status_error};
 use super::retry::{Outcome, judge};
@@ -37,6 +38,8 @@ pub(crate) struct Session<'a> {
     /// The token scope asked for when the challenge names none.
     scope: String,
     authorization: Option<String>,
+    /// The whole installation's deadline.
+    install_deadline: Option<Deadline>,
 }
 
 #[derive(Deserialize)]
@@ -60,7 +63,15 @@ impl<'a> Session<'a> {
             login: credentials.login(&registry.authority),
             scope: format!("repository:{repository}:pull"),
             authorization: None,
+            install_deadline: None,
         }
+    }
+
+    /// The session with every request bounded by the installation's
+    /// `deadline` too.
+    pub(crate) fn within(mut self, deadline: Deadline) -> Self {
+        self.install_deadline = Some(deadline);
+        self
     }
 
     fn unauthorized(&self, problem: String) -> InstallError {
@@ -85,6 +96,16 @@ impl<'a> Session<'a> {
             let outcome = self.get_once(url, accept, range_from);
             match judge(&policy, attempt, outcome) {
                 Outcome::Done(result) => return result,
+                Outcome::Again(wait) if self.install_deadline.is_some_and(|d| d.left() <= wait) => {
+                    // No time left to wait for another try.
+                    let deadline = self
+                        .install_deadline
+                        .unwrap_or_else(|| Deadline::after(wait));
+                    return Err(InstallError::Transfer {
+                        url: url.to_string(),
+                        source: deadline.passed(),
+                    });
+                }
                 Outcome::Again(wait) => {
                     tracing::info!(
                         url = %url,
@@ -117,6 +138,7 @@ impl<'a> Session<'a> {
                         accept,
                         authorization,
                         range_from,
+                        install_deadline: self.install_deadline,
                     },
                 )
                 .map_err(http_error)
@@ -228,6 +250,7 @@ impl<'a> Session<'a> {
                     accept: Some("application/json"),
                     authorization: authorization.as_deref(),
                     range_from: None,
+                    install_deadline: self.install_deadline,
                 },
             )
             .map_err(http_error)?;

@@ -12,6 +12,7 @@ use std::io::{self, Read};
 
 use super::InstallError;
 use super::auth::Session;
+use super::deadline::DeadlinePassed;
 use super::http::{Response, Url};
 use super::oci::status_error;
 
@@ -142,7 +143,14 @@ impl Read for BlobReader<'_, '_> {
                     return Ok(read);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if self.resumes >= MAX_RESUMES_WITHOUT_PROGRESS => {
+                // A deadline that passed is not a broken transfer: the
+                // registry is too slow, and a resume would get it a new
+                // deadline.
+                Err(e)
+                    if self.resumes >= MAX_RESUMES_WITHOUT_PROGRESS
+                        || e.get_ref()
+                            .is_some_and(|inner| inner.is::<DeadlinePassed>()) =>
+                {
                     let url = response.url.to_string();
                     return Err(self.fail(InstallError::Transfer { url, source: e }));
                 }

@@ -14,11 +14,21 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+/// Which limit a deadline is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Limit {
+    /// One request's (`--registry-deadline`).
+    Request,
+    /// The whole installation's (`--install-timeout`).
+    Install,
+}
+
 /// When a request must be done by.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Deadline {
     at: Instant,
     limit: Duration,
+    kind: Limit,
 }
 
 /// The error of a request whose deadline passed (inside an
@@ -27,15 +37,24 @@ pub(crate) struct Deadline {
 pub(crate) struct DeadlinePassed {
     /// The deadline the request had.
     pub(crate) limit: Duration,
+    /// Which it was.
+    pub(crate) kind: Limit,
 }
 
 impl fmt::Display for DeadlinePassed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "not done within the request deadline of {} (--registry-deadline): the registry sends too slowly",
-            seconds(self.limit)
-        )
+        match self.kind {
+            Limit::Request => write!(
+                f,
+                "not done within the request deadline of {} (--registry-deadline): the registry sends too slowly",
+                seconds(self.limit)
+            ),
+            Limit::Install => write!(
+                f,
+                "the installation did not end within its limit of {} (--install-timeout)",
+                seconds(self.limit)
+            ),
+        }
     }
 }
 
@@ -54,24 +73,46 @@ pub(crate) fn seconds(duration: Duration) -> String {
 impl Deadline {
     /// The deadline `limit` from now.
     pub(crate) fn after(limit: Duration) -> Deadline {
+        Deadline::of(Limit::Request, limit)
+    }
+
+    /// The deadline of `kind`, `limit` from now.
+    pub(crate) fn of(kind: Limit, limit: Duration) -> Deadline {
         Deadline {
             at: Instant::now() + limit,
             limit,
+            kind,
         }
+    }
+
+    /// The earlier of this deadline and `other`.
+    pub(crate) fn earliest(self, other: Option<Deadline>) -> Deadline {
+        match other {
+            Some(other) if other.at < self.at => other,
+            _ => self,
+        }
+    }
+
+    /// The time left.
+    pub(crate) fn left(&self) -> Duration {
+        self.at.saturating_duration_since(Instant::now())
     }
 
     /// The error saying the deadline passed.
     pub(crate) fn passed(&self) -> io::Error {
         io::Error::new(
             io::ErrorKind::TimedOut,
-            DeadlinePassed { limit: self.limit },
+            DeadlinePassed {
+                limit: self.limit,
+                kind: self.kind,
+            },
         )
     }
 
     /// `timeout`, shortened to the time left (at least 1 ms: sockets have
     /// no zero timeout); the deadline's error once none is left.
     pub(crate) fn bound(&self, timeout: Duration) -> io::Result<Duration> {
-        let left = self.at.saturating_duration_since(Instant::now());
+        let left = self.left();
         if left.is_zero() {
             return Err(self.passed());
         }

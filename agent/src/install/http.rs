@@ -92,6 +92,9 @@ pub(crate) struct Get<'a> {
     pub(crate) authorization: Option<&'a str>,
     /// `Range: bytes=<from>-`: resuming a body from byte `from`.
     pub(crate) range_from: Option<u64>,
+    /// The whole installation's deadline, when it comes before the
+    /// request's own.
+    pub(crate) install_deadline: Option<Deadline>,
 }
 
 /// A response whose head was read; the body is read through
@@ -146,7 +149,7 @@ impl Client {
     /// `GET url`, following redirects (see [`may_redirect`]), all within
     /// the client's deadline.
     pub(crate) fn get(&self, url: &Url, get: Get<'_>) -> Result<Response, HttpError> {
-        let deadline = Deadline::after(self.deadline);
+        let deadline = Deadline::after(self.deadline).earliest(get.install_deadline);
         let origin = url.clone();
         let mut url = url.clone();
         for _ in 0..=MAX_REDIRECTS {

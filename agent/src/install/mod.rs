@@ -52,7 +52,7 @@ pub use device::GUARD_BYTES;
 pub use error::InstallError;
 pub use manifest::{ImageKind, Platform};
 pub use metropolis::{MAX_KERNEL_BYTES, MetropolisOptions};
-pub use oci::{DEFAULT_DEADLINE, MAX_MANIFEST_BYTES, OciInstaller};
+pub use oci::{DEFAULT_DEADLINE, DEFAULT_INSTALL_LIMIT, MAX_MANIFEST_BYTES, OciInstaller};
 pub use retry::RetryPolicy;
 pub use trust::{RegistryTls, registry_tls};
 

@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use super::auth::Session;
 use super::credentials::RegistryCredentials;
+use super::deadline::{Deadline, Limit};
 use super::digest::{Digest, digest_of};
 use super::disk_image::install_disk;
 use super::http::{Client, HttpError, Response, bounded};
@@ -27,6 +28,10 @@ use super::{InstallError, Installer, Progress, Target};
 /// The largest manifest accepted (the size the OCI distribution
 /// specification asks registries to accept at least).
 pub const MAX_MANIFEST_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The default limit of one installation as a whole (the reference's):
+/// see [`OciInstaller::with_install_limit`].
+pub const DEFAULT_INSTALL_LIMIT: Duration = Duration::from_secs(15 * 60);
 
 /// The default deadline of one request (see [`OciInstaller::with_deadline`]).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
@@ -125,6 +130,7 @@ pub struct OciInstaller {
     allow_files: bool,
     metropolis: MetropolisOptions,
     workers: usize,
+    install_limit: Duration,
 }
 
 impl Default for OciInstaller {
@@ -151,7 +157,17 @@ impl OciInstaller {
             allow_files: false,
             metropolis: MetropolisOptions::default(),
             workers: workers(),
+            install_limit: DEFAULT_INSTALL_LIMIT,
         }
+    }
+
+    /// Sets how long one installation may take in all, from its first
+    /// request to the last byte written (by default
+    /// [`DEFAULT_INSTALL_LIMIT`]); past it, requests and transfers fail
+    /// saying so.
+    pub fn with_install_limit(mut self, limit: Duration) -> Self {
+        self.install_limit = limit.max(Duration::from_millis(1));
+        self
     }
 
     /// How failed registry requests are tried again (by default
@@ -238,7 +254,8 @@ impl Installer for OciInstaller {
             &self.credentials,
             &reference.base,
             &reference.repository,
-        );
+        )
+        .within(Deadline::of(Limit::Install, self.install_limit));
         let manifest = self.fetch_image_manifest(&mut session, &reference)?;
         let config = fetch_config(&mut session, &reference, &manifest)?;
         progress(&Progress::Image {

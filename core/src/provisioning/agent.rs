@@ -39,6 +39,24 @@ pub struct AgentConfig {
     /// How much a failure delay is stretched at most, as a fraction of it
     /// (default 0.5: up to 50 % longer).
     pub backoff_jitter: f64,
+    /// After which installs the machine reboots, once their report was
+    /// delivered (default [`RebootAfter::Never`]).
+    pub reboot_after: RebootAfter,
+}
+
+/// After which of its installs the agent has the machine reboot
+/// ([`Action::Reboot`]), once the install's report was delivered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RebootAfter {
+    /// Never: the agent keeps heartbeating (trials, tests, the simulator).
+    #[default]
+    Never,
+    /// After a successful install: the machine boots what was installed.
+    /// After a failed one the agent keeps heartbeating, so that a new
+    /// generation can retry without a new takeover.
+    Success,
+    /// After every install, as the reference agent does.
+    Always,
 }
 
 impl Default for AgentConfig {
@@ -49,6 +67,7 @@ impl Default for AgentConfig {
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(60),
             backoff_jitter: 0.5,
+            reboot_after: RebootAfter::Never,
         }
     }
 }
@@ -168,6 +187,13 @@ pub enum Action {
         /// The encoded `OSInstallationRequest`, as received.
         request: Bytes,
     },
+    /// Reboot the machine: the report of `generation`'s install was
+    /// delivered and [`AgentConfig::reboot_after`] asks for it. The loop
+    /// asks for nothing after this.
+    Reboot {
+        /// The install whose outcome was delivered.
+        generation: i64,
+    },
 }
 
 /// Reads the generation of an offered encoded `OSInstallationRequest` (the
@@ -269,6 +295,10 @@ enum Heartbeat {
 ///   superseded), and without a report the server would offer it forever.
 ///   Offers at or below a generation acted on in this run are ignored.
 /// - Offers of a generation below 1 are ignored (no server issues one).
+/// - Once the heartbeat carrying the report of an install of this run
+///   succeeded, and [`AgentConfig::reboot_after`] asks for a reboot after
+///   that outcome, the loop emits [`Action::Reboot`] and then nothing
+///   more (no heartbeat, no timeout).
 #[derive(Clone, Debug)]
 pub struct AgentLoop {
     config: AgentConfig,
@@ -278,6 +308,10 @@ pub struct AgentLoop {
     failures: u32,
     hardware: Hardware,
     report: Option<Report>,
+    /// Whether `report` is the outcome of an install of this run.
+    report_of_install: bool,
+    /// Set once [`Action::Reboot`] was emitted.
+    rebooting: bool,
     installing: Option<i64>,
     last_acted: Option<i64>,
     acted_before: Option<i64>,
@@ -304,6 +338,8 @@ impl AgentLoop {
             failures: 0,
             hardware: Hardware::AwaitingFirstSuccess,
             report: None,
+            report_of_install: false,
+            rebooting: false,
             installing: None,
             last_acted: last_acted_generation,
             acted_before: last_acted_generation,
@@ -316,7 +352,7 @@ impl AgentLoop {
         if let Some(action) = self.actions.pop_front() {
             return Some(action);
         }
-        if self.heartbeat != Heartbeat::Due {
+        if self.rebooting || self.heartbeat != Heartbeat::Due {
             return None;
         }
         let plan = HeartbeatPlan {
@@ -330,6 +366,9 @@ impl AgentLoop {
     /// When [`handle_timeout`](Self::handle_timeout) is next needed; `None`
     /// while a heartbeat is in flight.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.rebooting {
+            return None;
+        }
         match self.heartbeat {
             Heartbeat::Waiting(at) => Some(at),
             Heartbeat::Due => Some(self.now),
@@ -363,7 +402,20 @@ impl AgentLoop {
             other => other,
         };
         if sent.installation_report.is_some() && sent.installation_report == self.report {
-            self.report = None;
+            if let Some(delivered) = self.report.take()
+                && self.report_of_install
+                && match self.config.reboot_after {
+                    RebootAfter::Never => false,
+                    RebootAfter::Success => delivered.result.is_success(),
+                    RebootAfter::Always => true,
+                }
+            {
+                self.rebooting = true;
+                self.actions.push_back(Action::Reboot {
+                    generation: delivered.generation,
+                });
+            }
+            self.report_of_install = false;
         }
         if let Some((generation, request)) = response_request {
             self.offer(generation, request);
@@ -409,6 +461,7 @@ impl AgentLoop {
             generation,
             result: result.into(),
         });
+        self.report_of_install = true;
         if matches!(self.heartbeat, Heartbeat::Waiting(_)) {
             self.heartbeat = Heartbeat::Due;
         }
@@ -476,6 +529,7 @@ impl AgentLoop {
                     generation,
                     result: ReportResult::Error(error),
                 });
+                self.report_of_install = false;
             }
             _ => {
                 self.last_acted = Some(generation);
@@ -517,6 +571,91 @@ mod tests {
 
     fn offer(generation: i64) -> Option<(i64, Bytes)> {
         Some((generation, Bytes::from(format!("request {generation}"))))
+    }
+
+    /// Runs an install of `generation` offered to `agent` to its end with
+    /// success or failure, answering heartbeats until the one carrying its
+    /// report succeeded; the actions after that.
+    fn install_and_report(agent: &mut AgentLoop, generation: i64, ok: bool) -> Vec<Action> {
+        send(agent);
+        agent.handle_heartbeat_ok(at(1), offer(generation));
+        let mut actions = drain(agent);
+        assert!(
+            actions
+                .iter()
+                .any(|a| matches!(a, Action::Install { generation: g, .. } if *g == generation)),
+            "{actions:?}"
+        );
+        let result = if ok { Ok(()) } else { Err("bad".into()) };
+        agent.handle_install_done(at(2), generation, result);
+        for _ in 0..8 {
+            let sent = actions.iter().rev().find_map(|a| match a {
+                Action::SendHeartbeat(plan) => Some(plan.clone()),
+                _ => None,
+            });
+            let plan = match sent {
+                Some(plan) => plan,
+                None => {
+                    let due = agent.poll_timeout().expect("a heartbeat due");
+                    agent.handle_timeout(due);
+                    send(agent)
+                }
+            };
+            agent.handle_heartbeat_ok(at(3), None);
+            actions = drain(agent);
+            if plan
+                .installation_report
+                .is_some_and(|r| r.generation == generation)
+            {
+                return actions;
+            }
+        }
+        panic!("the report of generation {generation} never went out");
+    }
+
+    fn with_reboot(reboot_after: RebootAfter, last_acted: Option<i64>) -> AgentLoop {
+        let config = AgentConfig {
+            reboot_after,
+            ..AgentConfig::default()
+        };
+        AgentLoop::new(config, last_acted, 1, at(0)).expect("valid config")
+    }
+
+    #[test]
+    fn reboots_once_the_report_of_an_install_was_delivered_as_configured() {
+        let reboot = |generation| vec![Action::Reboot { generation }];
+        let mut agent = with_reboot(RebootAfter::Success, None);
+        assert_eq!(install_and_report(&mut agent, 1, true), reboot(1));
+        // Nothing after the reboot: no heartbeat, no timer.
+        assert_eq!(agent.poll_action(), None);
+        assert_eq!(agent.poll_timeout(), None);
+
+        // A failure keeps the agent heartbeating, so a new generation can
+        // retry; then its success reboots.
+        let mut agent = with_reboot(RebootAfter::Success, None);
+        assert_eq!(install_and_report(&mut agent, 1, false), vec![]);
+        assert!(agent.poll_timeout().is_some());
+        let next = agent.poll_timeout().expect("idle wait");
+        agent.handle_timeout(next);
+        assert_eq!(install_and_report(&mut agent, 2, true), reboot(2));
+
+        let mut agent = with_reboot(RebootAfter::Always, None);
+        assert_eq!(install_and_report(&mut agent, 1, false), reboot(1));
+        let mut agent = with_reboot(RebootAfter::Never, None);
+        assert_eq!(install_and_report(&mut agent, 1, true), vec![]);
+        assert!(agent.poll_timeout().is_some());
+    }
+
+    #[test]
+    fn a_lost_outcome_s_report_never_reboots() {
+        let mut agent = with_reboot(RebootAfter::Always, Some(1));
+        send(&mut agent);
+        agent.handle_heartbeat_ok(at(1), offer(1));
+        let plan = send(&mut agent);
+        assert!(plan.installation_report.is_some());
+        agent.handle_heartbeat_ok(at(1), None);
+        assert_eq!(drain(&mut agent), vec![]);
+        assert!(agent.poll_timeout().is_some());
     }
 
     #[test]

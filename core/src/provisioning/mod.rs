@@ -28,7 +28,9 @@ mod report;
 mod root_device;
 mod server;
 
-pub use agent::{Action, AgentConfig, AgentLoop, ConfigError, HeartbeatPlan, offered_request};
+pub use agent::{
+    Action, AgentConfig, AgentLoop, ConfigError, HeartbeatPlan, RebootAfter, offered_request,
+};
 pub use report::{Report, ReportResult};
 pub use root_device::{DEVICE_DIR, MAX_ROOT_DEVICE_BYTES, RootDeviceError, root_device_path};
 pub use server::{

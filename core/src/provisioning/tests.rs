@@ -80,6 +80,7 @@ fn config() -> impl Strategy<Value = AgentConfig> {
                 backoff_base: Duration::from_millis(base),
                 backoff_cap: Duration::from_millis(base) * cap,
                 backoff_jitter,
+                reboot_after: RebootAfter::Never,
             },
         )
 }
@@ -167,6 +168,9 @@ impl Sim {
 
     fn act(&mut self, action: Action) {
         match action {
+            Action::Reboot { generation } => {
+                panic!("reboot after generation {generation} with reboot_after Never")
+            }
             Action::PersistLastActed(generation) => {
                 assert!(
                     self.disk_last_acted < Some(generation),

@@ -39,25 +39,54 @@ pub trait AgentPorts: Send + Sync + 'static {
 
     /// The hardware report, for a heartbeat that carries one.
     fn hardware_report(&self) -> agent::AgentHardwareReport;
+
+    /// Has the machine reboot (the report of `generation`'s install was
+    /// delivered); returns once the reboot is under way, or why it cannot
+    /// be.
+    fn reboot(&self, generation: i64) -> Result<(), String>;
 }
 
-/// Why [`drive_agent`] stopped: the generation it was about to install
-/// could not be persisted, so it refused to install it.
+/// Why [`drive_agent`] stopped.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AgentStopped {
-    /// The generation not persisted (and not installed).
-    pub generation: i64,
-    /// The port's error.
-    pub error: String,
+#[non_exhaustive]
+pub enum AgentStopped {
+    /// The generation it was about to install could not be persisted, so
+    /// it refused to install it.
+    NotPersisted {
+        /// The generation not persisted (and not installed).
+        generation: i64,
+        /// The port's error.
+        error: String,
+    },
+    /// The machine is rebooting after the install of `generation`.
+    Rebooting {
+        /// The install whose report was delivered.
+        generation: i64,
+    },
+    /// The reboot after the install of `generation` failed.
+    RebootFailed {
+        /// The install whose report was delivered.
+        generation: i64,
+        /// The port's error.
+        error: String,
+    },
 }
 
 impl std::fmt::Display for AgentStopped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "cannot persist generation {}, so not installing it: {}",
-            self.generation, self.error
-        )
+        match self {
+            AgentStopped::NotPersisted { generation, error } => write!(
+                f,
+                "cannot persist generation {generation}, so not installing it: {error}"
+            ),
+            AgentStopped::Rebooting { generation } => {
+                write!(f, "rebooting into what generation {generation} installed")
+            }
+            AgentStopped::RebootFailed { generation, error } => write!(
+                f,
+                "generation {generation} is installed and reported, but rebooting failed: {error}"
+            ),
+        }
     }
 }
 
@@ -75,7 +104,7 @@ enum Woke {
 }
 
 /// Runs `machine` for the machine `machine_id` until a generation cannot
-/// be persisted; never returns otherwise.
+/// be persisted or the machine reboots; never returns otherwise.
 pub async fn drive_agent(
     mut machine: AgentLoop,
     machine_id: String,
@@ -95,7 +124,7 @@ pub async fn drive_agent(
                 Action::PersistLastActed(generation) => {
                     if let Err(error) = ports.persist_last_acted(generation) {
                         tracing::error!(generation, %error, "cannot persist the generation; not installing");
-                        return AgentStopped { generation, error };
+                        return AgentStopped::NotPersisted { generation, error };
                     }
                 }
                 Action::Install {
@@ -104,6 +133,13 @@ pub async fn drive_agent(
                 } => {
                     tracing::info!(generation, "installing");
                     install = Some((generation, ports.install(generation, request)));
+                }
+                Action::Reboot { generation } => {
+                    tracing::info!(generation, "installation reported; rebooting");
+                    return match ports.reboot(generation) {
+                        Ok(()) => AgentStopped::Rebooting { generation },
+                        Err(error) => AgentStopped::RebootFailed { generation, error },
+                    };
                 }
             }
         }

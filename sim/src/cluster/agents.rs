@@ -515,6 +515,12 @@ impl AgentPorts for SimAgent {
     fn hardware_report(&self) -> agent::AgentHardwareReport {
         agent::AgentHardwareReport::default()
     }
+
+    fn reboot(&self, generation: i64) -> Result<(), String> {
+        Err(format!(
+            "the simulated agents never reboot (generation {generation}): their loop has reboot_after Never"
+        ))
+    }
 }
 
 /// Heartbeats for machine 0 with a key that was never registered.

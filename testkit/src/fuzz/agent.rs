@@ -29,7 +29,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use metropolis_core::provisioning::{
-    Action, AgentConfig, AgentLoop, HeartbeatPlan, MachineRecord, ReportResult, offered_request,
+    Action, AgentConfig, AgentLoop, HeartbeatPlan, MachineRecord, RebootAfter, ReportResult,
+    offered_request,
 };
 use metropolis_core::time::Instant;
 use metropolis_proto::prelude::agent;
@@ -69,6 +70,9 @@ pub fn config(input: &mut Input) -> AgentConfig {
         backoff_base,
         backoff_cap: backoff_base.saturating_mul(cap),
         backoff_jitter,
+        // Reboots end the loop; the harness checks that none is asked for
+        // when none is configured (reboots are the loop's unit tests').
+        reboot_after: RebootAfter::Never,
     }
 }
 
@@ -156,6 +160,9 @@ impl Sim {
                     "install of something not offered"
                 );
                 self.installing = Some(generation);
+            }
+            Action::Reboot { generation } => {
+                panic!("reboot after generation {generation} with reboot_after Never")
             }
             Action::SendHeartbeat(plan) => {
                 assert!(self.in_flight.is_none(), "two heartbeats in flight");
