@@ -1,0 +1,387 @@
+//! A Metropolis install end to end, as an operator does it, then the disk
+//! booted: `metroctl osimage build` makes an image of the test kernel
+//! (efi/build.sh's `test-kernel.efi`, a UEFI program that prints the name
+//! it was started under and the SHA-256 of `\metropolis\parameters.pb`)
+//! and a `system` payload; `metroctl osimage push` puts it in Debian's
+//! `docker-registry`; `metroctl install request` asks the real agent
+//! (built with the A/B loader) to install it onto a sparse loop device of
+//! 8.6 GiB. Then the layout is checked with tools that are not ours
+//! (`sfdisk --json`, `fsck.fat -n`, mtools), the boot entry with this
+//! test's own decoder, and QEMU (TCG) on OVMF boots the disk: slot A,
+//! then B once through `loader_state.pb`, then A again.
+//!
+//! Needs (Debian): docker-registry, gnu-efi and binutils, qemu-system-x86,
+//! ovmf, fdisk, mtools, dosfstools; root (loop devices).
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use metropolis_proto::osbase::net::proto::{Net, net::Nameserver};
+use metropolis_proto::prelude::debug::{NodeParameters, node_parameters};
+use metropolis_tests::loop_device::LoopDevice;
+use metropolis_tests::provisioning::report;
+use metropolis_tests::qemu::{EspImage, Qemu, QemuConfig, vars_copy};
+use metropolis_tests::registry::Registry;
+use metropolis_tests::{AgentProcess, Daemon, EnrolledMachine, RuntimeKind};
+use prost::Message;
+use sha2::{Digest, Sha256};
+
+const MACHINE: &str = "3b241101-e2bb-4255-8caf-4136c566a962";
+const MARKER: &str = "METROPOLIS-TEST-KERNEL started as ";
+const MIB: u64 = 1 << 20;
+/// OVMF under TCG on a loaded two-core machine: generous.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
+/// The EFI global variable GUID, as efivarfs names files.
+const GLOBAL: &str = "8be4df61-93ca-11d2-aa0d-00e098032b8c";
+
+/// efi/build.sh's programs (shared with the loader's boot test).
+fn programs() -> PathBuf {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("efi-loader");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../efi/build.sh");
+    let output = Command::new("bash")
+        .arg(&script)
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{} failed:\n{}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    out
+}
+
+fn run(command: &mut Command) -> String {
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{command:?} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The partitions `sfdisk --json` reads on `device`: (name, type GUID,
+/// start sector, size in sectors).
+fn partitions(device: &Path) -> Vec<(String, String, u64, u64)> {
+    let json = run(Command::new("sfdisk").arg("--json").arg(device));
+    let table: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(table["partitiontable"]["label"], "gpt", "{json}");
+    table["partitiontable"]["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                p["type"].as_str().unwrap().to_uppercase(),
+                p["start"].as_u64().unwrap(),
+                p["size"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// A `Boot####` variable file as efivarfs holds it, decoded by this
+/// test: attributes, load option attributes, description, and the device
+/// path's hard-drive node (partition, start, size, GUID bytes) and file
+/// path.
+struct BootEntry {
+    attributes: u32,
+    option_attributes: u32,
+    description: String,
+    partition: u32,
+    start: u64,
+    blocks: u64,
+    file: String,
+}
+
+fn u16s(bytes: &[u8]) -> Vec<u16> {
+    bytes
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect()
+}
+
+fn decode_boot_entry(file: &[u8]) -> BootEntry {
+    let le32 = |at: usize| u32::from_le_bytes(file[at..at + 4].try_into().unwrap());
+    let le64 = |at: usize| u64::from_le_bytes(file[at..at + 8].try_into().unwrap());
+    let attributes = le32(0);
+    let option_attributes = le32(4);
+    let path_len = usize::from(u16::from_le_bytes([file[8], file[9]]));
+    let text = u16s(&file[10..]);
+    let nul = text.iter().position(|c| *c == 0).unwrap();
+    let description = String::from_utf16(&text[..nul]).unwrap();
+    let path = &file[10 + 2 * (nul + 1)..];
+    assert_eq!(path.len(), path_len, "the device path's length");
+    // Hard drive: type 4, subtype 1, length 42.
+    assert_eq!(&path[..4], &[4, 1, 42, 0]);
+    let at = file.len() - path.len();
+    let partition = le32(at + 4);
+    let (start, blocks) = (le64(at + 8), le64(at + 16));
+    assert_eq!(&path[40..42], &[2, 2], "GPT format, GUID signature");
+    let node = &path[42..];
+    assert_eq!(&node[..2], &[4, 4], "a file path node");
+    let len = usize::from(u16::from_le_bytes([node[2], node[3]]));
+    let name = u16s(&node[4..len]);
+    let file_name = String::from_utf16(&name[..name.len() - 1]).unwrap();
+    assert_eq!(&node[len..], &[0x7f, 0xff, 4, 0], "the end node");
+    BootEntry {
+        attributes,
+        option_attributes,
+        description,
+        partition,
+        start,
+        blocks,
+        file: file_name,
+    }
+}
+
+/// Boots `disk` once; the test kernel's line.
+fn boot(disk: &Path, vars: &Path, log_dir: &Path, name: &str) -> String {
+    let mut vm = Qemu::start(&QemuConfig::new(disk, vars), log_dir, name);
+    let line = vm
+        .wait_for(MARKER, BOOT_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let _ = vm.wait_exit(Duration::from_secs(30));
+    line
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_installs_metropolis_and_the_disk_boots_its_slots() {
+    assert!(Registry::available(), "docker-registry is not installed");
+    let dir = tempfile::tempdir().unwrap();
+    let programs = programs();
+    let kernel = std::fs::read(programs.join("test-kernel.efi")).unwrap();
+    let system: Vec<u8> = (0..(48 * MIB as u32))
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect();
+    std::fs::write(dir.path().join("system.img"), &system).unwrap();
+
+    // The operator's commands: build, push, request.
+    let d = Daemon::start(&dir.path().join("d"), RuntimeKind::Tokio);
+    let layout = dir.path().join("layout");
+    let built = d.metroctl(&[
+        "osimage",
+        "build",
+        "--out",
+        layout.to_str().unwrap(),
+        "--payload",
+        &format!("kernel.efi={}", programs.join("test-kernel.efi").display()),
+        "--payload",
+        &format!("system={}", dir.path().join("system.img").display()),
+    ]);
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let registry = Registry::start();
+    let pushed = d.metroctl(&[
+        "-o",
+        "json",
+        "osimage",
+        "push",
+        layout.to_str().unwrap(),
+        &format!("http://{}/os/metropolis:v1", registry.addr),
+    ]);
+    assert!(
+        pushed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    let pushed: serde_json::Value = serde_json::from_slice(&pushed.stdout).unwrap();
+    let image = pushed["image"].as_str().unwrap().to_string();
+
+    let EnrolledMachine {
+        key_file,
+        operator: mut op,
+    } = d.enroll_machine(MACHINE, dir.path()).await;
+    let firmware = dir.path().join("firmware-efi");
+    let efivars = firmware.join("efivars");
+    std::fs::create_dir_all(&efivars).unwrap();
+    // An entry the firmware already had: kept, and the new one numbered
+    // after it.
+    std::fs::write(efivars.join(format!("Boot0000-{GLOBAL}")), [7, 0, 0, 0, 1]).unwrap();
+    let network = dir.path().join("net.json");
+    std::fs::write(&network, br#"{"nameserver": [{"ip": "192.0.2.53"}]}"#).unwrap();
+    let flags = [
+        format!("--firmware-dir={}", firmware.display()),
+        format!("--efivars-dir={}", efivars.display()),
+        format!("--network-config={}", network.display()),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let state = dir.path().join("state");
+    let agent = AgentProcess::start_with(&d, MACHINE, &key_file, &state, &flags);
+
+    let device = LoopDevice::attach_sparse_in(dir.path(), 8800 * MIB);
+    let owner_key = vec![7u8; 32];
+    let parameters_json = dir.path().join("params.json");
+    std::fs::write(
+        &parameters_json,
+        // 32 bytes of 7, in the JSON mapping's base64.
+        r#"{"clusterBootstrap": {"ownerPublicKey": "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc="}}"#,
+    )
+    .unwrap();
+    let requested = d.metroctl(&[
+        "install",
+        "request",
+        MACHINE,
+        "--image",
+        &image,
+        "--root-device",
+        device.path().to_str().unwrap(),
+        "--node-parameters",
+        parameters_json.to_str().unwrap(),
+    ]);
+    assert!(
+        requested.status.success(),
+        "{}",
+        String::from_utf8_lossy(&requested.stderr)
+    );
+    let r = report(&mut op, MACHINE, 1).await;
+    assert!(r.success, "{}\n{}", r.error, agent.log());
+    drop(agent);
+
+    // The layout, as sfdisk reads it.
+    let esp_type = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
+    let found = partitions(device.path());
+    let expected = [
+        ("ESP", esp_type, 2048, 786_432),
+        (
+            "METROPOLIS-SYSTEM-A",
+            "EE96054B-F6D0-4267-AAAA-724B2AFEA74C",
+            788_480,
+            8_388_608,
+        ),
+        (
+            "METROPOLIS-SYSTEM-B",
+            "EE96054B-F6D0-4267-BBBB-724B2AFEA74C",
+            9_177_088,
+            8_388_608,
+        ),
+    ];
+    for (i, (name, kind, start, size)) in expected.iter().enumerate() {
+        assert_eq!(
+            (
+                found[i].0.as_str(),
+                found[i].1.as_str(),
+                found[i].2,
+                found[i].3
+            ),
+            (*name, *kind, *start, *size)
+        );
+    }
+    let data = &found[3];
+    assert_eq!(
+        (data.0.as_str(), data.1.as_str(), data.2),
+        (
+            "METROPOLIS-NODE-DATA",
+            "9EEEC464-6885-414A-B278-4305C51F7966",
+            17_565_696
+        )
+    );
+    assert_eq!(data.3 % 2048, 0, "the data partition is whole MiB");
+    run(Command::new("sfdisk").arg("--verify").arg(device.path()));
+
+    // Slot A holds `system`.
+    let mut slot_a = vec![0u8; system.len()];
+    std::os::unix::fs::FileExt::read_exact_at(
+        &std::fs::File::open(device.path()).unwrap(),
+        &mut slot_a,
+        788_480 * 512,
+    )
+    .unwrap();
+    assert!(slot_a == system, "slot A is not the system payload");
+
+    // The ESP: fsck.fat on a copy, the files through mtools.
+    let esp_copy = dir.path().join("esp.img");
+    run(Command::new("dd")
+        .arg(format!("if={}", device.path().display()))
+        .arg(format!("of={}", esp_copy.display()))
+        .args(["bs=1M", "skip=1", "count=384", "status=none"]));
+    run(Command::new("fsck.fat").arg("-n").arg(&esp_copy));
+    let esp = EspImage {
+        path: device.path().to_path_buf(),
+        offset: MIB,
+    };
+    assert_eq!(
+        esp.get("EFI/BOOT/BOOTx64.EFI").unwrap(),
+        std::fs::read(programs.join("BOOTx64.EFI")).unwrap(),
+        "the loader"
+    );
+    assert_eq!(esp.get("EFI/metropolis/boot-a.efi").unwrap(), kernel);
+    let parameters = esp.get("metropolis/parameters.pb").unwrap();
+    let expected_parameters = NodeParameters {
+        cluster: Some(node_parameters::Cluster::ClusterBootstrap(
+            node_parameters::ClusterBootstrap {
+                owner_public_key: owner_key.into(),
+                ..Default::default()
+            },
+        )),
+        network_config: Some(Net {
+            nameserver: vec![Nameserver {
+                ip: "192.0.2.53".into(),
+            }],
+            ..Default::default()
+        }),
+    };
+    assert_eq!(
+        NodeParameters::decode(parameters.as_slice()).unwrap(),
+        expected_parameters
+    );
+
+    // The boot entry, decoded here.
+    let boot0001 = std::fs::read(efivars.join(format!("Boot0001-{GLOBAL}"))).unwrap();
+    let entry = decode_boot_entry(&boot0001);
+    assert_eq!((entry.attributes, entry.option_attributes), (7, 1));
+    assert_eq!(entry.description, "Metropolis");
+    assert_eq!(
+        (entry.partition, entry.start, entry.blocks),
+        (1, 2048, 786_432)
+    );
+    assert_eq!(entry.file, "\\EFI\\BOOT\\BOOTx64.EFI");
+    let order = std::fs::read(efivars.join(format!("BootOrder-{GLOBAL}"))).unwrap();
+    assert_eq!(
+        order,
+        [7, 0, 0, 0, 1, 0],
+        "BootOrder is the new entry alone"
+    );
+    assert_eq!(
+        std::fs::read(efivars.join(format!("Boot0000-{GLOBAL}"))).unwrap(),
+        [7, 0, 0, 0, 1],
+        "the firmware's entry is kept"
+    );
+
+    // The disk boots slot A with the parameters it was given.
+    let vars = dir.path().join("vars.fd");
+    vars_copy(&vars);
+    let line = boot(device.path(), &vars, dir.path(), "boot-1");
+    let digest = hex(&Sha256::digest(&parameters));
+    assert!(line.contains("\\EFI\\metropolis\\boot-a.efi"), "{line}");
+    assert!(
+        line.contains(&format!("parameters-sha256 {digest}")),
+        "{line}"
+    );
+
+    // B once, through loader_state.pb (active A, next B), then A again.
+    esp.put("EFI/metropolis/boot-b.efi", &kernel);
+    esp.put("EFI/metropolis/loader_state.pb", &[0x08, 0x01, 0x10, 0x02]);
+    let line = boot(device.path(), &vars, dir.path(), "boot-2");
+    assert!(line.contains("\\EFI\\metropolis\\boot-b.efi"), "{line}");
+    assert_eq!(
+        esp.get("EFI/metropolis/loader_state.pb").unwrap(),
+        [0x08, 0x01],
+        "next_slot cleared before booting B"
+    );
+    let line = boot(device.path(), &vars, dir.path(), "boot-3");
+    assert!(line.contains("\\EFI\\metropolis\\boot-a.efi"), "{line}");
+}
