@@ -2,8 +2,9 @@
 //! played by the in-test registry (`fake_registry`): Basic logins over
 //! https, the Docker token flow (with a login and anonymously), logins
 //! refused in the clear, Authorization kept from other hosts, https-only
-//! cross-host redirects, image indexes, and a registry dripping the layer
-//! slower than the request deadline. The same against Debian's
+//! cross-host redirects, image indexes, a registry dripping the layer
+//! slower than the request deadline, and one breaking off every transfer
+//! or asking to come back later than the installation's limit. The same against Debian's
 //! `docker-registry` with TLS, htpasswd and token auth, end to end:
 //! `tests/tests/agent_registries.rs`.
 
@@ -315,29 +316,21 @@ fn a_dripping_registry_fails_at_the_deadline_and_leaves_no_bootable_head() {
     let data = image(3 * GUARD_BYTES as usize, 24);
     let (digest, layer_digest) = registry.push(&data);
     let blob = format!("/v2/{REPO}/blobs/{layer_digest}");
-    let drip = |fast: usize| Route::Reply {
-        status: 200,
-        content_type: Some(RAW.into()),
-        headers: Vec::new(),
-        body: data.clone(),
-        framing: Framing::Drip {
-            fast,
-            chunk: 100,
-            pause: Duration::from_millis(20),
-        },
-    };
-    // 2 MiB at once, then 100 bytes every 20 ms: each read gets bytes long
-    // before the 10 s socket timeout, but the whole would take hours. The
-    // transfer is resumed when the deadline cuts it; this registry
-    // ignores the range and sends the blob from its start, even slower
-    // (1 MiB at once), so the resumed request cannot even get back to
-    // where the first one stopped before its own deadline.
+    // Past the head, 100 bytes every 20 ms: each read gets bytes long
+    // before the 10 s socket timeout, but the whole would take hours.
     registry.route(
         &blob,
-        Route::Sequence(vec![
-            drip(2 * GUARD_BYTES as usize),
-            drip(GUARD_BYTES as usize),
-        ]),
+        Route::Reply {
+            status: 200,
+            content_type: Some(RAW.into()),
+            headers: Vec::new(),
+            body: data.clone(),
+            framing: Framing::Drip {
+                fast: 2 * GUARD_BYTES as usize,
+                chunk: 100,
+                pause: Duration::from_millis(20),
+            },
+        },
     );
     let dir = tempfile::tempdir().unwrap();
     let disk = dir.path().join("disk.img");
@@ -354,14 +347,9 @@ fn a_dripping_registry_fails_at_the_deadline_and_leaves_no_bootable_head() {
         .into_iter()
         .filter(|s| s.path == blob)
         .collect();
-    assert_eq!(tries.len(), 2, "{tries:?}");
-    assert!(
-        tries[1]
-            .range
-            .as_deref()
-            .is_some_and(|r| r.starts_with("bytes=")),
-        "{tries:?}"
-    );
+    // A transfer cut by its deadline is not resumed: that would give the
+    // registry a new deadline.
+    assert_eq!(tries.len(), 1, "{tries:?}");
     let after = std::fs::read(&disk).unwrap();
     assert!(
         after[..GUARD_BYTES as usize].iter().all(|b| *b == 0),
@@ -371,6 +359,86 @@ fn a_dripping_registry_fails_at_the_deadline_and_leaves_no_bootable_head() {
     // The registry fixed, the next install succeeds.
     registry.route(&blob, Route::ok(RAW, data.clone()));
     install(&strict, &registry.image_ref(&digest), &disk)
+        .0
+        .unwrap();
+    assert!(std::fs::read(&disk).unwrap() == data);
+}
+
+#[test]
+fn the_install_limit_bounds_resumes_and_retry_waits() {
+    let registry = Registry::start();
+    let data = image(3 * GUARD_BYTES as usize, 25);
+    let pushed = registry.push_disk(&data, Compression::Raw, CHUNK);
+    let digest = pushed.manifest_digest.clone();
+    let blob = pushed.blob_path(0);
+    // Every response breaks off after 100 bytes, and the registry honours
+    // the ranges: each resume makes progress, the whole would take
+    // 30 000 requests.
+    registry.route(
+        &blob,
+        Route::Trickle {
+            body: data.clone(),
+            per_response: 100,
+        },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    std::fs::write(&disk, vec![0xaa; data.len()]).unwrap();
+    let limited = installer().with_install_limit(Duration::from_secs(1));
+    let started = Instant::now();
+    let err = must_fail(install(&limited, &registry.image_ref(&digest), &disk));
+    let took = started.elapsed();
+    assert!(
+        err.to_string()
+            .contains("the installation did not end within its limit of 1 s"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    let tries: Vec<_> = registry
+        .seen()
+        .into_iter()
+        .filter(|s| s.path == blob)
+        .collect();
+    assert!(tries.len() > 2, "{} requests", tries.len());
+    assert_eq!(tries[1].range.as_deref(), Some("bytes=100-"));
+    assert_eq!(tries[2].range.as_deref(), Some("bytes=200-"));
+    let after = std::fs::read(&disk).unwrap();
+    assert!(
+        after[..GUARD_BYTES as usize].iter().all(|b| *b == 0),
+        "the head is zero"
+    );
+
+    // A registry asking to come back in 100 s: past the limit, so the
+    // installation ends now rather than waiting.
+    registry.route(
+        &pushed.manifest_path(),
+        Route::status(503, &[("Retry-After", "100")]),
+    );
+    let started = Instant::now();
+    let err = must_fail(install(&limited, &registry.image_ref(&digest), &disk));
+    let took = started.elapsed();
+    assert!(
+        err.to_string()
+            .contains("the installation did not end within its limit of 1 s"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+
+    // A registry breaking off after each mebibyte: resumed each time, to
+    // the end.
+    registry.route(
+        &pushed.manifest_path(),
+        Route::ok(OCI_MANIFEST, pushed.manifest.clone()),
+    );
+    registry.route(
+        &blob,
+        Route::Trickle {
+            body: data.clone(),
+            per_response: GUARD_BYTES as usize,
+        },
+    );
+    let patient = installer().with_install_limit(Duration::from_secs(60));
+    install(&patient, &registry.image_ref(&digest), &disk)
         .0
         .unwrap();
     assert!(std::fs::read(&disk).unwrap() == data);

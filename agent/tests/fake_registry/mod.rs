@@ -255,6 +255,12 @@ pub enum Route {
         body: Vec<u8>,
         cut: Option<usize>,
     },
+    /// [`Route::Ranged`] with every response (`200` or `206`) cut after
+    /// `per_response` bytes: each resume makes progress, none gets far.
+    Trickle {
+        body: Vec<u8>,
+        per_response: usize,
+    },
     Redirect {
         status: u16,
         location: String,
@@ -555,6 +561,45 @@ fn take_route(routes: &Mutex<HashMap<String, Route>>, path: &str) -> Option<Rout
     }
 }
 
+/// The answer of a registry supporting ranges to a request for `body`
+/// with `range`: `200`, or `206` from the byte asked for; the first
+/// response cut after `cut_first` bytes, each cut after `cut_each`.
+fn ranged(
+    body: Vec<u8>,
+    range: Option<&str>,
+    cut_first: Option<usize>,
+    cut_each: Option<usize>,
+) -> Route {
+    let len = body.len();
+    let framing = |sent: usize| match cut_each {
+        Some(n) if n < sent => Framing::Truncated(n),
+        _ => Framing::Length,
+    };
+    match range.and_then(range_from) {
+        Some(from) if from < len => Route::Reply {
+            status: 206,
+            content_type: Some("application/octet-stream".into()),
+            headers: vec![(
+                "Content-Range".into(),
+                format!("bytes {from}-{}/{len}", len - 1),
+            )],
+            framing: framing(len - from),
+            body: body[from..].to_vec(),
+        },
+        Some(_) => Route::status(416, &[("Content-Range", &format!("bytes */{len}"))]),
+        None => Route::Reply {
+            status: 200,
+            content_type: Some("application/octet-stream".into()),
+            headers: Vec::new(),
+            framing: match cut_first {
+                Some(n) if n < len => Framing::Truncated(n),
+                _ => framing(len),
+            },
+            body,
+        },
+    }
+}
+
 /// Answers one request on `stream`.
 pub fn serve(
     mut stream: impl Read + Write,
@@ -624,29 +669,10 @@ pub fn serve(
                 Route::framed(401, Vec::new(), Framing::Length)
             })
         }
-        Some(Route::Ranged { body, cut }) => Some(match range.as_deref().and_then(range_from) {
-            Some(from) if from < body.len() => Route::Reply {
-                status: 206,
-                content_type: Some("application/octet-stream".into()),
-                headers: vec![(
-                    "Content-Range".into(),
-                    format!("bytes {from}-{}/{}", body.len() - 1, body.len()),
-                )],
-                body: body[from..].to_vec(),
-                framing: Framing::Length,
-            },
-            Some(_) => Route::status(
-                416,
-                &[("Content-Range", &format!("bytes */{}", body.len()))],
-            ),
-            None => Route::Reply {
-                status: 200,
-                content_type: Some("application/octet-stream".into()),
-                headers: Vec::new(),
-                framing: cut.map_or(Framing::Length, Framing::Truncated),
-                body,
-            },
-        }),
+        Some(Route::Ranged { body, cut }) => Some(ranged(body, range.as_deref(), cut, None)),
+        Some(Route::Trickle { body, per_response }) => {
+            Some(ranged(body, range.as_deref(), None, Some(per_response)))
+        }
         other => other,
     };
     let route = route.unwrap_or_else(|| Route::Reply {
@@ -662,7 +688,9 @@ pub fn serve(
             "HTTP/1.1 {status} Redirect\r\nLocation: {location}\r\nContent-Length: 0\r\n\r\n"
         )
         .into_bytes(),
-        Route::Token { .. } | Route::Ranged { .. } | Route::Sequence(_) => return,
+        Route::Token { .. } | Route::Ranged { .. } | Route::Trickle { .. } | Route::Sequence(_) => {
+            return;
+        }
         Route::Reply {
             status,
             content_type,
