@@ -54,6 +54,7 @@ fn kernel_reboot() -> Result<(), String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

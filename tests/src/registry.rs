@@ -70,6 +70,17 @@ pub const DISK_ARTIFACT: &str = "application/vnd.metropolis-rs.os.disk-image.v1"
 /// The manifest `artifactType` of a Metropolis OS image.
 pub const METROPOLIS_ARTIFACT: &str = "application/vnd.monogon.os.image.v1";
 
+/// A payload to push: its name, its bytes, and the zstd frame to store
+/// instead of them when it is compressed.
+pub struct Payload<'a> {
+    /// The payload's name, e.g. `system`.
+    pub name: &'a str,
+    /// Its (uncompressed) bytes: what the config's chunk hashes cover.
+    pub bytes: &'a [u8],
+    /// The layer as stored, when compressed.
+    pub zstd: Option<&'a [u8]>,
+}
+
 /// One payload's entry in an OS image config: its size, chunk size and
 /// the SHA-256 of each chunk in standard base64 without padding.
 pub fn payload_config(name: &str, bytes: &[u8], chunk: usize) -> String {
@@ -381,15 +392,39 @@ impl Registry {
         artifact_type: &str,
         payloads: &[(&str, &[u8])],
     ) -> String {
+        let payloads: Vec<Payload<'_>> = payloads
+            .iter()
+            .map(|(name, bytes)| Payload {
+                name,
+                bytes,
+                zstd: None,
+            })
+            .collect();
+        self.push_payloads(repo, tag, artifact_type, &payloads)
+    }
+
+    /// [`push_os_image`](Self::push_os_image) with payloads that may be
+    /// stored compressed.
+    pub fn push_payloads(
+        &self,
+        repo: &str,
+        tag: &str,
+        artifact_type: &str,
+        payloads: &[Payload<'_>],
+    ) -> String {
         let mut layers = Vec::new();
         let mut configs = Vec::new();
-        for (name, bytes) in payloads {
-            let layer_digest = self.push_blob(repo, bytes);
+        for payload in payloads {
+            let (media_type, blob) = match payload.zstd {
+                Some(compressed) => ("application/zstd", compressed),
+                None => ("application/octet-stream", payload.bytes),
+            };
+            let layer_digest = self.push_blob(repo, blob);
             layers.push(format!(
-                r#"{{"mediaType":"application/octet-stream","digest":"{layer_digest}","size":{}}}"#,
-                bytes.len()
+                r#"{{"mediaType":"{media_type}","digest":"{layer_digest}","size":{}}}"#,
+                blob.len()
             ));
-            configs.push(payload_config(name, bytes, 1 << 20));
+            configs.push(payload_config(payload.name, payload.bytes, 1 << 20));
         }
         let config = format!(
             r#"{{"format_version":"1","payloads":[{}]}}"#,

@@ -97,10 +97,13 @@ impl<'s, 'a> BlobReader<'s, 'a> {
                     source,
                 })?;
                 if skipped != self.received {
-                    return Err(InstallError::LayerSizeMismatch {
-                        digest: self.url.to_string(),
-                        expected: self.size,
-                        received: skipped,
+                    return Err(InstallError::Protocol {
+                        url: response.url.to_string(),
+                        problem: format!(
+                            "resent the blob from its start, {skipped} bytes long, shorter \
+                             than the {} already received",
+                            self.received
+                        ),
                     });
                 }
             }
@@ -122,8 +125,8 @@ impl Read for BlobReader<'_, '_> {
             return Err(io::Error::other(failure.to_string()));
         }
         if buf.is_empty() || self.received >= self.size {
-            // Nothing more is wanted: a longer blob is refused by the
-            // caller's count, never read.
+            // Nothing more is wanted: bytes past the payload's size are
+            // never read.
             return Ok(0);
         }
         loop {

@@ -143,16 +143,6 @@ pub enum InstallError {
         /// Why.
         problem: String,
     },
-    /// The layer's length is not the size the manifest gives.
-    LayerSizeMismatch {
-        /// The layer's digest.
-        digest: String,
-        /// The size the manifest gives.
-        expected: u64,
-        /// The bytes received: fewer than expected, or (the transfer
-        /// stops as soon as the layer is too long) one more than expected.
-        received: u64,
-    },
     /// The layer is not valid zstd.
     Decompress {
         /// The layer's digest, or the payload's name.
@@ -279,23 +269,6 @@ impl fmt::Display for InstallError {
                  config gives"
             ),
             Unbootable { problem } => write!(f, "cannot install Metropolis: {problem}"),
-            LayerSizeMismatch {
-                digest,
-                expected,
-                received,
-            } => {
-                if received > expected {
-                    write!(
-                        f,
-                        "image layer {digest} is longer than the {expected} bytes the manifest gives"
-                    )
-                } else {
-                    write!(
-                        f,
-                        "image layer {digest} ended after {received} of the {expected} bytes the manifest gives"
-                    )
-                }
-            }
             Decompress { digest, problem } => {
                 write!(
                     f,

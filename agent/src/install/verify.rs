@@ -216,6 +216,11 @@ fn fill<S: Read>(
         let len = plan.len(seq);
         let mut got = 0;
         while got < len {
+            // A reader that stopped (a bad chunk, a failed write) is not
+            // kept waiting for the rest of a batch from a slow registry.
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
             match source.read(&mut buf.as_mut_slice()[got..len]) {
                 Ok(0) => {
                     let received = received + got as u64;

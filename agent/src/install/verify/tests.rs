@@ -118,7 +118,9 @@ fn a_short_source_is_truncated_and_a_long_one_read_to_the_size_only() {
     let mut longer = good.clone();
     longer.extend_from_slice(b"trailing bytes");
     let mut source = &longer[..];
-    let (ended, read) = with_verified(&mut source, &spec, 2, |reader| {
+    // By reference, to see afterwards where the source was left.
+    let by_ref: &mut &[u8] = &mut source;
+    let (ended, read) = with_verified(by_ref, &spec, 2, |reader| {
         let mut out = Vec::new();
         (reader.read_to_end(&mut out).map(|_| ()), out)
     });

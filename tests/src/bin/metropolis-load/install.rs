@@ -1,11 +1,13 @@
 //! `install`: the agent's installer putting a large OS image (default
-//! 1 GiB, raw layer) from a local registry (Debian's `docker-registry`,
-//! started here, storage on the work directory's disk) onto a target on
-//! the same disk, against `dd ... oflag=direct conv=fsync` writing the same
-//! bytes to the same target, in alternating windows. The installer's
-//! figure includes everything an install does: fetching the manifest,
-//! streaming and hashing the layer, invalidating the target's ends,
-//! writing, reading the image back and syncing. Since an install reads
+//! 1 GiB, a whole-disk image whose one payload is raw or zstd) from a
+//! local registry (Debian's `docker-registry`, started here, storage on
+//! the work directory's disk) onto a target on the same disk, against
+//! `dd ... oflag=direct conv=fsync` writing the same bytes to the same
+//! target (after `zstd -d` for a zstd payload), in alternating windows.
+//! The installer's figure includes everything an install does: fetching
+//! the manifest and config, streaming the payload, verifying every chunk,
+//! invalidating the target's ends, writing, reading the image back and
+//! syncing. Since an install reads
 //! back all it wrote, each round also times `dd ... iflag=direct` reading
 //! the target back: the installer is compared with dd's write alone (the
 //! project's target) and with dd's write followed by that read (the same
@@ -18,7 +20,7 @@ use std::time::{Duration, Instant};
 use bmaas_agent::install::{Installer, OciInstaller, Progress, Target};
 use metropolis_proto::prelude::debug::OsImageRef;
 use metropolis_tests::loop_device::LoopDevice;
-use metropolis_tests::registry::Registry;
+use metropolis_tests::registry::{DISK_ARTIFACT, Payload, Registry};
 
 use super::util::{Context, Result, print_table, row};
 
@@ -35,6 +37,20 @@ pub struct InstallArgs {
     /// disk (needs root), or a regular file there.
     #[arg(long, value_enum, default_value_t = TargetKind::Loop)]
     pub target: TargetKind,
+    /// How the payload is stored: raw, or one zstd frame (made by the
+    /// `zstd` program, level 3; dd's side then runs `zstd -d | dd`). The
+    /// zstd image is half compressible (every other 8 KiB zeroed).
+    #[arg(long, value_enum, default_value_t = Compression::None)]
+    pub compression: Compression,
+}
+
+/// How the benchmark's payload is stored.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    /// Raw (`application/octet-stream`).
+    None,
+    /// One zstd frame (`application/zstd`).
+    Zstd,
 }
 
 /// The kind of target written.
@@ -97,8 +113,19 @@ async fn install(image: OsImageRef, target: PathBuf) -> Result<Timed> {
     })
 }
 
-/// `dd` of `source` onto `target`, direct and synced; its duration.
-async fn dd_write(source: &Path, target: &Path) -> Result<Duration> {
+/// `dd` of `source` onto `target`, direct and synced (through `zstd -d`
+/// when `compressed`); its duration.
+async fn dd_write(source: &Path, target: &Path, compressed: bool) -> Result<Duration> {
+    if compressed {
+        let mut command = Command::new("sh");
+        command.arg("-c").arg(format!(
+            "zstd -q -d -c '{}' | dd of='{}' bs=1M iflag=fullblock oflag=direct \
+             conv=fsync,notrunc status=none",
+            source.display(),
+            target.display()
+        ));
+        return dd(command).await;
+    }
     let mut command = Command::new("dd");
     command
         .arg(format!("if={}", source.display()))
@@ -140,13 +167,50 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
         return Err("docker-registry is not installed (apt-get install docker-registry)".into());
     }
     let size = args.size_mib << 20;
-    let data = image(usize::try_from(size).map_err(|_| "--size-mib is too large")?);
-    let source = work.join("image.raw");
-    std::fs::write(&source, &data).context(|| "writing the image for dd".into())?;
+    let mut data = image(usize::try_from(size).map_err(|_| "--size-mib is too large")?);
+    let compressed = args.compression == Compression::Zstd;
+    if compressed {
+        for block in data.chunks_mut(8192).skip(1).step_by(2) {
+            block.fill(0);
+        }
+    }
+    let raw = work.join("image.raw");
+    std::fs::write(&raw, &data).context(|| "writing the image for dd".into())?;
+    let source = if compressed {
+        let zst = work.join("image.raw.zst");
+        let status = Command::new("zstd")
+            .args(["-q", "-f", "-3", "-T0"])
+            .arg(&raw)
+            .arg("-o")
+            .arg(&zst)
+            .status()
+            .context(|| "zstd (Debian package zstd) is needed for --compression zstd".into())?;
+        if !status.success() {
+            return Err(format!("zstd failed: {status}").into());
+        }
+        zst
+    } else {
+        raw
+    };
     // The registry's storage on the same disk as the target.
     let registry = Registry::start_in(work);
-    let digest = registry.push_image("os/metropolis", "bench", &data);
+    let frame = if compressed {
+        Some(std::fs::read(&source).context(|| "reading the zstd frame".into())?)
+    } else {
+        None
+    };
+    let digest = registry.push_payloads(
+        "os/metropolis",
+        "bench",
+        DISK_ARTIFACT,
+        &[Payload {
+            name: "disk",
+            bytes: &data,
+            zstd: frame.as_deref(),
+        }],
+    );
     drop(data);
+    drop(frame);
     let image = OsImageRef {
         scheme: "http".into(),
         host: registry.addr.clone(),
@@ -164,9 +228,10 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
         TargetKind::File => (None, work.join("target.img")),
     };
     println!(
-        "install: {} MiB raw image from docker-registry at {} onto {} ({:?}), against dd \
+        "install: {} MiB {:?} image from docker-registry at {} onto {} ({:?}), against dd \
          oflag=direct conv=fsync",
         args.size_mib,
+        args.compression,
         registry.addr,
         target.display(),
         args.target
@@ -175,7 +240,7 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..args.rounds {
         let timed = install(image.clone(), target.clone()).await?;
-        let w = dd_write(&source, &target).await?;
+        let w = dd_write(&source, &target, compressed).await?;
         let r = dd_read(&target, args.size_mib).await?;
         let i = mb_per_s(size, timed.total);
         let (d, rd, wr) = (mb_per_s(size, w), mb_per_s(size, r), mb_per_s(size, w + r));
@@ -209,8 +274,8 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     print_table(
         &format!(
-            "install: {} MiB, {} rounds, {:?} target",
-            args.size_mib, args.rounds, args.target
+            "install: {} MiB {:?}, {} rounds, {:?} target",
+            args.size_mib, args.compression, args.rounds, args.target
         ),
         &[
             row("installer MB/s (mean)", format!("{:.0}", mean(&installer))),
@@ -230,9 +295,11 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
         TargetKind::File => "file",
     };
     println!(
-        "RESULT install size_mib={} rounds={} target={kind} installer_mbps={:.0} dd_mbps={:.0} \
-         dd_read_mbps={:.0} ratio_median={median:.3} ratio_write_read_median={median_both:.3}",
+        "RESULT install size_mib={} compression={:?} rounds={} target={kind} installer_mbps={:.0} \
+         dd_mbps={:.0} dd_read_mbps={:.0} ratio_median={median:.3} \
+         ratio_write_read_median={median_both:.3}",
         args.size_mib,
+        args.compression,
         args.rounds,
         mean(&installer),
         mean(&direct),
