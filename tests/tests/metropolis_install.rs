@@ -385,3 +385,116 @@ async fn the_agent_installs_metropolis_and_the_disk_boots_its_slots() {
     let line = boot(device.path(), &vars, dir.path(), "boot-3");
     assert!(line.contains("\\EFI\\metropolis\\boot-a.efi"), "{line}");
 }
+
+/// What refuses a Metropolis install leaves the disk untouched and says
+/// why: a machine that did not boot with EFI, a disk too small for the
+/// layout (naming the partition and the space). The disk: a sparse 2 GiB
+/// file (the ESP fits, slot A does not) whose first and last MiB hold an
+/// "old system"; untouched means those MiB and its allocated blocks are
+/// as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_installs_leave_the_disk_untouched() {
+    assert!(Registry::available(), "docker-registry is not installed");
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    let kernel = vec![0x4du8; 4096];
+    let system = vec![0x5au8; 1 << 20];
+    let digest = registry.push_os_image(
+        "os/metropolis",
+        "v1",
+        metropolis_tests::registry::METROPOLIS_ARTIFACT,
+        &[("kernel.efi", &kernel), ("system", &system)],
+    );
+    let image = format!("http://{}/os/metropolis@{digest}", registry.addr);
+    let d = Daemon::start(&dir.path().join("d"), RuntimeKind::Tokio);
+    let EnrolledMachine {
+        key_file,
+        operator: mut op,
+    } = d.enroll_machine(MACHINE, dir.path()).await;
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let disk = shm.path().join("disk.img");
+    let old = vec![0xaau8; MIB as usize];
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::create(&disk).unwrap();
+        f.set_len(2048 * MIB).unwrap();
+        f.write_all_at(&old, 0).unwrap();
+        f.write_all_at(&old, 2047 * MIB).unwrap();
+    }
+    let untouched = {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let blocks = std::fs::metadata(&disk).unwrap().blocks();
+        let disk = disk.clone();
+        move || {
+            let f = std::fs::File::open(&disk).unwrap();
+            let mut ends = vec![0u8; 2 * MIB as usize];
+            f.read_exact_at(&mut ends[..MIB as usize], 0).unwrap();
+            f.read_exact_at(&mut ends[MIB as usize..], 2047 * MIB)
+                .unwrap();
+            ends.iter().all(|b| *b == 0xaa) && f.metadata().unwrap().blocks() == blocks
+        }
+    };
+    let state = dir.path().join("state");
+    let request = |generation: i64| {
+        let out = d.metroctl(&[
+            "install",
+            "request",
+            MACHINE,
+            "--image",
+            &image,
+            "--root-device",
+            disk.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        generation
+    };
+
+    // No /sys/firmware/efi.
+    let missing = dir.path().join("no-firmware");
+    let flags = [
+        "--allow-image-files".to_string(),
+        format!("--firmware-dir={}", missing.display()),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut agent = AgentProcess::start_with(&d, MACHINE, &key_file, &state, &flags);
+    let r = report(&mut op, MACHINE, request(1)).await;
+    assert!(!r.success);
+    assert!(
+        r.error
+            .contains("can only be installed on EFI-booted machines"),
+        "{}",
+        r.error
+    );
+    assert!(untouched(), "the disk was touched");
+    agent.kill();
+
+    // A 2 GiB disk.
+    let firmware = dir.path().join("firmware");
+    std::fs::create_dir_all(firmware.join("efivars")).unwrap();
+    let flags = [
+        "--allow-image-files".to_string(),
+        format!("--firmware-dir={}", firmware.display()),
+        format!("--efivars-dir={}", firmware.join("efivars").display()),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let agent = AgentProcess::start_with(&d, MACHINE, &key_file, &state, &flags);
+    let r = report(&mut op, MACHINE, request(2)).await;
+    assert!(!r.success);
+    assert!(
+        r.error
+            .contains("disk too small: partition METROPOLIS-SYSTEM-A"),
+        "{}\n{}",
+        r.error,
+        agent.log()
+    );
+    assert!(untouched(), "the disk was touched");
+    assert_eq!(
+        std::fs::read_dir(firmware.join("efivars")).unwrap().count(),
+        0,
+        "a boot entry was written"
+    );
+}
