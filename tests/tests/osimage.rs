@@ -117,10 +117,12 @@ fn check_layout(out: &Path, payloads: &[(&str, &[u8])], chunk: usize, layer: &st
     let manifest: Value = serde_json::from_slice(&manifest_bytes).unwrap();
     assert_eq!(manifest["schemaVersion"], 2);
     assert_eq!(manifest["mediaType"], MANIFEST);
-    assert_eq!(
-        manifest["artifactType"],
-        "application/vnd.monogon.os.image.v1"
-    );
+    let artifact = match payloads[0].0 {
+        "disk" => "application/vnd.metropolis-rs.os.disk-image.v1",
+        _ => "application/vnd.monogon.os.image.v1",
+    };
+    assert_eq!(manifest["artifactType"], artifact);
+    assert_eq!(entries[0]["artifactType"], artifact);
     assert_eq!(manifest["config"]["mediaType"], CONFIG);
     let config_bytes = blob(out, manifest["config"]["digest"].as_str().unwrap());
     assert_eq!(manifest["config"]["size"], config_bytes.len());
@@ -185,6 +187,27 @@ fn builds_layouts_that_check_out() {
     let d3 = build(&again, &k, &s, &[]);
     check_layout(&again, &payloads, 4 << 20, "application/zstd");
     assert_eq!(d3, build(&dir.path().join("twice"), &k, &s, &[]));
+    // A whole-disk image: one payload, "disk".
+    let disk = dir.path().join("disk");
+    let spec = format!("disk={}", s.display());
+    let out = disk.display().to_string();
+    let run = metroctl(&[
+        "osimage",
+        "build",
+        "--out",
+        &out,
+        "--kind",
+        "disk",
+        "--payload",
+        &spec,
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert!(
+        stdout(&run).contains("disk image sha256:"),
+        "{}",
+        stdout(&run)
+    );
+    check_layout(&disk, &[("disk", &system)], 4 << 20, "application/zstd");
 }
 
 /// Runs `args`; asserts exit status `code` and an error naming `flag`.
