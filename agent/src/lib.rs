@@ -1,5 +1,5 @@
 //! `bmaas-agent`, the provisioning agent, on tokio: drives the sans-IO
-//! [`AgentLoop`](metropolis_core::provisioning::AgentLoop) with real
+//! [`metropolis_core::provisioning::AgentLoop`] with real
 //! heartbeats over mutual TLS, a persisted last-acted generation, the host's
 //! hardware report and an [`Installer`].
 //!
@@ -66,7 +66,7 @@ pub struct AgentArgs {
     /// A TOML file of settings: keys are flag names without the dashes
     /// (`endpoint = "curator.example:7836"`, `registry-ca = ["a.pem"]`,
     /// `allow-image-files = true`). A flag beats its environment
-    /// variable (BMAAS_AGENT_<FLAG>), which beats the file.
+    /// variable (`BMAAS_AGENT_<FLAG>`), which beats the file.
     #[arg(long, env = "BMAAS_AGENT_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// host:port of the AgentCallback service.
