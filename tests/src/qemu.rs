@@ -39,6 +39,22 @@ pub fn vars_copy(dest: &Path) {
     std::fs::set_permissions(dest, perms).unwrap();
 }
 
+/// Builds the A/B loader and the test kernel with `efi/build.sh` into
+/// `out` (`BOOTx64.EFI`, `test-kernel.efi`); panics with the script's
+/// output when it fails (gnu-efi or binutils missing). Incremental: a
+/// test passes the same `out` every run.
+pub fn build_efi_programs(out: &Path) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../efi/build.sh");
+    let output = Command::new("bash").arg(&script).arg(out).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{} failed ({}):\n{}",
+        script.display(),
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// How to start a [`Qemu`].
 #[derive(Clone, Debug)]
 pub struct QemuConfig {

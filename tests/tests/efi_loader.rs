@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use metropolis_tests::qemu::{EspImage, Qemu, QemuConfig, vars_copy};
+use metropolis_tests::qemu::{EspImage, Qemu, QemuConfig, build_efi_programs, vars_copy};
 use sha2::{Digest, Sha256};
 
 const MARKER: &str = "METROPOLIS-TEST-KERNEL started as ";
@@ -31,19 +31,7 @@ fn programs() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
         let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("efi-loader");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../efi/build.sh");
-        let output = std::process::Command::new("bash")
-            .arg(&script)
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{} failed ({}):\n{}",
-            script.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
+        build_efi_programs(&out);
         out
     })
 }

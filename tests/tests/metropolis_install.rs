@@ -23,7 +23,7 @@ use metropolis_proto::osbase::net::proto::{Net, net::Nameserver};
 use metropolis_proto::prelude::debug::{NodeParameters, node_parameters};
 use metropolis_tests::loop_device::LoopDevice;
 use metropolis_tests::provisioning::report;
-use metropolis_tests::qemu::{EspImage, Qemu, QemuConfig, vars_copy};
+use metropolis_tests::qemu::{EspImage, Qemu, QemuConfig, build_efi_programs, vars_copy};
 use metropolis_tests::registry::Registry;
 use metropolis_tests::{AgentProcess, Daemon, EnrolledMachine, RuntimeKind};
 use prost::Message;
@@ -40,18 +40,7 @@ const GLOBAL: &str = "8be4df61-93ca-11d2-aa0d-00e098032b8c";
 /// efi/build.sh's programs (shared with the loader's boot test).
 fn programs() -> PathBuf {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("efi-loader");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../efi/build.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{} failed:\n{}",
-        script.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    build_efi_programs(&out);
     out
 }
 
