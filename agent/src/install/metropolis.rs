@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use metropolis_proto::osbase::net::proto::Net;
 use prost::Message;
 
-use super::device::{Device, GUARD_BYTES};
+use super::device::Device;
 use super::image::FetchedImage;
 use super::writer::{Placement, StreamError, write_payload};
 use super::{InstallError, Progress, Target};
@@ -168,7 +168,6 @@ pub(super) fn install_metropolis(
     progress(&Progress::Step {
         done: "EFI boot entry written",
     });
-    debug_assert!(GUARD_BYTES <= slot_a.offset);
     Ok(())
 }
 
