@@ -12,12 +12,8 @@ use super::InstallError;
 use super::aligned::AlignedBuf;
 use super::device::{Device, Head};
 
-/// The size of each buffer, and so of the writes to the device.
-pub(super) const CHUNK_BYTES: usize = 2 * 1024 * 1024;
-
-/// How many buffers circulate between the stages: enough for each of
-/// the three to hold one while another waits in every queue.
-pub(super) const POOL_BUFFERS: usize = 8;
+/// The size of the read-back buffer (grown to a batch's size as needed).
+const SCRATCH_BYTES: usize = 4 * 1024 * 1024;
 
 /// A filled buffer on its way from stage to stage: the image's bytes
 /// from `offset`.
@@ -74,14 +70,15 @@ pub(super) fn write(
 }
 
 /// Reads each chunk back from `device` and compares it, counts it in
-/// `verified` and gives its buffer back.
+/// `verified` and gives its buffer back (to the verifier, when it still
+/// reads).
 pub(super) fn read_back(
     chunks: Receiver<Chunk>,
-    returned: SyncSender<AlignedBuf>,
+    returned: Option<SyncSender<AlignedBuf>>,
     device: &Device,
     verified: &AtomicU64,
 ) -> Result<(), InstallError> {
-    let mut scratch = AlignedBuf::new(CHUNK_BYTES);
+    let mut scratch = AlignedBuf::new(SCRATCH_BYTES);
     for chunk in chunks {
         let rest = &chunk.bytes()[chunk.held..];
         if !rest.is_empty() {
@@ -89,7 +86,9 @@ pub(super) fn read_back(
         }
         verified.fetch_add(chunk.len as u64, Ordering::Relaxed);
         // The receiving stage is gone once it has all it needs.
-        let _ = returned.send(chunk.buf);
+        if let Some(returned) = &returned {
+            let _ = returned.send(chunk.buf);
+        }
     }
     Ok(())
 }

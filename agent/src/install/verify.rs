@@ -32,6 +32,12 @@ use super::image_config::PayloadSpec;
 /// The size batches of small chunks are gathered to.
 pub(super) const BATCH_BYTES: u64 = 4 * 1024 * 1024;
 
+/// Batches beyond one per hashing thread: one being filled, one waiting
+/// to be read, and four held by a caller that takes them whole
+/// ([`VerifiedRead::take_run`]: the device's write and read-back stages
+/// and their queues).
+const SPARE_BATCHES: usize = 6;
+
 /// Why a verified payload could not be read, carried inside the
 /// `io::Error` [`VerifiedRead`] returns (see [`PayloadFailure::of`]).
 #[derive(Debug)]
@@ -156,7 +162,7 @@ where
 {
     let plan = Plan::of(spec);
     let workers = workers.max(1);
-    let pool = workers + 2;
+    let pool = workers + SPARE_BATCHES;
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let (to_hash, hash_in) = sync_channel::<Batch>(pool);
@@ -353,6 +359,43 @@ impl VerifiedRead {
                 Err(io::Error::other(failure))
             }
         }
+    }
+}
+
+/// A verified batch handed over whole by [`VerifiedRead::take_run`].
+pub(super) struct Run {
+    /// The buffer: give it back through [`VerifiedRead::recycler`].
+    pub(super) buf: AlignedBuf,
+    /// How many of its bytes are the payload's.
+    pub(super) len: usize,
+    /// Where in the payload they start.
+    pub(super) offset: u64,
+}
+
+impl VerifiedRead {
+    /// The next verified batch, whole, without a copy; `None` at the end.
+    /// Its buffer must go back through [`recycler`](Self::recycler) (or
+    /// be dropped, which ends the reading once the spare ones ran out).
+    /// Not for mixing with [`Read`]: a batch partly read is an error.
+    pub(super) fn take_run(&mut self) -> io::Result<Option<Run>> {
+        if self.current.as_ref().is_some_and(|(b, at)| *at < b.len) {
+            return Err(io::Error::other("a verified batch was partly read"));
+        }
+        if !self.advance()? {
+            return Ok(None);
+        }
+        let batch_bytes = self.plan.batch_bytes();
+        Ok(self.current.take().map(|(batch, _)| Run {
+            offset: batch.seq * batch_bytes,
+            len: batch.len,
+            buf: batch.buf,
+        }))
+    }
+
+    /// Where buffers of [`take_run`](Self::take_run) go back to be filled
+    /// again.
+    pub(super) fn recycler(&self) -> Option<SyncSender<AlignedBuf>> {
+        self.refill.clone()
     }
 }
 

@@ -1,29 +1,30 @@
-//! Streaming a verified payload onto the root device: the payload's
-//! verified bytes ([`VerifiedRead`]) copied into aligned buffers, written
-//! and read back, each on its own thread.
+//! Streaming a verified payload onto the root device: the verifier's
+//! batches ([`VerifiedRead::take_run`], aligned buffers) written and read
+//! back without a copy, each on its own thread.
 //!
 //! # Three threads
 //!
 //! Receiving (through the verifier, which hashes on threads of its own),
 //! writing and reading back each take about as long as the others at disk
 //! speed, so each has its own thread and they overlap: the caller's thread
-//! copies verified bytes into one of [`POOL_BUFFERS`] aligned buffers of
-//! [`CHUNK_BYTES`]; the [stages](super::stages) write it to the device
-//! (direct I/O where it can), read it back and compare, and hand the
-//! buffer back to be filled again. Memory stays at `POOL_BUFFERS ×
-//! CHUNK_BYTES` whatever the payload's size. A stage that fails drops its
-//! channels; the others see that and stop, and the failure reported is the
-//! earliest stage's own.
+//! takes each verified batch and sends it on; the [stages](super::stages)
+//! write it to the device (direct I/O where it can), read it back and
+//! compare, and give the buffer back to the verifier to be filled again.
+//! Memory stays at the verifier's batches whatever the payload's size. A
+//! stage that fails drops its channels; the others see that and stop, and
+//! the failure reported is the earliest stage's own.
 
-use std::io::{self, Read};
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{SyncSender, sync_channel};
 
-use super::aligned::AlignedBuf;
 use super::device::{Device, Head};
-use super::stages::{self, CHUNK_BYTES, Chunk, POOL_BUFFERS};
+use super::stages::{self, Chunk};
 use super::verify::VerifiedRead;
 use super::{InstallError, PROGRESS_STEP_BYTES, Progress};
+
+/// How many batches wait between two stages.
+const STAGE_QUEUE: usize = 1;
 
 /// Why streaming a payload failed: reading it (the caller knows which
 /// payload and classifies it), or the device.
@@ -62,40 +63,29 @@ enum Received {
     Stopped,
 }
 
-/// The receiving stage: fills buffers from `payload` and sends them on,
-/// reporting progress.
+/// The receiving stage: takes verified batches from `payload` and sends
+/// them on, reporting progress.
 fn receive(
     payload: &mut VerifiedRead,
     place: &Placement,
     out: SyncSender<Chunk>,
-    returned: Receiver<AlignedBuf>,
     verified: &AtomicU64,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Received, StreamError> {
-    let mut fresh = POOL_BUFFERS;
-    let mut length = 0u64;
     let mut next_report = PROGRESS_STEP_BYTES;
     loop {
-        let mut buf = if fresh > 0 {
-            fresh -= 1;
-            AlignedBuf::new(CHUNK_BYTES)
-        } else {
-            match returned.recv() {
-                Ok(buf) => buf,
-                Err(_) => return Ok(Received::Stopped),
-            }
-        };
-        let len = fill(payload, buf.as_mut_slice()).map_err(StreamError::Read)?;
-        if len == 0 {
+        let Some(run) = payload.take_run().map_err(StreamError::Read)? else {
             return Ok(Received::Whole);
-        }
-        let offset = place.base + length;
-        length += len as u64;
-        if out.send(Chunk::new(buf, len, offset)).is_err() {
+        };
+        let end = run.offset + run.len as u64;
+        if out
+            .send(Chunk::new(run.buf, run.len, place.base + run.offset))
+            .is_err()
+        {
             return Ok(Received::Stopped);
         }
-        if length >= next_report {
-            next_report = length + PROGRESS_STEP_BYTES;
+        if end >= next_report {
+            next_report = end + PROGRESS_STEP_BYTES;
             progress(&Progress::Writing {
                 payload: place.payload.to_string(),
                 written: verified.load(Ordering::Relaxed),
@@ -103,20 +93,6 @@ fn receive(
             });
         }
     }
-}
-
-/// Reads until `buf` is full or the payload ends.
-fn fill(payload: &mut VerifiedRead, buf: &mut [u8]) -> io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match payload.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(read) => filled += read,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(filled)
 }
 
 /// The result of a stage's thread, its panic carried on.
@@ -134,16 +110,16 @@ pub(super) fn write_payload(
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Head, StreamError> {
     let verified = AtomicU64::new(0);
+    let recycler = payload.recycler();
     let (received, wrote, read_back) = std::thread::scope(|scope| {
-        let (to_write, write_in) = sync_channel(POOL_BUFFERS);
-        let (to_read_back, read_back_in) = sync_channel(POOL_BUFFERS);
-        let (to_refill, refill_in) = sync_channel(POOL_BUFFERS);
+        let (to_write, write_in) = sync_channel(STAGE_QUEUE);
+        let (to_read_back, read_back_in) = sync_channel(STAGE_QUEUE);
         let verified = &verified;
         let hold_head = place.hold_head;
         let writing = scope.spawn(move || stages::write(write_in, to_read_back, device, hold_head));
         let reading =
-            scope.spawn(move || stages::read_back(read_back_in, to_refill, device, verified));
-        let received = receive(payload, place, to_write, refill_in, verified, progress);
+            scope.spawn(move || stages::read_back(read_back_in, recycler, device, verified));
+        let received = receive(payload, place, to_write, verified, progress);
         (received, joined(writing.join()), joined(reading.join()))
     });
     match received? {

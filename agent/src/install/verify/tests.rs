@@ -187,3 +187,30 @@ fn source_errors_surface_in_order_and_a_reader_may_stop_early() {
     );
     assert_eq!(first, 10);
 }
+
+#[test]
+fn whole_runs_come_in_order_and_their_buffers_go_back() {
+    // More batches than the pool holds: each buffer must come back.
+    let data = data(40 * 1024 * 1024 + 5);
+    let spec = spec(&data, 1024 * 1024);
+    let read = with_verified(&data[..], &spec, 2, |reader| {
+        let recycler = reader.recycler().unwrap();
+        let mut out = Vec::new();
+        while let Some(run) = reader.take_run().unwrap() {
+            assert_eq!(run.offset, out.len() as u64);
+            out.extend_from_slice(&run.buf.as_slice()[..run.len]);
+            // Fails only once the reading thread is done.
+            let _ = recycler.send(run.buf);
+        }
+        out
+    });
+    assert!(read == data);
+
+    // Taking a batch whole after part of it was read is refused.
+    let refused = with_verified(&data[..], &spec, 2, |reader| {
+        let mut byte = [0u8; 1];
+        reader.read_exact(&mut byte).unwrap();
+        reader.take_run().err()
+    });
+    assert!(refused.is_some());
+}
