@@ -19,7 +19,7 @@ set -eu
 ORIG="$(pwd)"
 cd "$(dirname "$0")"
 export RUSTC_BOOTSTRAP=1
-ALL="rpc watch_machine trace_session archive_validator log_queries agent_loop store_open leader_election_value peer_certificate stored_records trace_pipe_lines registry_responses"
+ALL="rpc watch_machine trace_session archive_validator log_queries agent_loop store_open leader_election_value peer_certificate stored_records trace_pipe_lines registry_responses image_config efi_load_option"
 SAN="${FUZZ_SANITIZER:-none}"
 SECONDS_EACH=60
 MODE=run
