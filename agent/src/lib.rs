@@ -151,9 +151,12 @@ pub struct AgentArgs {
     /// failure the agent keeps heartbeating so a new generation can
     /// retry), `always` (also after a failure, as the reference agent
     /// does) or `never` (trials and tests). The reboot is `reboot(2)`
-    /// after `sync(2)` unless --reboot-command says otherwise.
-    #[arg(long, value_enum, default_value_t = RebootWhen::Success)]
-    pub reboot: RebootWhen,
+    /// after `sync(2)` unless --reboot-command says otherwise. Default:
+    /// `success`, or `never` with --allow-image-files (a trial installing
+    /// into an image file has nothing to boot, and must not reboot its
+    /// host).
+    #[arg(long, value_enum)]
+    pub reboot: Option<RebootWhen>,
     /// Reboot by running this program (no arguments; it must exit 0)
     /// instead of calling reboot(2), e.g. a script running `systemctl
     /// reboot`. The agent exits 0 once it did.
@@ -250,11 +253,7 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
     let heartbeat_timeout = seconds("--heartbeat-timeout", args.heartbeat_timeout)?;
     let config = AgentConfig {
         interval: Duration::from_secs_f64(args.interval),
-        reboot_after: match args.reboot {
-            RebootWhen::Never => RebootAfter::Never,
-            RebootWhen::Success => RebootAfter::Success,
-            RebootWhen::Always => RebootAfter::Always,
-        },
+        reboot_after: reboot_after(&args),
         ..AgentConfig::default()
     };
     let clock = ProcessClock::new();
@@ -299,6 +298,21 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
             Ok(())
         }
         other => Err(other.into()),
+    }
+}
+
+/// When the loop reboots: `--reboot`, by default `success`, or `never`
+/// for trials on image files.
+pub fn reboot_after(args: &AgentArgs) -> RebootAfter {
+    let default = if args.allow_image_files {
+        RebootWhen::Never
+    } else {
+        RebootWhen::Success
+    };
+    match args.reboot.unwrap_or(default) {
+        RebootWhen::Never => RebootAfter::Never,
+        RebootWhen::Success => RebootAfter::Success,
+        RebootWhen::Always => RebootAfter::Always,
     }
 }
 
@@ -496,5 +510,45 @@ mod tests {
         )
         .expect("write");
         installer_from_args(&args(&[&flag("registry-auth", &auth)])).expect("a good auth file");
+    }
+
+    #[test]
+    fn trials_on_image_files_do_not_reboot_unless_asked() {
+        assert_eq!(reboot_after(&args(&[])), RebootAfter::Success);
+        assert_eq!(
+            reboot_after(&args(&["--allow-image-files"])),
+            RebootAfter::Never
+        );
+        assert_eq!(
+            reboot_after(&args(&["--allow-image-files", "--reboot=success"])),
+            RebootAfter::Success
+        );
+        assert_eq!(
+            reboot_after(&args(&["--reboot=always"])),
+            RebootAfter::Always
+        );
+        assert_eq!(reboot_after(&args(&["--reboot=never"])), RebootAfter::Never);
+    }
+
+    #[test]
+    fn bad_network_configs_and_limits_name_their_flag() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let net = dir.path().join("net.json");
+        std::fs::write(&net, r#"{"nameserver": [{"ipp": "x"}]}"#).expect("write");
+        for (extra, expected) in [
+            (
+                format!("--network-config={}", net.display()),
+                "--network-config",
+            ),
+            ("--install-timeout=-1".to_string(), "--install-timeout"),
+        ] {
+            let Err(e) = installer_from_args(&args(&[&extra])) else {
+                panic!("{extra} accepted");
+            };
+            assert!(e.to_string().contains(expected), "{e} lacks {expected:?}");
+        }
+        std::fs::write(&net, r#"{"nameserver": [{"ip": "192.0.2.53"}]}"#).expect("write");
+        let flag = format!("--network-config={}", net.display());
+        installer_from_args(&args(&[&flag])).expect("a good network config");
     }
 }

@@ -230,25 +230,3 @@ fn efi_boot_is_the_firmware_directory() {
     assert!(!efi_booted(&dir.path().join("efi")));
 }
 
-/// The checked-in inputs of the `efi_load_option` fuzz target
-/// (`fuzz/corpus/efi_load_option/`), replayed on stable: each decodes to
-/// an option that encodes back to it, or is refused; the golden entry is
-/// among them.
-#[test]
-fn the_fuzz_corpus_replays() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/efi_load_option");
-    let mut golden_seen = false;
-    for entry in std::fs::read_dir(&dir).expect("the corpus directory") {
-        let path = entry.expect("entry").path();
-        let bytes = std::fs::read(&path).expect("read");
-        golden_seen |= bytes == GOLDEN;
-        if let Ok(option) = decode_load_option(&bytes) {
-            assert_eq!(option.encode(), bytes, "{}", path.display());
-        }
-    }
-    assert!(
-        golden_seen,
-        "the golden entry is a seed in {}",
-        dir.display()
-    );
-}
