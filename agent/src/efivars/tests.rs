@@ -229,4 +229,3 @@ fn efi_boot_is_the_firmware_directory() {
     assert!(efi_booted(dir.path()));
     assert!(!efi_booted(&dir.path().join("efi")));
 }
-
