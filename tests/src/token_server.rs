@@ -143,10 +143,20 @@ pub struct TokenServer {
 }
 
 impl TokenServer {
-    /// Serves tokens from `issuer` over TLS (a fresh self-signed
+    /// Serves pull tokens from `issuer` over TLS (a fresh self-signed
     /// certificate for 127.0.0.1) to requests logged in as `authorization`
     /// (a whole `Authorization` value).
     pub fn start(issuer: Arc<TokenIssuer>, authorization: String) -> TokenServer {
+        TokenServer::granting(issuer, authorization, &["pull"])
+    }
+
+    /// [`start`](Self::start), granting `actions` (`["pull", "push"]` for
+    /// a client that uploads).
+    pub fn granting(
+        issuer: Arc<TokenIssuer>,
+        authorization: String,
+        actions: &'static [&'static str],
+    ) -> TokenServer {
         let key = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
         let tls = Arc::new(
             rustls::ServerConfig::builder_with_provider(Arc::new(
@@ -174,7 +184,7 @@ impl TokenServer {
                     }
                     let Ok(stream) = stream else { continue };
                     requests.fetch_add(1, Ordering::SeqCst);
-                    answer(stream, &tls, &issuer, &authorization);
+                    answer(stream, &tls, &issuer, &authorization, actions);
                 }
             })
         };
@@ -194,6 +204,7 @@ fn answer(
     tls: &Arc<rustls::ServerConfig>,
     issuer: &TokenIssuer,
     authorization: &str,
+    actions: &[&str],
 ) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let Ok(connection) = rustls::ServerConnection::new(tls.clone()) else {
@@ -226,7 +237,7 @@ fn answer(
         Some(scope) if logged_in && target.starts_with("/token?") => {
             let mut parts = scope.split(':');
             let (_, repository) = (parts.next(), parts.next().unwrap_or(""));
-            let token = issuer.mint(repository, &["pull"]);
+            let token = issuer.mint(repository, actions);
             let body = format!(r#"{{"token":"{token}","expires_in":600}}"#);
             format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",

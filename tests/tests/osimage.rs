@@ -10,19 +10,18 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::{Read as _, Write as _};
-use std::net::TcpListener;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use base64::Engine as _;
 use metropolis_proto::metropolis::node::core::curator::proto::private::GetMachineRequest;
 use metropolis_proto::prelude::agent;
 use metropolis_proto::prelude::debug::node_parameters::Cluster;
 use metropolis_tests::registry::{Access, Registry, digest, http};
-use metropolis_tests::token_server::TokenIssuer;
+use metropolis_tests::token_server::{TokenIssuer, TokenServer};
 use metropolis_tests::{Daemon, RuntimeKind, daemon_bin};
 use prost::Message;
 use serde_json::Value;
@@ -555,84 +554,17 @@ fn pushes_with_a_login_and_not_without() {
     }
 }
 
-/// A token server over TLS granting pull and push to requests logged in
-/// as `authorization` (the shared `TokenServer` grants pull only): `GET
-/// /token?scope=repository:NAME:...` gets a token of `issuer`, anything
-/// else `401`. Returns its address, its certificate and a request count;
-/// its thread ends with the test process.
-fn push_token_server(
-    issuer: Arc<TokenIssuer>,
-    authorization: String,
-) -> (String, String, Arc<AtomicUsize>) {
-    let key = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
-    let config = Arc::new(
-        rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![key.cert.der().clone()],
-            rustls::pki_types::PrivateKeyDer::Pkcs8(key.signing_key.serialize_der().into()),
-        )
-        .unwrap(),
-    );
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let requests = Arc::new(AtomicUsize::new(0));
-    let counted = requests.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let (Ok(stream), Ok(connection)) =
-                (stream, rustls::ServerConnection::new(config.clone()))
-            else {
-                continue;
-            };
-            counted.fetch_add(1, Ordering::SeqCst);
-            let mut tls = rustls::StreamOwned::new(connection, stream);
-            let (mut head, mut byte) = (Vec::new(), [0u8; 1]);
-            while !head.ends_with(b"\r\n\r\n") && matches!(tls.read(&mut byte), Ok(1)) {
-                head.push(byte[0]);
-            }
-            let head = String::from_utf8_lossy(&head);
-            let logged_in = head.lines().any(|l| {
-                l.split_once(':').is_some_and(|(name, value)| {
-                    name.eq_ignore_ascii_case("authorization") && value.trim() == authorization
-                })
-            });
-            let repository = head
-                .split(' ')
-                .nth(1)
-                .and_then(|target| target.split("scope=repository:").nth(1))
-                .and_then(|scope| scope.split(':').next())
-                .map(|r| r.replace("%2F", "/"));
-            let response = match repository {
-                Some(repository) if logged_in => {
-                    let token = issuer.mint(&repository, &["pull", "push"]);
-                    let body = format!(r#"{{"token":"{token}"}}"#);
-                    format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    )
-                }
-                _ => "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                    .to_string(),
-            };
-            let _ = tls.write_all(response.as_bytes());
-            tls.conn.send_close_notify();
-            let _ = tls.flush();
-        }
-    });
-    (addr, key.cert.pem(), requests)
-}
-
 #[test]
 fn pushes_with_a_token() {
     assert!(Registry::available(), "docker-registry is not installed");
     let issuer = Arc::new(TokenIssuer::new());
     let login = base64::engine::general_purpose::STANDARD.encode("robot:t0ken-pw");
-    let (tokens, tokens_ca, requests) = push_token_server(issuer.clone(), format!("Basic {login}"));
+    let server = TokenServer::granting(issuer.clone(), format!("Basic {login}"), &["pull", "push"]);
+    let (tokens, tokens_ca, requests) = (
+        server.addr.clone(),
+        server.ca_pem.clone(),
+        server.requests.clone(),
+    );
     let realm = format!("https://{tokens}/token");
     let registry = Registry::start_as(Access::Token {
         issuer,
