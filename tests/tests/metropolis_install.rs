@@ -134,6 +134,27 @@ fn decode_boot_entry(file: &[u8]) -> BootEntry {
     }
 }
 
+/// `metroctl install request` of `image` onto `root_device` for
+/// [`MACHINE`], with `extra` flags; panics with its error if it fails.
+fn install_request(d: &Daemon, image: &str, root_device: &Path, extra: &[&str]) {
+    let mut args = vec![
+        "install",
+        "request",
+        MACHINE,
+        "--image",
+        image,
+        "--root-device",
+        root_device.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = d.metroctl(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Boots `disk` once; the test kernel's line.
 fn boot(disk: &Path, vars: &Path, log_dir: &Path, name: &str) -> String {
     let mut vm = Qemu::start(&QemuConfig::new(disk, vars), log_dir, name);
@@ -220,21 +241,11 @@ async fn the_agent_installs_metropolis_and_the_disk_boots_its_slots() {
         r#"{"clusterBootstrap": {"ownerPublicKey": "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc="}}"#,
     )
     .unwrap();
-    let requested = d.metroctl(&[
-        "install",
-        "request",
-        MACHINE,
-        "--image",
+    install_request(
+        &d,
         &image,
-        "--root-device",
-        device.path().to_str().unwrap(),
-        "--node-parameters",
-        parameters_json.to_str().unwrap(),
-    ]);
-    assert!(
-        requested.status.success(),
-        "{}",
-        String::from_utf8_lossy(&requested.stderr)
+        device.path(),
+        &["--node-parameters", parameters_json.to_str().unwrap()],
     );
     let r = report(&mut op, MACHINE, 1).await;
     assert!(r.success, "{}\n{}", r.error, agent.log());
@@ -425,20 +436,7 @@ async fn refused_installs_leave_the_disk_untouched() {
     };
     let state = dir.path().join("state");
     let request = |generation: i64| {
-        let out = d.metroctl(&[
-            "install",
-            "request",
-            MACHINE,
-            "--image",
-            &image,
-            "--root-device",
-            disk.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        install_request(&d, &image, &disk, &[]);
         generation
     };
 

@@ -470,6 +470,17 @@ fn auth_file(path: &Path, registry: &str, user: &str, password: &str) {
 }
 
 /// Builds an image in `dir`; returns its layout directory and digest.
+/// Every layer of the layout `out`'s manifest `built` is in `registry`'s
+/// storage, byte for byte.
+fn layers_are_stored(registry: &Registry, out: &str, built: &str) {
+    let manifest: Value = serde_json::from_slice(&blob(Path::new(out), built)).unwrap();
+    for layer in manifest["layers"].as_array().unwrap() {
+        let d = layer["digest"].as_str().unwrap();
+        let stored = std::fs::read(registry.blob_path(d)).unwrap();
+        assert_eq!(stored, blob(Path::new(out), d));
+    }
+}
+
 fn small_image(dir: &Path) -> (String, String) {
     let (k, s, _, _) = inputs(dir);
     let out = dir.join("image");
@@ -546,12 +557,7 @@ fn pushes_with_a_login_and_not_without() {
         "{text}"
     );
     assert!(text.contains("tag v2"), "{text}");
-    let manifest: Value = serde_json::from_slice(&blob(Path::new(&out), &built)).unwrap();
-    for layer in manifest["layers"].as_array().unwrap() {
-        let d = layer["digest"].as_str().unwrap();
-        let stored = std::fs::read(registry.blob_path(d)).unwrap();
-        assert_eq!(stored, blob(Path::new(&out), d));
-    }
+    layers_are_stored(&registry, &out, &built);
 }
 
 #[test]
@@ -596,12 +602,7 @@ fn pushes_with_a_token() {
     let json: Value = serde_json::from_str(&stdout(&run)).unwrap();
     assert_eq!(json["digest"], built.as_str());
     assert!(requests.load(Ordering::SeqCst) > 0);
-    let manifest: Value = serde_json::from_slice(&blob(Path::new(&out), &built)).unwrap();
-    for layer in manifest["layers"].as_array().unwrap() {
-        let d = layer["digest"].as_str().unwrap();
-        let stored = std::fs::read(registry.blob_path(d)).unwrap();
-        assert_eq!(stored, blob(Path::new(&out), d));
-    }
+    layers_are_stored(&registry, &out, &built);
     // Anonymous: the token server refuses, and says so.
     let e = refused(&args[..8], 4, "token server");
     assert!(e.contains("401"), "{e}");

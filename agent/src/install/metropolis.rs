@@ -108,7 +108,8 @@ pub(super) fn install_metropolis(
         });
     }
     let device = Device::open(&target.root_device, allow_files)?;
-    let layout = Layout::plan(device.size()?, device.logical_block_size()?)
+    let size = device.size()?;
+    let layout = Layout::plan(size, device.logical_block_size()?)
         .map_err(|e| unusable(target, e.to_string()))?;
     let slot_a = *layout.system_a();
     if system.size > slot_a.length {
@@ -128,7 +129,6 @@ pub(super) fn install_metropolis(
     })?;
 
     // The device is touched from here on.
-    let size = device.size()?;
     if let Err(e) = disk::discard(device.file(), 0..size) {
         tracing::info!("root device not discarded ({e}); writing over it");
     }
