@@ -381,11 +381,48 @@ pub fn identity_from_certificate(der: &[u8]) -> Result<Identity, CertIdentityErr
                 key_node_id,
             });
         }
+        check_node_usage(&cert, &node_id)?;
         return Ok(Identity::Node(node_id));
     }
     Err(CertIdentityError::UnknownSubject {
         common_name: quote(&common_name),
     })
+}
+
+/// Checks what the reference requires of a node certificate beyond its
+/// name and key: the server-auth extended key usage (a node serves as
+/// well as calls) and the node ID among its DNS names.
+fn check_node_usage(
+    cert: &x509_parser::certificate::X509Certificate<'_>,
+    node_id: &NodeId,
+) -> Result<(), CertIdentityError> {
+    use x509_parser::extensions::GeneralName;
+    let malformed = |e: x509_parser::error::X509Error| CertIdentityError::Malformed {
+        reason: e.to_string(),
+    };
+    let server_auth = cert
+        .extended_key_usage()
+        .map_err(malformed)?
+        .is_some_and(|eku| eku.value.server_auth);
+    if !server_auth {
+        return Err(CertIdentityError::NodeWithoutServerAuth {
+            node_id: node_id.clone(),
+        });
+    }
+    let named =
+        cert.subject_alternative_name()
+            .map_err(malformed)?
+            .is_some_and(|san| {
+                san.value.general_names.iter().any(
+                    |name| matches!(name, GeneralName::DNSName(dns) if *dns == node_id.as_str()),
+                )
+            });
+    if !named {
+        return Err(CertIdentityError::NodeNameNotInSan {
+            node_id: node_id.clone(),
+        });
+    }
+    Ok(())
 }
 
 /// A subject value that [`identity_from_certificate`] reads as (or tries
@@ -589,6 +626,16 @@ pub enum CertIdentityError {
         /// The node ID derived from the certificate's public key.
         key_node_id: NodeId,
     },
+    /// A node certificate lacks the server-auth extended key usage.
+    NodeWithoutServerAuth {
+        /// The node ID in the common name.
+        node_id: NodeId,
+    },
+    /// A node certificate's DNS subject alternative names lack its node ID.
+    NodeNameNotInSan {
+        /// The node ID in the common name.
+        node_id: NodeId,
+    },
 }
 
 impl fmt::Display for CertIdentityError {
@@ -634,6 +681,17 @@ impl fmt::Display for CertIdentityError {
                 f,
                 "node certificate common name {node_id} does not match its public key, which \
                  belongs to node {key_node_id}"
+            ),
+            CertIdentityError::NodeWithoutServerAuth { node_id } => write!(
+                f,
+                "node certificate for {node_id} lacks the server-auth extended key usage that \
+                 cluster node certificates carry; use the certificate the cluster issued"
+            ),
+            CertIdentityError::NodeNameNotInSan { node_id } => write!(
+                f,
+                "node certificate for {node_id} does not name {node_id} among its DNS subject \
+                 alternative names, as cluster node certificates do; use the certificate the \
+                 cluster issued"
             ),
         }
     }
@@ -885,6 +943,29 @@ mod tests {
         params.self_signed(key).unwrap().der().to_vec()
     }
 
+    /// A node certificate for `cn` as the cluster issues it: server-auth
+    /// usage, `cn` among the DNS names; `strip` leaves out one of them.
+    fn node_cert(key: &KeyPair, cn: &str, strip: Option<&str>) -> Vec<u8> {
+        let mut params = CertificateParams::default();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        if strip != Some("eku") {
+            params.extended_key_usages = vec![
+                rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+                rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+            ];
+        } else {
+            params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        }
+        params.subject_alt_names = vec![rcgen::SanType::DnsName("localhost".try_into().unwrap())];
+        if strip != Some("san") {
+            params
+                .subject_alt_names
+                .push(rcgen::SanType::DnsName(cn.try_into().unwrap()));
+        }
+        params.self_signed(key).unwrap().der().to_vec()
+    }
+
     fn ed25519() -> (KeyPair, NodeId) {
         let key = KeyPair::generate_for(&PKCS_ED25519).unwrap();
         let raw: [u8; 32] = key.public_key_raw().try_into().unwrap();
@@ -945,11 +1026,39 @@ mod tests {
     #[test]
     fn node_certificate() {
         let (key, id) = ed25519();
-        let der = cert(&key, &[(DnType::CommonName, id.as_str())]);
+        let der = node_cert(&key, id.as_str(), None);
         assert_eq!(
             identity_from_certificate(&der),
             Ok(Identity::Node(id.clone()))
         );
+
+        // As the reference: the server-auth usage and the node's DNS name
+        // are required too.
+        let der = cert(&key, &[(DnType::CommonName, id.as_str())]);
+        assert_eq!(
+            identity_from_certificate(&der),
+            Err(CertIdentityError::NodeWithoutServerAuth {
+                node_id: id.clone()
+            })
+        );
+        let der = node_cert(&key, id.as_str(), Some("eku"));
+        let err = identity_from_certificate(&der).unwrap_err();
+        assert_eq!(
+            err,
+            CertIdentityError::NodeWithoutServerAuth {
+                node_id: id.clone()
+            }
+        );
+        assert!(err.to_string().contains("server-auth"), "{err}");
+        let der = node_cert(&key, id.as_str(), Some("san"));
+        let err = identity_from_certificate(&der).unwrap_err();
+        assert_eq!(
+            err,
+            CertIdentityError::NodeNameNotInSan {
+                node_id: id.clone()
+            }
+        );
+        assert!(err.to_string().contains("DNS subject alternative"), "{err}");
 
         let (_, other) = ed25519();
         let der = cert(&key, &[(DnType::CommonName, other.as_str())]);

@@ -12,8 +12,9 @@
 //! - an identity is only [`Identity::Node`] or [`Identity::Owner`], and
 //!   only for bytes that are exactly one certificate: `Owner` with the
 //!   one common name `owner` and the one organization `metropolis`;
-//!   `Node(id)` with the one common name `id` and an Ed25519 key of 32
-//!   bytes from which `id` derives;
+//!   `Node(id)` with the one common name `id`, an Ed25519 key of 32
+//!   bytes from which `id` derives, the server-auth extended key usage
+//!   and `id` among its DNS subject alternative names;
 //! - a curator certificate is a certificate with the curator URI among
 //!   the names of a subject alternative name extension;
 //! - an agent key is the 32-byte Ed25519 key of exactly one certificate
@@ -69,6 +70,29 @@ fn has_curator_uri(cert: &X509Certificate<'_>) -> bool {
         })
 }
 
+/// Whether some extension of `cert` names `dns` as a DNS name.
+fn has_dns_name(cert: &X509Certificate<'_>, dns: &str) -> bool {
+    cert.extensions()
+        .iter()
+        .any(|ext| match ext.parsed_extension() {
+            ParsedExtension::SubjectAlternativeName(san) => san
+                .general_names
+                .iter()
+                .any(|n| matches!(n, GeneralName::DNSName(name) if *name == dns)),
+            _ => false,
+        })
+}
+
+/// Whether some extension of `cert` grants the server-auth usage.
+fn has_server_auth(cert: &X509Certificate<'_>) -> bool {
+    cert.extensions()
+        .iter()
+        .any(|ext| match ext.parsed_extension() {
+            ParsedExtension::ExtendedKeyUsage(eku) => eku.server_auth,
+            _ => false,
+        })
+}
+
 fn check_message(what: &str, message: String) {
     assert!(
         message.len() <= MAX_MESSAGE,
@@ -106,6 +130,11 @@ pub fn run(data: &[u8]) {
                 &NodeId::from_public_key(&key),
                 id,
                 "the key names another node"
+            );
+            assert!(has_server_auth(cert), "a node without server-auth");
+            assert!(
+                has_dns_name(cert, id.as_str()),
+                "a node not named in its SANs"
             );
         }
         (Ok(other), cert) => panic!(
