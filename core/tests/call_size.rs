@@ -37,7 +37,8 @@ fn update_node_status_fits_the_allocators_thread_cache() {
         Arc::new(Tasks::new()),
         WatchCacheOptions::default(),
     );
-    let curator = CuratorService::new(store, cache, None).curator_server();
+    let curator =
+        CuratorService::new(store, cache, None, Arc::new(ManualClock::new())).curator_server();
     let size = boxed_size(
         &curator,
         "/metropolis.node.core.curator.proto.api.Curator/UpdateNodeStatus",

@@ -222,7 +222,12 @@ fn a_deposed_leader_confirms_no_read_and_steps_down() {
         Arc::new(tasks.clone()),
         WatchCacheOptions::default(),
     );
-    let curator = CuratorService::new(Arc::new(s.store()), cache, None);
+    let curator = CuratorService::new(
+        Arc::new(s.store()),
+        cache,
+        None,
+        Arc::new(metropolis_testkit::clock::ManualClock::new()),
+    );
     block_on(curator.confirm_leadership()).unwrap();
     assert!(matches!(s.shared.role(), Role::Leader(_)));
     s.model.delete("election/a");
@@ -247,7 +252,7 @@ fn a_deposed_leader_confirms_no_read_and_steps_down() {
         tonic::Status::from_header_map(response.headers()).expect("a trailers-only status")
     };
     let invalid = watch(Default::default());
-    assert_eq!(invalid.code(), tonic::Code::InvalidArgument, "{invalid:?}");
+    assert_eq!(invalid.code(), tonic::Code::Unimplemented, "{invalid:?}");
     assert!(matches!(s.shared.role(), Role::Leader(_)));
     // ...and a valid one confirms the leadership, which is lost.
     use metropolis_proto::prelude::curator::watch_request::{Kind, NodesInCluster};

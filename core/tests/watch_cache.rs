@@ -16,6 +16,12 @@ use metropolis_core::service::{CuratorService, WatchCache, WatchCacheOptions, Wa
 use metropolis_core::store::{KeyRange, Op, Txn};
 use metropolis_proto::prelude::common;
 use metropolis_proto::wire::EncodedWatchEvent;
+use metropolis_testkit::clock::ManualClock;
+
+/// The wall clock of the services under test.
+fn clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new())
+}
 use metropolis_testkit::exec::{Tasks, block_on};
 use metropolis_testkit::store::MemKv;
 use prost::Message;
@@ -60,6 +66,7 @@ fn a_stream_waits_for_the_writes_acknowledged_before_it_opened() {
         cache.track_writes(Arc::new(store.clone())),
         cache.clone(),
         None,
+        clock(),
     );
     let id = NodeId::from_public_key(&[3; 32]);
     let written = block_on(
@@ -103,7 +110,7 @@ fn a_stream_of_a_new_term_waits_for_a_fresh_snapshot() {
     let empty = next_event(&tasks, &mut earlier);
     assert!(empty.is_last_backlogged() && empty.nodes.is_empty());
     // Another leader registers a node; this cache's store watch lags.
-    let elsewhere = CuratorService::new(Arc::new(store.clone()), cache.clone(), None);
+    let elsewhere = CuratorService::new(Arc::new(store.clone()), cache.clone(), None, clock());
     let id = NodeId::from_public_key(&[5; 32]);
     let register = elsewhere.register_node(
         &id,
@@ -148,6 +155,7 @@ fn a_node_s_streams_end_when_it_is_removed() {
         cache.track_writes(Arc::new(store.clone())),
         cache.clone(),
         None,
+        clock(),
     );
     let (x, y) = (
         NodeId::from_public_key(&[7; 32]),
@@ -212,7 +220,7 @@ fn the_metrics_count_streams_events_and_coalesced_changes() {
         let line = text.lines().find(|l| l.split(' ').next() == Some(name));
         line.and_then(|l| l.split(' ').nth(1)).map(str::to_string)
     };
-    let curator = CuratorService::new(Arc::new(store.clone()), cache.clone(), None);
+    let curator = CuratorService::new(Arc::new(store.clone()), cache.clone(), None, clock());
     let id = NodeId::from_public_key(&[9; 32]);
     let register = curator.register_node(
         &id,

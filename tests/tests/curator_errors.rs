@@ -29,11 +29,12 @@ async fn invalid_argument(rt: RuntimeKind) {
     let mut c = curator(d.unix().await);
     let me = d.node_id().to_string();
 
+    // As the reference: a kind this curator cannot read is Unimplemented.
     let e = c
         .watch(curator::WatchRequest { kind: None })
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert_eq!(e.code(), Code::Unimplemented, "{e:?}");
     assert!(e.message().contains("kind"), "{}", e.message());
 
     let kind = curator::watch_request::Kind::NodeInCluster(curator::watch_request::NodeInCluster {
@@ -46,8 +47,16 @@ async fn invalid_argument(rt: RuntimeKind) {
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("node_id"), "{}", e.message());
 
+    // As the reference: a node_id that is not the caller's, even a
+    // malformed one, is PermissionDenied.
+    let e = c
+        .update_node_status(update("metropolis-XYZ", status("10.0.0.1")))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("metropolis-XYZ"), "{}", e.message());
+
     for (req, field) in [
-        (update("metropolis-XYZ", status("10.0.0.1")), "node_id"),
         (update(&me, None), "status"),
         (update(&me, status("not-an-ip")), "status.external_address"),
         (update(&me, status("")), "status.external_address"),

@@ -212,15 +212,25 @@ async fn backlog_modes_and_filters(runtime: RuntimeKind) {
         .unwrap(),
         ["a2", "a3"]
     );
-    // Errors: empty DN, a DN never logged to, no backlog mode.
-    let e = backlog(&mut client, request("", vec![], all))
+    // As the reference: the empty DN is the root (with WithChildren,
+    // every entry), and a DN never logged to is empty, not an error.
+    assert_eq!(
+        backlog(&mut client, request("", vec![children()], all))
+            .await
+            .unwrap(),
+        ["a1", "b1", "c1", "a2", "b2", "a3"]
+    );
+    assert!(
+        backlog(&mut client, request("root.nope", vec![], all))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Errors: an invalid DN, no backlog mode.
+    let e = backlog(&mut client, request("root..a", vec![], all))
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
-    let e = backlog(&mut client, request("root.nope", vec![], all))
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
     let e = backlog(
         &mut client,
         request("root", vec![], BacklogMode::BacklogInvalid),

@@ -10,6 +10,10 @@ pub const MAX_DN_LEN: usize = 255;
 /// A DN is a dot-separated list of non-empty components, each made of
 /// `[a-z0-9_-]`, at most [`MAX_DN_LEN`] bytes in total. DNs order as their
 /// strings, so a DN's subtree is a contiguous range starting at the DN.
+///
+/// Above every DN is the tree's root, [`Dn::root`], the empty DN: a query
+/// may name it (its subtree is the whole tree), but nothing is logged to
+/// it, and [`Dn::parse`] never returns it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Dn(String);
 
@@ -82,6 +86,16 @@ impl Dn {
         Ok(Dn(s.to_owned()))
     }
 
+    /// The root of the tree: the empty DN, the ancestor of every other.
+    pub fn root() -> Dn {
+        Dn(String::new())
+    }
+
+    /// Whether this is [`Dn::root`].
+    pub fn is_root(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The DN as a string.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -90,6 +104,9 @@ impl Dn {
     /// Whether `self` is `other` or lies in `other`'s subtree: `root.a.b`
     /// is a descendant of `root.a` and of `root`, but not of `root.ab`.
     pub fn is_descendant_or_self(&self, other: &Dn) -> bool {
+        if other.is_root() {
+            return true;
+        }
         match self.0.strip_prefix(other.0.as_str()) {
             Some(rest) => rest.is_empty() || rest.starts_with('.'),
             None => false,

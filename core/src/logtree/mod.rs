@@ -13,7 +13,7 @@ mod tree;
 
 pub use dn::{Dn, DnError, MAX_DN_LEN};
 pub use entry::{ENTRY_OVERHEAD, Entry, EntryKind, Sequenced, Severity};
-pub use query::{Backlog, KindFilter, Query, QueryError, Stream};
+pub use query::{Backlog, KindFilter, MAX_FILTERS, Query, QueryError, Stream};
 pub use tree::{Drained, LogTree, LogTreeConfig, SubscriptionId};
 
 #[cfg(test)]

@@ -7,6 +7,9 @@ use metropolis_proto::prelude::{common, debug};
 
 use super::{Dn, DnError, Entry, Severity};
 
+/// Most filters a query may carry, as the reference allows.
+pub const MAX_FILTERS: usize = 10;
+
 /// Which entry kinds a query selects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KindFilter {
@@ -51,14 +54,14 @@ pub enum Stream {
 /// lines too issues a second query.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Query {
-    /// The selected DN.
+    /// The selected DN; [`Dn::root`] for an empty `dn`.
     pub dn: Dn,
     /// Whether the DN's subtree is included (`WithChildren`).
     pub with_children: bool,
     /// Which entry kinds are selected.
     pub kind: KindFilter,
     /// Minimum severity (`LeveledWithMinimumSeverity`); if several are
-    /// given, the highest applies (all filters must match).
+    /// given, the last one applies (as the reference).
     pub min_severity: Option<Severity>,
     /// The backlog mode.
     pub backlog: Backlog,
@@ -70,14 +73,14 @@ pub struct Query {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum QueryError {
-    /// `dn` is not a valid DN (including empty). InvalidArgument.
+    /// `dn` is not a valid DN. InvalidArgument.
     InvalidDn(DnError),
     /// `backlog_mode` is `BACKLOG_INVALID` or unknown. InvalidArgument.
     InvalidBacklogMode(i32),
     /// `backlog_count` is <= 0 with `BACKLOG_COUNT`. InvalidArgument.
     NonPositiveBacklogCount(i64),
-    /// `stream_mode` is `STREAM_INVALID` or unknown. InvalidArgument.
-    InvalidStreamMode(i32),
+    /// More than [`MAX_FILTERS`] filters. InvalidArgument.
+    TooManyFilters(usize),
     /// `filters[index]` has no filter set. InvalidArgument.
     EmptyFilter {
         /// Index in `filters`.
@@ -93,17 +96,12 @@ pub enum QueryError {
         /// The value given.
         value: i32,
     },
-    /// The DN was never seen by the log tree. NotFound.
-    NotFound(Dn),
 }
 
 impl QueryError {
     /// The gRPC status code for this error.
     pub fn code(&self) -> tonic::Code {
-        match self {
-            QueryError::NotFound(_) => tonic::Code::NotFound,
-            _ => tonic::Code::InvalidArgument,
-        }
+        tonic::Code::InvalidArgument
     }
 }
 
@@ -119,10 +117,9 @@ impl fmt::Display for QueryError {
                 f,
                 "backlog_count: must be positive with BACKLOG_COUNT, got {v}"
             ),
-            QueryError::InvalidStreamMode(v) => write!(
-                f,
-                "stream_mode: must be STREAM_DISABLE or STREAM_UNBUFFERED, got {v}"
-            ),
+            QueryError::TooManyFilters(n) => {
+                write!(f, "filters: {n} given, at most {MAX_FILTERS} are accepted")
+            }
             QueryError::EmptyFilter { index } => {
                 write!(f, "filters[{index}]: a filter must be set")
             }
@@ -133,7 +130,6 @@ impl fmt::Display for QueryError {
                 f,
                 "filters[{index}].minimum: must be INFO, WARNING, ERROR or FATAL, got {value}"
             ),
-            QueryError::NotFound(dn) => write!(f, "dn: {dn} was never logged to"),
         }
     }
 }
@@ -141,13 +137,26 @@ impl fmt::Display for QueryError {
 impl std::error::Error for QueryError {}
 
 impl Query {
-    /// Validates a request. Checks, in order: `dn`, `backlog_mode`,
-    /// `backlog_count`, `stream_mode`, then each filter.
+    /// Validates a request. Checks, in order: the number of filters,
+    /// `dn`, `backlog_mode`, `backlog_count`, then each filter.
+    ///
+    /// As the reference: an empty `dn` is the root of the tree (with
+    /// `WithChildren`, every entry); a `stream_mode` other than
+    /// `STREAM_UNBUFFERED` (unset, or a value this build does not know)
+    /// streams nothing. A DN never logged to is valid (its backlog is
+    /// empty, and a stream waits for its first entries).
     pub fn from_request(req: &debug::GetLogsRequest) -> Result<Query, QueryError> {
         use common::log_filter::Filter;
         use debug::get_logs_request::{BacklogMode, StreamMode};
 
-        let dn = Dn::parse(&req.dn).map_err(QueryError::InvalidDn)?;
+        if req.filters.len() > MAX_FILTERS {
+            return Err(QueryError::TooManyFilters(req.filters.len()));
+        }
+        let dn = if req.dn.is_empty() {
+            Dn::root()
+        } else {
+            Dn::parse(&req.dn).map_err(QueryError::InvalidDn)?
+        };
         let backlog = match BacklogMode::try_from(req.backlog_mode) {
             Ok(BacklogMode::BacklogDisable) => Backlog::Disable,
             Ok(BacklogMode::BacklogAll) => Backlog::All,
@@ -163,11 +172,8 @@ impl Query {
             }
         };
         let stream = match StreamMode::try_from(req.stream_mode) {
-            Ok(StreamMode::StreamDisable) => Stream::Disable,
             Ok(StreamMode::StreamUnbuffered) => Stream::Unbuffered,
-            Ok(StreamMode::StreamInvalid) | Err(_) => {
-                return Err(QueryError::InvalidStreamMode(req.stream_mode));
-            }
+            _ => Stream::Disable,
         };
 
         let mut with_children = false;
@@ -187,7 +193,7 @@ impl Query {
                             value: m.minimum,
                         },
                     )?;
-                    min_severity = Some(min_severity.map_or(s, |cur| cur.max(s)));
+                    min_severity = Some(s);
                 }
             }
         }

@@ -118,10 +118,18 @@ fn dn_descendants() {
 fn validation_rules() {
     let err = |r: debug::GetLogsRequest| Query::from_request(&r).expect_err("must be rejected");
 
-    let e = err(request("", vec![]));
-    assert_eq!(e, QueryError::InvalidDn(DnError::Empty));
+    let e = err(request("root..a", vec![]));
+    assert_eq!(
+        e,
+        QueryError::InvalidDn(DnError::EmptyComponent { index: 1 })
+    );
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
     assert!(e.to_string().contains("dn"));
+    // As the reference: the empty DN is the root.
+    assert_eq!(
+        Query::from_request(&request("", vec![])).map(|q| q.dn),
+        Ok(Dn::root())
+    );
 
     let mut r = request("root", vec![]);
     r.backlog_mode = BacklogMode::BacklogInvalid as i32;
@@ -148,10 +156,14 @@ fn validation_rules() {
     assert!(Query::from_request(&r).is_ok());
 
     let mut r = request("root", vec![]);
-    r.stream_mode = StreamMode::StreamInvalid as i32;
-    let e = err(r.clone());
-    assert_eq!(e, QueryError::InvalidStreamMode(0));
-    assert!(e.to_string().contains("stream_mode"), "{e}");
+    // As the reference: unset, or unknown, streams nothing.
+    for mode in [StreamMode::StreamInvalid as i32, 7] {
+        r.stream_mode = mode;
+        assert_eq!(
+            Query::from_request(&r).expect("valid").stream,
+            Stream::Disable
+        );
+    }
     r.stream_mode = StreamMode::StreamUnbuffered as i32;
     assert_eq!(
         Query::from_request(&r).expect("valid").stream,
@@ -181,6 +193,15 @@ fn validation_rules() {
     let mut r = request("root", vec![]);
     r.filters.push(common::LogFilter { filter: None });
     assert_eq!(err(r), QueryError::EmptyFilter { index: 0 });
+
+    // As the reference: at most ten filters.
+    let ten = vec![Filter::WithChildren(WithChildren {}); MAX_FILTERS];
+    assert!(Query::from_request(&request("root", ten.clone())).is_ok());
+    let mut eleven = ten;
+    eleven.push(Filter::OnlyRaw(OnlyRaw {}));
+    let e = err(request("root", eleven));
+    assert_eq!(e, QueryError::TooManyFilters(11));
+    assert!(e.to_string().starts_with("filters: 11 given"), "{e}");
 }
 
 #[test]
@@ -192,7 +213,7 @@ fn filters() {
     let d = t.handle_entry(leveled("root.xy", Severity::Warning, "d"));
     let e = t.handle_entry(raw("root.x.y", "e"));
     let f = t.handle_entry(leveled("other", Severity::Fatal, "f"));
-    let bl = |q: Query| seqs(&t.backlog(&q).expect("known DN"));
+    let bl = |q: Query| seqs(&t.backlog(&q));
 
     assert_eq!(bl(query("root", vec![])), vec![a, b]);
     let wc = || Filter::WithChildren(WithChildren {});
@@ -217,7 +238,7 @@ fn filters() {
         )),
         vec![c, d]
     );
-    // Several minimums: the highest applies.
+    // Several minimums: the last applies (as the reference).
     assert_eq!(
         bl(query(
             "root",
@@ -225,6 +246,17 @@ fn filters() {
                 wc(),
                 min_sev(common::LeveledLogSeverity::Error),
                 min_sev(common::LeveledLogSeverity::Info)
+            ]
+        )),
+        vec![a, c, d]
+    );
+    assert_eq!(
+        bl(query(
+            "root",
+            vec![
+                wc(),
+                min_sev(common::LeveledLogSeverity::Info),
+                min_sev(common::LeveledLogSeverity::Error)
             ]
         )),
         vec![c]
@@ -254,25 +286,36 @@ fn filters() {
 }
 
 #[test]
-fn not_found_only_if_never_seen() {
-    let mut t = LogTree::new(LogTreeConfig {
-        max_entries_per_dn: 0,
-        ..big()
-    });
+fn a_dn_never_logged_to_has_an_empty_backlog_and_a_waiting_stream() {
+    let mut t = LogTree::new(big());
     let mut r = request("root.a", vec![]);
-    r.backlog_mode = BacklogMode::BacklogDisable as i32;
+    r.stream_mode = StreamMode::StreamUnbuffered as i32;
     let q = Query::from_request(&r).expect("valid");
-    let e = t.backlog(&q).expect_err("never seen");
-    assert_eq!(e, QueryError::NotFound(dn("root.a")));
-    assert_eq!(e.code(), tonic::Code::NotFound);
-    assert!(t.open(q.clone()).is_err());
-    assert_eq!(t.subscription_count(), 0);
+    let (backlog, sub) = t.open(q.clone());
+    assert!(backlog.is_empty());
+    let sub = sub.expect("a stream");
+    assert!(!t.has_seen(&dn("root.a")));
 
-    t.handle_entry(raw("root.a.b", "x"));
-    // Retains nothing, but remembers the DN and its ancestors.
-    assert_eq!(t.backlog(&q), Ok(vec![]));
+    let first = t.handle_entry(raw("root.a", "x"));
+    let drained = t.poll_subscription(sub).expect("subscribed");
+    assert_eq!(seqs(&drained.entries), vec![first]);
     assert!(t.has_seen(&dn("root")));
     assert!(!t.has_seen(&dn("root.c")));
+}
+
+#[test]
+fn the_empty_dn_is_the_root_of_the_whole_tree() {
+    let mut t = LogTree::new(big());
+    let a = t.handle_entry(raw("root.a", "a"));
+    let b = t.handle_entry(raw("other", "b"));
+    let wc = Filter::WithChildren(WithChildren {});
+    let q = Query::from_request(&request("", vec![wc])).expect("valid");
+    assert!(q.dn.is_root());
+    assert_eq!(seqs(&t.backlog(&q)), vec![a, b]);
+    // Without WithChildren: the root's own entries, and none is logged
+    // there.
+    let q = Query::from_request(&request("", vec![])).expect("valid");
+    assert_eq!(seqs(&t.backlog(&q)), Vec::<u64>::new());
 }
 
 #[test]
@@ -327,9 +370,7 @@ fn subscription_overflow_and_open() {
     t.handle_entry(raw("root", "before"));
     let mut r = request("root", vec![]);
     r.stream_mode = StreamMode::StreamUnbuffered as i32;
-    let (backlog, sub) = t
-        .open(Query::from_request(&r).expect("valid"))
-        .expect("seen");
+    let (backlog, sub) = t.open(Query::from_request(&r).expect("valid"));
     assert_eq!(seqs(&backlog), vec![1]);
     let sub = sub.expect("streaming query subscribes");
     for i in 0..5 {
@@ -548,17 +589,7 @@ proptest! {
                     prop_assert_eq!(t.total_bytes(), model.bytes());
                 }
                 Op::Query(q) => {
-                    let seen = model.all.iter().any(|(s, _)| s.entry.dn.is_descendant_or_self(&q.dn));
-                    match t.backlog(&q) {
-                        Ok(got) => {
-                            prop_assert!(seen);
-                            prop_assert_eq!(got, model.backlog(&q));
-                        }
-                        Err(e) => {
-                            prop_assert!(!seen);
-                            prop_assert_eq!(e, QueryError::NotFound(q.dn.clone()));
-                        }
-                    }
+                    prop_assert_eq!(t.backlog(&q), model.backlog(&q));
                 }
                 Op::Subscribe(q) => {
                     let id = t.subscribe(q.clone());

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 use metropolis_proto::prelude::common;
 
 use super::query::Backlog;
-use super::{Dn, Entry, Query, QueryError, Sequenced, Stream};
+use super::{Dn, Entry, Query, Sequenced, Stream};
 
 /// Limits of a [`LogTree`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,15 +60,16 @@ struct Subscription {
 /// with each entry), no I/O.
 ///
 /// Every DN ever logged to is remembered, together with its ancestors
-/// (`root.curator` makes `root` known too), so a query for it never gets
-/// NotFound even once all its entries are evicted. Remembered DNs are not
-/// bounded by the memory cap; they are bounded by the set of components.
+/// (`root.curator` makes `root` known too), even once all its entries are
+/// evicted. Remembered DNs are not bounded by the memory cap; they are
+/// bounded by the set of components. A query for a DN never logged to is
+/// valid: its backlog is empty and its subscription waits.
 ///
 /// Driving contract:
 /// 1. Feed every log entry to [`LogTree::handle_entry`], in the order they
 ///    were logged; it returns the entry's global sequence number.
 /// 2. For a `GetLogs` call: validate with [`Query::from_request`] (errors
-///    end the call with [`QueryError::code`]), then call
+///    end the call with [`QueryError::code`](super::QueryError::code)), then call
 ///    [`LogTree::open`] (or [`LogTree::backlog`] and, for
 ///    [`Stream::Unbuffered`], [`LogTree::subscribe`] with no
 ///    `handle_entry` in between, i.e. under one lock). The backlog then
@@ -195,14 +196,9 @@ impl LogTree {
     /// The backlog of `query`: every retained matching entry in sequence
     /// order ([`Backlog::All`]), the newest `n` of them
     /// ([`Backlog::Count`]), or none ([`Backlog::Disable`]).
-    /// [`QueryError::NotFound`] if the DN was never seen, whatever the
-    /// mode.
-    pub fn backlog(&self, query: &Query) -> Result<Vec<Sequenced>, QueryError> {
-        if !self.has_seen(&query.dn) {
-            return Err(QueryError::NotFound(query.dn.clone()));
-        }
+    pub fn backlog(&self, query: &Query) -> Vec<Sequenced> {
         let keep = match query.backlog {
-            Backlog::Disable => return Ok(Vec::new()),
+            Backlog::Disable => return Vec::new(),
             Backlog::All => usize::MAX,
             Backlog::Count(n) => usize::try_from(n.get()).unwrap_or(usize::MAX),
         };
@@ -224,31 +220,26 @@ impl LogTree {
         out.sort_unstable_by_key(|s| s.seq);
         let skip = out.len().saturating_sub(keep);
         out.drain(..skip);
-        Ok(out)
+        out
     }
 
     /// [`LogTree::backlog`] converted to wire entries.
-    pub fn backlog_proto(&self, query: &Query) -> Result<Vec<common::LogEntry>, QueryError> {
-        Ok(self
-            .backlog(query)?
+    pub fn backlog_proto(&self, query: &Query) -> Vec<common::LogEntry> {
+        self.backlog(query)
             .iter()
             .map(|s| s.entry.to_proto())
-            .collect())
+            .collect()
     }
 
     /// Opens a `GetLogs` call atomically: its backlog, and a subscription
-    /// if the query streams ([`Stream::Unbuffered`]). No subscription is
-    /// made on error.
-    pub fn open(
-        &mut self,
-        query: Query,
-    ) -> Result<(Vec<Sequenced>, Option<SubscriptionId>), QueryError> {
-        let backlog = self.backlog(&query)?;
+    /// if the query streams ([`Stream::Unbuffered`]).
+    pub fn open(&mut self, query: Query) -> (Vec<Sequenced>, Option<SubscriptionId>) {
+        let backlog = self.backlog(&query);
         let sub = match query.stream {
             Stream::Disable => None,
             Stream::Unbuffered => Some(self.subscribe(query)),
         };
-        Ok((backlog, sub))
+        (backlog, sub)
     }
 
     /// Subscribes to the entries matching `query` inserted from now on

@@ -24,6 +24,8 @@
 //!   a new one nor satisfies it.
 
 mod agent;
+mod heartbeat;
+mod machine_id;
 mod report;
 mod root_device;
 mod server;
@@ -31,6 +33,8 @@ mod server;
 pub use agent::{
     Action, AgentConfig, AgentLoop, ConfigError, HeartbeatPlan, RebootAfter, offered_request,
 };
+pub use heartbeat::{HeartbeatError, check_heartbeat};
+pub use machine_id::{MachineId, MachineIdError};
 pub use report::{Report, ReportResult};
 pub use root_device::{DEVICE_DIR, MAX_ROOT_DEVICE_BYTES, RootDeviceError, root_device_path};
 pub use server::{

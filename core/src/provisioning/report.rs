@@ -16,16 +16,13 @@ pub enum ReportResult {
 }
 
 impl ReportResult {
-    /// The result carried by an `OSInstallationReport`'s `result` oneof.
-    /// A report carrying neither success nor error becomes an error that
-    /// says so, so that it is visible to the operator rather than lost.
-    pub fn from_proto(result: Option<&ProtoResult>) -> Self {
-        match result {
-            Some(ProtoResult::Success(_)) => ReportResult::Success,
-            Some(ProtoResult::Error(e)) => ReportResult::Error(e.error.clone()),
-            None => ReportResult::Error(
-                "result: the agent's report carried neither success nor error".to_string(),
-            ),
+    /// The result carried by an `OSInstallationReport`'s `result` oneof;
+    /// `None` for a report carrying neither success nor error, which is
+    /// no report (see [`check_heartbeat`](super::check_heartbeat)).
+    pub fn from_proto(result: Option<&ProtoResult>) -> Option<Self> {
+        match result? {
+            ProtoResult::Success(_) => Some(ReportResult::Success),
+            ProtoResult::Error(e) => Some(ReportResult::Error(e.error.clone())),
         }
     }
 

@@ -296,7 +296,9 @@ impl MachineRecord {
     /// installation report it carries, and says what to answer.
     ///
     /// The hardware report is stored re-encoded from the decoded message;
-    /// fields this build does not know are not kept.
+    /// fields this build does not know are not kept. A heartbeat
+    /// [`check_heartbeat`](super::check_heartbeat) refuses must not come
+    /// here: its report without a result would be ignored, not refused.
     pub fn handle_heartbeat(
         &mut self,
         heartbeat: &agent::HeartbeatRequest,
@@ -306,9 +308,9 @@ impl MachineRecord {
         if let Some(hardware) = &heartbeat.hardware_report {
             self.hardware_report = Some(Bytes::from(hardware.encode_to_vec()));
         }
-        let report = heartbeat.installation_report.as_ref().map(|report| {
-            let result = ReportResult::from_proto(report.result.as_ref());
-            self.store_report(report.generation, result, now_unix_ms)
+        let report = heartbeat.installation_report.as_ref().and_then(|report| {
+            let result = ReportResult::from_proto(report.result.as_ref())?;
+            Some(self.store_report(report.generation, result, now_unix_ms))
         });
         let pending = self.pending_request().is_some();
         let response_request = match &mut self.request {
@@ -862,7 +864,7 @@ mod tests {
     }
 
     #[test]
-    fn report_without_result_is_stored_as_an_error() {
+    fn a_report_without_result_is_no_report() {
         let mut record = MachineRecord::new(ID, KEY);
         record
             .submit_request(&request_bytes("a"), 1_000)
@@ -871,11 +873,13 @@ mod tests {
         if let Some(r) = hb.installation_report.as_mut() {
             r.result = None;
         }
-        record.handle_heartbeat(&hb, 10);
-        match &record.reports[&1].result {
-            ReportResult::Error(e) => assert!(e.starts_with("result:"), "{e}"),
-            other => panic!("{other:?}"),
-        }
+        // The service refuses such a heartbeat first (`check_heartbeat`);
+        // here it neither satisfies the request nor stores anything.
+        assert!(super::super::check_heartbeat(&hb).is_err());
+        let out = record.handle_heartbeat(&hb, 10);
+        assert_eq!(out.report, None);
+        assert!(record.reports.is_empty());
+        assert!(out.response_request.is_some());
     }
 
     #[test]

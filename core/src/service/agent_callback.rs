@@ -31,39 +31,22 @@ use super::curator::store_status;
 use super::metrics::{AgentMetrics, Metrics};
 use crate::identity::Identity;
 use crate::ports::{KvStore, WallClock};
-use crate::provisioning::{MachineRecord, RequestError};
+use crate::provisioning::{MachineId, MachineRecord, RequestError, check_heartbeat};
 use crate::store::{KeyRange, KeyValue, Op, OpResult, Txn};
 
 /// Key prefix of machine records.
 pub const MACHINES_PREFIX: &[u8] = b"/machines/";
 
 /// The store key of a machine's record.
-pub fn machine_key(machine_id: &str) -> Bytes {
+pub fn machine_key(machine_id: &MachineId) -> Bytes {
     let mut key = MACHINES_PREFIX.to_vec();
-    key.extend_from_slice(machine_id.as_bytes());
+    key.extend_from_slice(machine_id.as_str().as_bytes());
     Bytes::from(key)
 }
 
-/// Whether `s` is a UUID in its canonical textual form
-/// (8-4-4-4-12 hexadecimal digits).
-pub fn is_uuid(s: &str) -> bool {
-    let groups: Vec<&str> = s.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-fn check_machine_id(id: &str) -> Result<(), Status> {
-    if is_uuid(id) {
-        Ok(())
-    } else {
-        Err(Status::invalid_argument(format!(
-            "machine_id: {} is not a UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, hexadecimal)",
-            crate::quote::quoted(id)
-        )))
-    }
+/// `id` in canonical form, or InvalidArgument naming `machine_id`.
+fn check_machine_id(id: &str) -> Result<MachineId, Status> {
+    MachineId::parse(id).map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
 /// Machines, agents and installation requests over a [`KvStore`].
@@ -82,7 +65,7 @@ pub struct ProvisioningService {
 async fn update_machine<T>(
     store: &dyn KvStore,
     queues: &UpdateQueues,
-    machine_id: &str,
+    machine_id: &MachineId,
     mut change: impl FnMut(&mut MachineRecord) -> Result<T, Status>,
 ) -> Result<T, Status> {
     let what = || format!("machine {machine_id}");
@@ -168,7 +151,7 @@ impl ProvisioningService {
     /// Applies `change` to the record of `machine_id` by compare-and-swap.
     async fn update<T>(
         &self,
-        machine_id: &str,
+        machine_id: &MachineId,
         change: impl FnMut(&mut MachineRecord) -> Result<T, Status>,
     ) -> Result<T, Status> {
         update_machine(self.store.as_ref(), &self.queues, machine_id, change).await
@@ -185,16 +168,18 @@ impl ProvisioningService {
         request: agent::HeartbeatRequest,
     ) -> impl Future<Output = Result<EncodedHeartbeatResponse, Status>> + Send + use<> {
         let checked = match caller {
-            Identity::Agent(key) => check_machine_id(&request.machine_id).map(|()| *key),
+            Identity::Agent(key) => check_heartbeat(&request)
+                .map(|id| (*key, id))
+                .map_err(|e| Status::invalid_argument(e.to_string())),
             _ => Err(not_an_agent()),
         };
         let (store, queues) = (self.store.clone(), self.queues.clone());
         let now = self.clock.now_unix_ms();
         let metrics = self.metrics.clone();
         let beat = async move {
-            let key = checked?;
+            let (key, id) = checked?;
             let unknown = || Status::unauthenticated("machine id or public key unknown");
-            let outcome = update_machine(store.as_ref(), &queues, &request.machine_id, |record| {
+            let outcome = update_machine(store.as_ref(), &queues, &id, |record| {
                 if record.agent_public_key != key
                     && !crate::canary_planted!(AcceptUnregisteredAgentKey)
                 {
@@ -279,23 +264,21 @@ impl machine_management_server::MachineManagement for ProvisioningService {
         request: tonic::Request<private::AddMachineRequest>,
     ) -> Result<tonic::Response<private::AddMachineResponse>, Status> {
         let req = request.into_inner();
-        check_machine_id(&req.machine_id)?;
+        let id = check_machine_id(&req.machine_id)?;
         let key: [u8; 32] = req.agent_public_key.as_ref().try_into().map_err(|_| {
             Status::invalid_argument(format!(
                 "agent_public_key: must be a 32-byte Ed25519 public key, got {} bytes",
                 req.agent_public_key.len()
             ))
         })?;
-        let record = MachineRecord::new(req.machine_id.clone(), key);
-        let k = machine_key(&req.machine_id);
-        let txn = Txn::create(k, record.encode().into(), vec![]);
+        let record = MachineRecord::new(id.to_string(), key);
+        let txn = Txn::create(machine_key(&id), record.encode().into(), vec![]);
         if !self.store.txn(txn).await.map_err(store_status)?.succeeded {
             return Err(Status::already_exists(format!(
-                "machine {} already exists",
-                req.machine_id
+                "machine {id} already exists"
             )));
         }
-        tracing::info!(machine = %req.machine_id, "machine added");
+        tracing::info!(machine = %id, "machine added");
         Ok(tonic::Response::new(private::AddMachineResponse {}))
     }
 
@@ -318,8 +301,7 @@ impl machine_management_server::MachineManagement for ProvisioningService {
         &self,
         request: tonic::Request<private::GetMachineRequest>,
     ) -> Result<tonic::Response<private::Machine>, Status> {
-        let id = request.into_inner().machine_id;
-        check_machine_id(&id)?;
+        let id = check_machine_id(&request.into_inner().machine_id)?;
         let txn = Txn {
             success: vec![Op::Range(KeyRange::Key(machine_key(&id)))],
             ..Default::default()
@@ -339,8 +321,7 @@ impl machine_management_server::MachineManagement for ProvisioningService {
         &self,
         request: tonic::Request<private::RemoveMachineRequest>,
     ) -> Result<tonic::Response<private::RemoveMachineResponse>, Status> {
-        let id = request.into_inner().machine_id;
-        check_machine_id(&id)?;
+        let id = check_machine_id(&request.into_inner().machine_id)?;
         // One delete: a heartbeat racing it either commits first (and is
         // deleted with the record) or finds no record (Unauthenticated).
         let txn = Txn {
@@ -362,10 +343,10 @@ impl machine_management_server::MachineManagement for ProvisioningService {
         request: tonic::Request<private::SubmitInstallationRequestRequest>,
     ) -> Result<tonic::Response<private::SubmitInstallationRequestResponse>, Status> {
         let req = request.into_inner();
-        check_machine_id(&req.machine_id)?;
+        let id = check_machine_id(&req.machine_id)?;
         let now = self.clock.now_unix_ms();
         let generation = self
-            .update(&req.machine_id, |record| {
+            .update(&id, |record| {
                 record
                     .submit_request(&req.request, now)
                     .map(|r| r.generation)
@@ -379,7 +360,7 @@ impl machine_management_server::MachineManagement for ProvisioningService {
                     })
             })
             .await?;
-        tracing::info!(machine = %req.machine_id, generation, "installation request submitted");
+        tracing::info!(machine = %id, generation, "installation request submitted");
         Ok(tonic::Response::new(
             private::SubmitInstallationRequestResponse { generation },
         ))
@@ -433,20 +414,5 @@ impl GrpcService for AgentCallbackHttp {
             return Err(not_an_agent());
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uuids() {
-        assert!(is_uuid("0f8fad5b-d9cb-469f-a165-70867728950e"));
-        assert!(is_uuid("0F8FAD5B-D9CB-469F-A165-70867728950E"));
-        assert!(!is_uuid("0f8fad5bd9cb469fa16570867728950e"));
-        assert!(!is_uuid("0f8fad5b-d9cb-469f-a165-70867728950"));
-        assert!(!is_uuid("0f8fad5b-d9cb-469f-a165-70867728950g"));
-        assert!(!is_uuid(""));
     }
 }

@@ -16,7 +16,7 @@ use super::forward::LeaderTerm;
 use super::watch_cache::{WatchCache, WatchStream};
 use crate::curator::{NODE_RECORD_SCHEMA, decode_record, node_key, validate_status};
 use crate::identity::{Identity, NodeId};
-use crate::ports::{CertIssuer, KvStore};
+use crate::ports::{CertIssuer, KvStore, WallClock};
 use crate::store::{KeyRange, Op, OpResult, StoreError, Txn};
 
 /// The Curator (`Watch`, `UpdateNodeStatus`) and the private
@@ -33,6 +33,8 @@ pub struct CuratorService {
     issuer: Option<Arc<dyn CertIssuer>>,
     /// Status updates of one node queue behind each other.
     queues: UpdateQueues,
+    /// Stamps `status.timestamp` of every accepted status update.
+    clock: Arc<dyn WallClock>,
 }
 
 pub(crate) fn store_status(e: StoreError) -> Status {
@@ -46,17 +48,20 @@ pub(crate) fn store_status(e: StoreError) -> Status {
 
 impl CuratorService {
     /// A curator over `store`, feeding `Watch` from `cache`. `issuer` is
-    /// needed for `AddNode` (FailedPrecondition without it).
+    /// needed for `AddNode` (FailedPrecondition without it); `clock` gives
+    /// the time stamped on each accepted status update.
     pub fn new(
         store: Arc<dyn KvStore>,
         cache: WatchCache,
         issuer: Option<Arc<dyn CertIssuer>>,
+        clock: Arc<dyn WallClock>,
     ) -> Self {
         CuratorService {
             store,
             cache,
             issuer,
             queues: UpdateQueues::default(),
+            clock,
         }
     }
 
@@ -108,13 +113,15 @@ pub enum WatchTarget {
 }
 
 impl WatchTarget {
-    /// Validates `request`: InvalidArgument naming the field that is
-    /// unset or not a node ID. Checked before anything is read for it.
+    /// Validates `request`: Unimplemented when `kind` is unset (as the
+    /// reference answers: to an older server, a newer client's kind looks
+    /// unset), InvalidArgument naming a node ID that is not one. Checked
+    /// before anything is read for it.
     pub fn from_request(request: curator::WatchRequest) -> Result<WatchTarget, Status> {
         use curator::watch_request::Kind;
         match request.kind {
-            None => Err(Status::invalid_argument(
-                "kind: must be set to node_in_cluster or nodes_in_cluster",
+            None => Err(Status::unimplemented(
+                "kind: unset or unknown to this curator; it serves node_in_cluster and nodes_in_cluster",
             )),
             Some(Kind::NodeInCluster(n)) => NodeId::parse(&n.node_id)
                 .map(WatchTarget::Node)
@@ -161,9 +168,12 @@ impl CuratorService {
 
     /// `Curator.UpdateNodeStatus` on behalf of `caller`: a node may update
     /// only itself, and only while it is a member (a node without a record
-    /// was removed: Unauthenticated, as its certificate no longer counts). The write is a compare-and-swap on the record's
-    /// revision; on conflict the failed transaction returns the current
-    /// record and the update is retried on it.
+    /// was removed: Unauthenticated, as its certificate no longer counts).
+    /// `status.timestamp` is set to the curator's time of acceptance (as
+    /// the reference's later versions do), so every watcher compares
+    /// times from one clock. The write is a compare-and-swap on the
+    /// record's revision; on conflict the failed transaction returns the
+    /// current record and the update is retried on it.
     ///
     /// The request is checked when called; the returned future owns only
     /// what the write needs (not the request, the caller or `self`). It is
@@ -178,14 +188,26 @@ impl CuratorService {
         request: curator::UpdateNodeStatusRequest,
     ) -> impl Future<Output = Result<(), Status>> + Send + use<> {
         match check_status_update(caller, request) {
-            Ok((id, status)) => Either::Left(write_status(
-                self.store.clone(),
-                self.queues.clone(),
-                id,
-                status,
-            )),
+            Ok((id, mut status)) => {
+                status.timestamp = Some(timestamp(self.clock.now_unix_ms()));
+                Either::Left(write_status(
+                    self.store.clone(),
+                    self.queues.clone(),
+                    id,
+                    status,
+                ))
+            }
             Err(status) => Either::Right(futures::future::ready(Err(status))),
         }
+    }
+}
+
+/// `unix_ms` (milliseconds since the Unix epoch) as a protobuf timestamp.
+fn timestamp(unix_ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: unix_ms.div_euclid(1000),
+        // In 0..1_000_000_000: fits.
+        nanos: i32::try_from(unix_ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
     }
 }
 
@@ -222,21 +244,23 @@ fn check_status_update(
     caller: &Identity,
     request: curator::UpdateNodeStatusRequest,
 ) -> Result<(NodeId, common::NodeStatus), Status> {
-    let id = NodeId::parse(&request.node_id)
-        .map_err(|e| Status::invalid_argument(format!("node_id: {e}")))?;
-    match caller {
-        Identity::Node(me) if *me == id => {}
+    // As the reference: whatever `node_id` holds, a caller may update
+    // only itself, so any other value (a malformed one too) is
+    // PermissionDenied.
+    let named = crate::quote::quoted(&request.node_id);
+    let id = match caller {
+        Identity::Node(me) if me.as_str() == request.node_id => me.clone(),
         Identity::Node(me) => {
             return Err(Status::permission_denied(format!(
-                "node {me} cannot update the status of node {id}"
+                "node {me} cannot update the status of node {named}"
             )));
         }
         other => {
             return Err(Status::permission_denied(format!(
-                "{other} is not a node; only node {id} may update its own status"
+                "{other} is not a node; only node {named} may update its own status"
             )));
         }
-    }
+    };
     let status =
         validate_status(request.status).map_err(|e| Status::invalid_argument(e.to_string()))?;
     Ok((id, status))

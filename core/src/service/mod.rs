@@ -29,9 +29,7 @@ mod unary;
 mod watch_cache;
 
 pub use admission::RequestLimits;
-pub use agent_callback::{
-    AgentCallbackHttp, MACHINES_PREFIX, ProvisioningService, is_uuid, machine_key,
-};
+pub use agent_callback::{AgentCallbackHttp, MACHINES_PREFIX, ProvisioningService, machine_key};
 pub use curator::{CuratorService, WatchTarget};
 pub use curator_http::{CuratorHttp, WatchBody};
 pub use group_commit::{GroupCommit, GroupCommitOptions};

@@ -144,13 +144,18 @@ pub async fn assemble(
     }
     // Watches opened after a write see it (read your writes), even
     // though the cache follows the store asynchronously.
-    let curator = CuratorService::new(cache.track_writes(kv.clone()), cache.clone(), ports.issuer);
+    let curator = CuratorService::new(
+        cache.track_writes(kv.clone()),
+        cache.clone(),
+        ports.issuer,
+        ports.wall_clock.clone(),
+    );
     let roles = common::NodeRoles {
         consensus_member: Some(Default::default()),
         kubernetes_controller: Some(Default::default()),
         ..Default::default()
     };
-    let registrar = CuratorService::new(raw, cache.clone(), None);
+    let registrar = CuratorService::new(raw, cache.clone(), None, ports.wall_clock.clone());
     let registered = registrar
         .register_node(node_id, node_key, roles, common::NodeState::Up)
         .await?;

@@ -36,7 +36,7 @@
 //! stream that did not end with Unavailable shows exactly the store's
 //! nodes, and a `NodesInCluster` stream marked its backlog exactly once.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -56,7 +56,7 @@ use metropolis_core::ports::{
 use metropolis_core::provisioning::MachineRecord;
 use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub};
 use metropolis_core::service::{
-    CuratorService, ProvisioningService, Router, WatchCache, WatchCacheOptions, machine_key,
+    CuratorService, MACHINES_PREFIX, ProvisioningService, Router, WatchCache, WatchCacheOptions,
 };
 use metropolis_core::store::{KeyRange, Op, Txn};
 use metropolis_core::trace::TraceSpec;
@@ -572,13 +572,43 @@ fn valid_node_id(s: &str) -> bool {
 }
 
 /// A UUID in canonical form, by the rules.
-fn valid_uuid(s: &str) -> bool {
+/// `s` as the lowercase canonical UUID, if it is one in a form Go's
+/// `uuid.Parse` takes: canonical, 32 digits, `urn:uuid:` (any case) in
+/// front, or one enclosing character on each side.
+fn canonical_uuid(s: &str) -> Option<String> {
     let b = s.as_bytes();
-    b.len() == 36
-        && b.iter().enumerate().all(|(i, c)| match i {
-            8 | 13 | 18 | 23 => *c == b'-',
-            _ => c.is_ascii_hexdigit(),
-        })
+    let dashed = match b.len() {
+        32 => {
+            let hex = std::str::from_utf8(b).ok()?;
+            return hex.bytes().all(|c| c.is_ascii_hexdigit()).then(|| {
+                let h = hex.to_ascii_lowercase();
+                format!(
+                    "{}-{}-{}-{}-{}",
+                    &h[..8],
+                    &h[8..12],
+                    &h[12..16],
+                    &h[16..20],
+                    &h[20..]
+                )
+            });
+        }
+        36 => b,
+        38 => &b[1..37],
+        45 if b[..9].eq_ignore_ascii_case(b"urn:uuid:") => &b[9..],
+        _ => return None,
+    };
+    let ok = dashed.iter().enumerate().all(|(i, c)| match i {
+        8 | 13 | 18 | 23 => *c == b'-',
+        _ => c.is_ascii_hexdigit(),
+    });
+    ok.then(|| String::from_utf8_lossy(dashed).to_ascii_lowercase())
+}
+
+/// The store key of the record of machine `canonical`.
+fn machine_record_key(canonical: &str) -> Bytes {
+    let mut key = MACHINES_PREFIX.to_vec();
+    key.extend_from_slice(canonical.as_bytes());
+    Bytes::from(key)
 }
 
 /// A kubeconfig identity or group name, by the rules.
@@ -603,8 +633,6 @@ struct World {
     hub: LogHub,
     port: FakePort,
     instances: bool,
-    /// DNs logged to, with their ancestors.
-    seen: BTreeSet<String>,
     /// Whether the store failed or broke its watches at some point: the
     /// watch cache may notice it during any later call, ending every
     /// stream (also one just opened) with Unavailable.
@@ -625,7 +653,12 @@ impl World {
                 max_event_bytes: 2048,
             },
         );
-        let curator = CuratorService::new(store.clone(), cache, Some(Arc::new(FakeIssuer)));
+        let curator = CuratorService::new(
+            store.clone(),
+            cache,
+            Some(Arc::new(FakeIssuer)),
+            Arc::new(ManualClock::at_unix_ms(NOW_UNIX_MS)),
+        );
         for key in &NODE_KEYS[..2] {
             let id = NodeId::from_public_key(key);
             let registered = block_on(
@@ -644,7 +677,7 @@ impl World {
         kv.with(|m| {
             m.txn(&Txn {
                 success: vec![Op::Put {
-                    key: machine_key(MACHINE_A),
+                    key: machine_record_key(MACHINE_A),
                     value: record.encode().into(),
                     lease: 0,
                 }],
@@ -662,14 +695,8 @@ impl World {
             max_entries_per_dn: 64,
             max_queued_per_subscription: 16,
         });
-        let mut seen = BTreeSet::new();
         for (i, dn) in LOGGED.iter().enumerate() {
             let dn = metropolis_core::logtree::Dn::parse(dn).expect("a valid DN");
-            let mut d = Some(dn.clone());
-            while let Some(x) = d {
-                seen.insert(x.as_str().to_string());
-                d = x.parent();
-            }
             hub.append(Entry {
                 dn,
                 kind: EntryKind::Leveled {
@@ -704,7 +731,6 @@ impl World {
             hub,
             port,
             instances: flags & 1 != 0,
-            seen,
             store_faulted: false,
             watches: Vec::new(),
             commits,
@@ -721,8 +747,9 @@ impl World {
         self.get(Bytes::from(key)).is_some()
     }
 
+    /// The record of machine `id`, in any form [`canonical_uuid`] takes.
     fn machine(&self, id: &str) -> Option<MachineRecord> {
-        self.get(machine_key(id))
+        self.get(machine_record_key(&canonical_uuid(id)?))
             .map(|v| MachineRecord::decode(&v).expect("stored machine records decode"))
     }
 
@@ -779,7 +806,8 @@ impl World {
             Method::Watch => {
                 use curator::watch_request::Kind;
                 match curator::WatchRequest::decode(msg).ok()?.kind {
-                    None => pre(InvalidArgument),
+                    // A kind this curator cannot read: as the reference.
+                    None => pre(Unimplemented),
                     Some(Kind::NodeInCluster(n)) if !valid_node_id(&n.node_id) => {
                         pre(InvalidArgument)
                     }
@@ -796,9 +824,8 @@ impl World {
             }
             Method::UpdateNodeStatus => {
                 let req = curator::UpdateNodeStatusRequest::decode(msg).ok()?;
-                if !valid_node_id(&req.node_id) {
-                    return pre(InvalidArgument);
-                }
+                // Only the caller itself: any other `node_id`, well-formed
+                // or not, is PermissionDenied (as the reference).
                 match who {
                     Some(Identity::Node(me)) if me.as_str() == req.node_id => {}
                     _ => return pre(PermissionDenied),
@@ -839,7 +866,7 @@ impl World {
             }
             Method::AddMachine => {
                 let req = p::AddMachineRequest::decode(msg).ok()?;
-                if !valid_uuid(&req.machine_id) || req.agent_public_key.len() != 32 {
+                if canonical_uuid(&req.machine_id).is_none() || req.agent_public_key.len() != 32 {
                     return pre(InvalidArgument);
                 }
                 store(if self.machine(&req.machine_id).is_some() {
@@ -851,7 +878,7 @@ impl World {
             Method::ListMachines => store(Ok),
             Method::GetMachine => {
                 let req = p::GetMachineRequest::decode(msg).ok()?;
-                if !valid_uuid(&req.machine_id) {
+                if canonical_uuid(&req.machine_id).is_none() {
                     return pre(InvalidArgument);
                 }
                 store(if self.machine(&req.machine_id).is_some() {
@@ -862,7 +889,7 @@ impl World {
             }
             Method::SubmitInstallationRequest => {
                 let req = p::SubmitInstallationRequestRequest::decode(msg).ok()?;
-                if !valid_uuid(&req.machine_id) {
+                if canonical_uuid(&req.machine_id).is_none() {
                     return pre(InvalidArgument);
                 }
                 if self.machine(&req.machine_id).is_none() {
@@ -888,7 +915,13 @@ impl World {
                 let Some(Identity::Agent(key)) = who else {
                     return pre(Unauthenticated);
                 };
-                if !valid_uuid(&req.machine_id) {
+                // A report must carry a result (as the reference refuses
+                // one without): nothing of such a heartbeat is recorded.
+                let no_result = req
+                    .installation_report
+                    .as_ref()
+                    .is_some_and(|r| r.result.is_none());
+                if canonical_uuid(&req.machine_id).is_none() || no_result {
                     return pre(InvalidArgument);
                 }
                 match self.machine(&req.machine_id) {
@@ -915,7 +948,6 @@ impl World {
                 let req = debug::GetLogsRequest::decode(msg).ok()?;
                 match Query::from_request(&req) {
                     Err(_) => pre(InvalidArgument),
-                    Result::Ok(q) if !self.seen.contains(q.dn.as_str()) => pre(NotFound),
                     Result::Ok(_) => pre(Ok),
                 }
             }
@@ -987,6 +1019,7 @@ impl World {
             Svc::Debug => &self.debug,
         };
         let trace_ops = self.port.fs().log.len();
+        let machine_before = self.get(machine_record_key(MACHINE_A));
         let followers = self.hub.followers();
         let commits = *self.commits.lock().unwrap_or_else(|p| p.into_inner());
         let response = block_on(router.call(request), &self.tasks, 64);
@@ -1067,6 +1100,15 @@ impl World {
             }
             self.check_success(m, &who, &msgs, &messages);
         }
+        if m == Method::Heartbeat
+            && matches!(code_enum, Code::InvalidArgument | Code::Unauthenticated)
+        {
+            assert_eq!(
+                self.get(machine_record_key(MACHINE_A)),
+                machine_before,
+                "a refused heartbeat changed the machine's record"
+            );
+        }
         if m == Method::GetLogs {
             assert_eq!(
                 self.hub.followers(),
@@ -1105,7 +1147,15 @@ impl World {
                 };
                 let nodes = self.nodes();
                 let node = nodes.get(&req.node_id).expect("an updated node exists");
-                assert_eq!(node.status, req.status, "the status written");
+                // As sent, but stamped with the curator's time.
+                let mut want = req.status.clone();
+                if let Some(status) = &mut want {
+                    status.timestamp = Some(prost_types::Timestamp {
+                        seconds: NOW_UNIX_MS / 1000,
+                        nanos: 0,
+                    });
+                }
+                assert_eq!(node.status, want, "the status written");
             }
             Method::AddNode => {
                 let (Result::Ok(req), Some(resp)) =
@@ -1200,11 +1250,6 @@ impl World {
 
     fn log(&mut self, input: &mut Input) {
         if let Result::Ok(entry) = super::logs::entry(input) {
-            let mut d = Some(entry.dn.clone());
-            while let Some(x) = d {
-                self.seen.insert(x.as_str().to_string());
-                d = x.parent();
-            }
             self.hub.append(entry);
         }
     }

@@ -11,7 +11,10 @@ use metropolis_proto::prelude::{common, debug};
 use prost::Message;
 use tonic::Status;
 
-use crate::logtree::{Entry, EntryKind, LogTree, LogTreeConfig, Query, Sequenced, SubscriptionId};
+use crate::logtree::{
+    Entry, EntryKind, KindFilter, LogTree, LogTreeConfig, Query, Sequenced, Severity,
+    SubscriptionId,
+};
 
 /// Most entries sent in one `GetLogsResponse`.
 pub const MAX_ENTRIES_PER_RESPONSE: usize = 4096;
@@ -111,26 +114,21 @@ impl LogHub {
     }
 
     /// Opens a `GetLogs` call: validates the request (InvalidArgument
-    /// naming the field, NotFound for a DN never logged to), then returns
+    /// naming the field; a DN never logged to is valid), then returns
     /// the response stream: the backlog in `backlog_entries` chunks, then,
     /// when the request streams, `stream_entries` as they are logged until
     /// the stream is dropped. Entries a slow follower lost to its bounded
-    /// queue are reported in-band as one raw entry on the requested DN
-    /// ("N log entries dropped: reader too slow").
+    /// queue are reported in-band as one entry the query selects
+    /// ("N log entries dropped: reader too slow", see `drop_notice`).
     pub fn get_logs(&self, request: &debug::GetLogsRequest) -> Result<LogStream, Status> {
         let query =
             Query::from_request(request).map_err(|e| Status::new(e.code(), e.to_string()))?;
-        let dn = query.dn.clone();
-        let (backlog, subscription) = self
-            .lock()
-            .tree
-            .open(query)
-            .map_err(|e| Status::new(e.code(), e.to_string()))?;
+        let (backlog, subscription) = self.lock().tree.open(query.clone());
         Ok(LogStream {
             hub: self.clone(),
             backlog: backlog.into_iter(),
             subscription,
-            dn,
+            query,
         })
     }
 }
@@ -141,7 +139,7 @@ pub struct LogStream {
     hub: LogHub,
     backlog: std::vec::IntoIter<Sequenced>,
     subscription: Option<SubscriptionId>,
-    dn: crate::logtree::Dn,
+    query: Query,
 }
 
 impl std::fmt::Debug for LogStream {
@@ -151,6 +149,45 @@ impl std::fmt::Debug for LogStream {
             .field("subscription", &self.subscription)
             .finish()
     }
+}
+
+/// The in-band notice that `dropped` entries were lost to a slow reader
+/// of `query`, shaped so that `query` selects it: on the query's DN (or
+/// `root` for the whole tree, as the empty root is no entry's DN); raw
+/// where the query takes raw entries, else leveled at WARNING or the
+/// query's minimum, stamped with the time of `next` (the first entry
+/// after the gap) when it has one.
+fn drop_notice(query: &Query, dropped: u64, next: Option<&Entry>) -> Entry {
+    let dn = if query.dn.is_root() {
+        crate::logtree::Dn::parse("root").unwrap_or_else(|_| query.dn.clone())
+    } else {
+        query.dn.clone()
+    };
+    let data = format!("{dropped} log entries dropped: reader too slow");
+    let takes_raw = query.kind != KindFilter::OnlyLeveled && query.min_severity.is_none();
+    let kind = if takes_raw {
+        EntryKind::Raw {
+            original_length: i64::try_from(data.len()).unwrap_or(i64::MAX),
+            data,
+        }
+    } else {
+        let timestamp_unix_nanos = match next.map(|e| &e.kind) {
+            Some(EntryKind::Leveled {
+                timestamp_unix_nanos,
+                ..
+            }) => *timestamp_unix_nanos,
+            _ => 0,
+        };
+        EntryKind::Leveled {
+            lines: vec![data],
+            timestamp_unix_nanos,
+            severity: query
+                .min_severity
+                .map_or(Severity::Warning, |min| min.max(Severity::Warning)),
+            location: "logtree".into(),
+        }
+    };
+    Entry { dn, kind }
 }
 
 /// Moves entries from `from` into wire entries until a response is full.
@@ -195,15 +232,9 @@ impl Stream for LogStream {
         drop(inner);
         let mut stream_entries = Vec::with_capacity(drained.entries.len() + 1);
         if drained.dropped > 0 {
-            let data = format!("{} log entries dropped: reader too slow", drained.dropped);
-            let entry = Entry {
-                dn: this.dn.clone(),
-                kind: EntryKind::Raw {
-                    original_length: i64::try_from(data.len()).unwrap_or(i64::MAX),
-                    data,
-                },
-            };
-            stream_entries.push(entry.to_proto());
+            let next = drained.entries.first().map(|s| &s.entry);
+            let notice = drop_notice(&this.query, drained.dropped, next);
+            stream_entries.push(notice.to_proto());
         }
         // A burst larger than one response is sent in one go: the queue is
         // bounded by the tree's per-subscription cap.

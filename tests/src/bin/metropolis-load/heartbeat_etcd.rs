@@ -15,6 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use metropolis_core::provisioning::MachineId;
 use metropolis_core::service::machine_key;
 
 use super::daemon::Target;
@@ -60,8 +61,8 @@ pub async fn run(args: HeartbeatEtcdArgs, target: &Target, work: &Path) -> Resul
     let election = fenced_direct::leader_key(&mut kv).await?;
     let keys = agents
         .iter()
-        .map(|a| machine_key(&a.machine_id).to_vec())
-        .collect();
+        .map(|a| MachineId::parse(&a.machine_id).map(|id| machine_key(&id).to_vec()))
+        .collect::<std::result::Result<_, _>>()?;
     let records = Arc::new(
         fenced_direct::stored(&mut kv, keys, |i| {
             format!("machine {}", agents[i].machine_id)
