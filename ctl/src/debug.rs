@@ -21,12 +21,23 @@ pub const MAX_CHUNK_SIZE: usize = 4 * 1024 * 1024 - 1024;
 
 /// `metroctl logs`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    metroctl logs                      every entry of the node, all DNs\n  \
+    metroctl logs --list               the DNs that hold entries, with counts\n  \
+    metroctl logs root.curator -f      the curator's entries, then new ones\n  \
+    metroctl logs root -r --min-severity warning")]
 pub struct LogsArgs {
-    /// The DN to read, e.g. `root` or `root.curator`.
-    dn: String,
-    /// Include the DN's children (the whole subtree).
+    /// The DN to read, e.g. `root` or `root.curator` (see --list). Omitted:
+    /// the whole tree, every DN. A DN nothing has logged to yet is empty
+    /// (with -f, its first entries are shown as they come).
+    dn: Option<String>,
+    /// Include the DN's children (the whole subtree). Implied without a DN.
     #[arg(short = 'r', long)]
     recursive: bool,
+    /// List the DNs that hold entries (each with its number of entries)
+    /// instead of printing entries.
+    #[arg(long, conflicts_with_all = ["follow", "tail", "json", "raw", "leveled", "min_severity"])]
+    list: bool,
     /// Only the last N entries of the backlog (0: none). Default: all.
     #[arg(long, value_name = "N")]
     tail: Option<u64>,
@@ -139,7 +150,7 @@ pub fn logs_request(args: &LogsArgs) -> debug::GetLogsRequest {
     use debug::get_logs_request::{BacklogMode, StreamMode};
     let mut filters = Vec::new();
     let mut filter = |f| filters.push(common::LogFilter { filter: Some(f) });
-    if args.recursive {
+    if args.recursive || args.dn.is_none() || args.list {
         filter(log_filter::Filter::WithChildren(Default::default()));
     }
     if args.raw {
@@ -164,7 +175,8 @@ pub fn logs_request(args: &LogsArgs) -> debug::GetLogsRequest {
         ),
     };
     debug::GetLogsRequest {
-        dn: args.dn.clone(),
+        // Empty: the root of the tree.
+        dn: args.dn.clone().unwrap_or_default(),
         filters,
         backlog_mode: backlog_mode as i32,
         backlog_count,
@@ -253,6 +265,9 @@ pub fn format_entry(entry: &common::LogEntry, format: Format) -> String {
 
 /// `metroctl logs`.
 pub async fn logs(endpoint: &str, args: LogsArgs, format: Format) -> Result<(), CliError> {
+    if args.list {
+        return list_dns(endpoint, &args, format).await;
+    }
     let request = logs_request(&args);
     let mut stream = client(endpoint)
         .await?
@@ -268,6 +283,36 @@ pub async fn logs(endpoint: &str, args: LogsArgs, format: Format) -> Result<(), 
             .chain(&response.stream_entries)
         {
             outln!("{}", format_entry(entry, format.or_json(args.json)));
+        }
+    }
+    Ok(())
+}
+
+/// `metroctl logs --list`: the DNs holding entries (in the subtree of the
+/// DN given, else in the whole tree), each with its number of entries,
+/// from one backlog read.
+async fn list_dns(endpoint: &str, args: &LogsArgs, format: Format) -> Result<(), CliError> {
+    let mut stream = client(endpoint)
+        .await?
+        .get_logs(logs_request(args))
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    let mut counts = std::collections::BTreeMap::<String, u64>::new();
+    while let Some(response) = stream.next().await {
+        for entry in response.map_err(status_error)?.backlog_entries {
+            *counts.entry(entry.dn).or_default() += 1;
+        }
+    }
+    if format.structured() {
+        let list: Vec<_> = counts
+            .iter()
+            .map(|(dn, n)| serde_json::json!({ "dn": dn, "entries": n }))
+            .collect();
+        emit(&serde_json::Value::Array(list), format);
+    } else {
+        for (dn, n) in &counts {
+            outln!("{dn}\t{n}");
         }
     }
     Ok(())

@@ -440,10 +440,46 @@ fn debug_commands_logs_and_kubeconfig() {
         text(&out)
     );
     assert!(text(&out).contains("UNAUTHENTICATED"), "{}", text(&out));
-    // Errors name the field.
+    // A DN never logged to is empty; errors name the field.
     let out = debug_ctl(&d, &["logs", "root.nope"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(text(&out), "");
+    let out = debug_ctl(&d, &["logs", "Root..x"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("NotFound"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("dn: "),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // --list: the DNs holding entries, sorted; without a DN: the whole
+    // tree, the entries of every listed DN (read after the list, so a
+    // DN may have gained entries, never lost them all).
+    let out = debug_ctl(&d, &["logs", "--list"]);
+    let listed: Vec<String> = text(&out)
+        .lines()
+        .filter_map(|l| l.split('\t').next())
+        .map(str::to_string)
+        .collect();
+    assert!(
+        listed.iter().any(|dn| dn == "root.daemon"),
+        "{}",
+        text(&out)
+    );
+    assert!(listed.windows(2).all(|w| w[0] < w[1]), "{listed:?}");
+    let out = debug_ctl(&d, &["logs", "--json"]);
+    let logged: std::collections::BTreeSet<String> = text(&out)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["dn"].as_str().unwrap().to_string()
+        })
+        .collect();
+    for dn in &listed {
+        assert!(
+            logged.contains(dn),
+            "{dn} listed, but not in the whole tree"
+        );
+    }
 
     // kubeconfig to a file, mode 0600.
     let file = dir.path().join("kc.yaml");
