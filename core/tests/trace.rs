@@ -10,9 +10,9 @@ use metropolis_proto::prelude::debug;
 use proptest::prelude::*;
 
 use metropolis_core::trace::{
-    Action, FailureKind, Field, InstanceName, MAX_NAME_LEN, MAX_PATTERN_LEN, MAX_PATTERNS, Problem,
-    State, StepFailure, Target, TraceBuffers, TraceError, TraceSession, TraceSpec, TraceStream,
-    TracefsFailure, ValidationError, remove_stale_instances, run_session,
+    Action, FailureKind, Field, InstanceName, MAX_MODULE_LEN, MAX_NAME_LEN, MAX_PATTERN_LEN,
+    MAX_PATTERNS, Problem, State, StepFailure, Target, TraceBuffers, TraceError, TraceSession,
+    TraceSpec, TraceStream, TracefsFailure, ValidationError, remove_stale_instances, run_session,
 };
 use metropolis_testkit::tracefs::{FakeBuffer, FakePort, FakeTracefs};
 
@@ -72,7 +72,7 @@ fn arb_scenario() -> impl Strategy<Value = Scenario> {
         1 => Just("bogus"),
     ];
     let filter = prop_oneof![
-        8 => prop::sample::select(vec!["vfs_*", "do_sys_open", "*", "!x*"]),
+        8 => prop::sample::select(vec!["vfs_*", "do_sys_open", "*", "!x*", "*:mod:ext4"]),
         1 => Just("nomatch_fn"),
     ];
     let graph = prop_oneof![4 => Just("schedule"), 1 => Just("nomatch_g")];
@@ -556,9 +556,41 @@ fn validation_limits_and_messages() {
         e.to_string(),
         "function_filter[2]: contains a newline (got \"x\\ny\")"
     );
-    let e = TraceSpec::from_request(&request("nop", &["f:traceoff"], &[]))
+    // Commands that outlive the session are refused; ftrace's module
+    // form is accepted (as the reference), with a module name.
+    for (pattern, problem) in [
+        ("f:traceoff", Problem::FilterCommand),
+        ("f:snapshot:1", Problem::FilterCommand),
+        ("f:mod", Problem::FilterCommand),
+        (":mod:ext4", Problem::ModuleFunctions),
+        ("!:mod:ext4", Problem::ModuleFunctions),
+        ("*:mod:", Problem::ModuleName),
+        ("*:mod:!", Problem::ModuleName),
+        ("*:mod:ext4:traceoff", Problem::ModuleName),
+        ("*:mod:ext.4", Problem::ModuleName),
+    ] {
+        let e =
+            TraceSpec::from_request(&request("nop", &[pattern], &[])).expect_err("must be refused");
+        assert_eq!(e.problem, problem, "{pattern}");
+        assert!(e.to_string().starts_with("function_filter[0]: "), "{e}");
+    }
+    let long_module = format!("*:mod:{}", "m".repeat(MAX_MODULE_LEN + 1));
+    let e = TraceSpec::from_request(&request("nop", &[], &[&long_module]))
         .expect_err("must be refused");
-    assert_eq!(e.problem, Problem::Disallowed(':'));
+    assert_eq!(e.problem, Problem::ModuleName);
+    for pattern in [
+        "*:mod:ext4",
+        "vfs_*:mod:ext4",
+        "!write*:mod:ext4",
+        "*:mod:!ext4",
+        "*write*:mod:*snd*",
+        "f:mod:nf_conntrack-ipv4",
+    ] {
+        let spec = TraceSpec::from_request(&request("nop", &[pattern], &[pattern]));
+        assert!(spec.is_ok(), "{pattern}: {spec:?}");
+    }
+    let max_module = format!("*:mod:{}", "m".repeat(MAX_MODULE_LEN));
+    assert!(TraceSpec::from_request(&request("nop", &[&max_module], &[])).is_ok());
     let many = vec!["f"; MAX_PATTERNS + 1];
     let e = TraceSpec::from_request(&request("nop", &[], &many)).expect_err("must be refused");
     assert_eq!(e.field, Field::GraphFunctionFilters);

@@ -96,7 +96,8 @@ pub struct TraceArgs {
     /// `nop`, `function`, `function_graph`.
     #[arg(long)]
     tracer: String,
-    /// Function filter pattern (`*` wildcards; repeatable). None: all.
+    /// Function filter pattern (`*` wildcards; `PATTERN:mod:MODULE` for
+    /// the functions of one kernel module; repeatable). None: all.
     #[arg(long = "filter", value_name = "PATTERN")]
     filters: Vec<String>,
     /// Graph function filter for function_graph (repeatable).

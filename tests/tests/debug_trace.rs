@@ -167,6 +167,12 @@ async fn refused_tracer_and_invalid_names(runtime: RuntimeKind) {
             graph_function_filter: vec!["a/b".into()],
             ..Default::default()
         },
+        // A set_ftrace_filter command that would outlive the session.
+        debug::TraceRequest {
+            tracer: "nop".into(),
+            function_filter: vec!["vfs_read:traceoff".into()],
+            ..Default::default()
+        },
         debug::TraceRequest {
             tracer: "x".repeat(4096),
             ..Default::default()

@@ -54,6 +54,6 @@ pub use port::{FailureKind, TracePipe, Tracefs, TracefsFailure, WriteMode};
 pub use run::{TraceStream, run_session};
 pub use session::{State, TraceSession};
 pub use validate::{
-    Field, InstanceName, MAX_NAME_LEN, MAX_PATTERN_LEN, MAX_PATTERNS, Problem, TraceSpec,
-    ValidationError,
+    Field, InstanceName, MAX_MODULE_LEN, MAX_NAME_LEN, MAX_PATTERN_LEN, MAX_PATTERNS, Problem,
+    TraceSpec, ValidationError,
 };

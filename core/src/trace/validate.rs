@@ -9,12 +9,17 @@
 //!   `blk`, ...) fits; `.` is refused so `.` and `..` can never become path
 //!   components.
 //! - **filter patterns** (`function_filter`, `graph_function_filter`): 1 to
-//!   [`MAX_PATTERN_LEN`] bytes of printable ASCII except `/` and `:`, at most
+//!   [`MAX_PATTERN_LEN`] bytes of printable ASCII except `/`, at most
 //!   [`MAX_PATTERNS`] per list. `*` (and the kernel's other glob characters,
-//!   and a leading `!`) are allowed. `:` is refused because it selects
-//!   set_ftrace_filter *commands* (`func:traceoff`, `:mod:x`, ...), whose
-//!   effects a truncating reset does not undo, so teardown could not
-//!   restore them.
+//!   and a leading `!`) are allowed. `:` selects set_ftrace_filter
+//!   *commands*; only ftrace's module form is accepted,
+//!   `PATTERN:mod:MODULE` (as the reference and ftrace accept), with a
+//!   non-empty pattern and a module name of 1 to [`MAX_MODULE_LEN`] bytes
+//!   of `[A-Za-z0-9_-]` and the globs `*?`, after an optional `!`. It only
+//!   selects functions, and the truncating reset at teardown clears it
+//!   (with the kernel's list of filters for modules not loaded yet). Every
+//!   other command (`func:traceoff`, `func:snapshot`, ...) arms a probe
+//!   that outlives the session, so it is refused.
 //!
 //! Whitespace of any kind (a pattern with a space would be two patterns to
 //! the kernel), newlines, NUL and other control characters are refused
@@ -35,6 +40,10 @@ pub const MAX_PATTERN_LEN: usize = 512;
 
 /// Most patterns accepted per filter list.
 pub const MAX_PATTERNS: usize = 1024;
+
+/// Longest module name accepted in `PATTERN:mod:MODULE`: the kernel's
+/// `MODULE_NAME_LEN` less its terminating NUL.
+pub const MAX_MODULE_LEN: usize = 55;
 
 /// Longest excerpt of an offending value quoted in an error message.
 const QUOTE_LEN: usize = 64;
@@ -103,6 +112,14 @@ pub enum Problem {
     NonAscii,
     /// The value contains a character not allowed in this field.
     Disallowed(char),
+    /// A filter pattern carries a set_ftrace_filter command other than
+    /// the module form `PATTERN:mod:MODULE`.
+    FilterCommand,
+    /// `PATTERN:mod:MODULE` has no function pattern before `:mod:`.
+    ModuleFunctions,
+    /// The module of `PATTERN:mod:MODULE` is empty, too long, or has a
+    /// character outside `[A-Za-z0-9_-*?]` (after an optional `!`).
+    ModuleName,
 }
 
 impl fmt::Display for Problem {
@@ -122,6 +139,18 @@ impl fmt::Display for Problem {
             Problem::ControlCharacter => f.write_str("contains a control character"),
             Problem::NonAscii => f.write_str("contains a non-ASCII character"),
             Problem::Disallowed(c) => write!(f, "contains {c:?}, which is not allowed here"),
+            Problem::FilterCommand => f.write_str(
+                "carries a set_ftrace_filter command; only the module form \
+                 PATTERN:mod:MODULE is accepted (other commands outlive the trace)",
+            ),
+            Problem::ModuleFunctions => f.write_str(
+                "has no function pattern before :mod: (use * for every function of the module)",
+            ),
+            Problem::ModuleName => write!(
+                f,
+                "names no valid module after :mod: (1 to {MAX_MODULE_LEN} characters of \
+                 A-Z a-z 0-9 _ - * ?, after an optional !)"
+            ),
         }
     }
 }
@@ -181,7 +210,13 @@ fn check(field: Field, value: &str, kind: Kind) -> Result<(), ValidationError> {
             max,
         })
     } else {
-        value.chars().find_map(|c| char_problem(c, kind))
+        value
+            .chars()
+            .find_map(|c| char_problem(c, kind))
+            .or_else(|| match kind {
+                Kind::Pattern => command_problem(value),
+                Kind::Name => None,
+            })
     };
     match problem {
         None => Ok(()),
@@ -204,9 +239,28 @@ fn char_problem(c: char, kind: Kind) -> Option<Problem> {
         c if kind == Kind::Name && !(c.is_ascii_alphanumeric() || c == '_' || c == '-') => {
             Some(Problem::Disallowed(c))
         }
-        ':' if kind == Kind::Pattern => Some(Problem::Disallowed(c)),
         _ => None,
     }
+}
+
+/// What is wrong with the `:command` part of a pattern, if it has one
+/// (its characters already passed [`char_problem`]).
+fn command_problem(pattern: &str) -> Option<Problem> {
+    let Some((functions, command)) = pattern.split_once(':') else {
+        return None;
+    };
+    let Some(module) = command.strip_prefix("mod:") else {
+        return Some(Problem::FilterCommand);
+    };
+    if functions.is_empty() || functions == "!" {
+        return Some(Problem::ModuleFunctions);
+    }
+    let name = module.strip_prefix('!').unwrap_or(module);
+    let valid = (1..=MAX_MODULE_LEN).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'*' | b'?'));
+    (!valid).then_some(Problem::ModuleName)
 }
 
 fn check_list(
