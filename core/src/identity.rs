@@ -369,6 +369,7 @@ pub fn identity_from_certificate(der: &[u8]) -> Result<Identity, CertIdentityErr
                     .collect(),
             });
         }
+        check_owner_usage(&cert)?;
         return Ok(Identity::Owner);
     }
     if common_name.starts_with(NODE_ID_PREFIX) {
@@ -387,6 +388,31 @@ pub fn identity_from_certificate(der: &[u8]) -> Result<Identity, CertIdentityErr
     Err(CertIdentityError::UnknownSubject {
         common_name: quote(&common_name),
     })
+}
+
+/// Checks what the reference requires of a user certificate beyond its
+/// name: an Ed25519 key (as every client certificate there) and the
+/// client-auth extended key usage.
+fn check_owner_usage(
+    cert: &x509_parser::certificate::X509Certificate<'_>,
+) -> Result<(), CertIdentityError> {
+    let algorithm = &cert.public_key().algorithm.algorithm;
+    if *algorithm != OID_SIG_ED25519 {
+        return Err(CertIdentityError::OwnerKeyNotEd25519 {
+            algorithm: quote(&algorithm.to_id_string()),
+        });
+    }
+    let client_auth = cert
+        .extended_key_usage()
+        .map_err(|e| CertIdentityError::Malformed {
+            reason: e.to_string(),
+        })?
+        .is_some_and(|eku| eku.value.client_auth);
+    if client_auth {
+        Ok(())
+    } else {
+        Err(CertIdentityError::OwnerWithoutClientAuth)
+    }
 }
 
 /// Checks what the reference requires of a node certificate beyond its
@@ -626,6 +652,13 @@ pub enum CertIdentityError {
         /// The node ID derived from the certificate's public key.
         key_node_id: NodeId,
     },
+    /// An owner certificate's key is not Ed25519.
+    OwnerKeyNotEd25519 {
+        /// The dotted OID of the key's algorithm (cut to 80 characters).
+        algorithm: String,
+    },
+    /// An owner certificate lacks the client-auth extended key usage.
+    OwnerWithoutClientAuth,
     /// A node certificate lacks the server-auth extended key usage.
     NodeWithoutServerAuth {
         /// The node ID in the common name.
@@ -681,6 +714,15 @@ impl fmt::Display for CertIdentityError {
                 f,
                 "node certificate common name {node_id} does not match its public key, which \
                  belongs to node {key_node_id}"
+            ),
+            CertIdentityError::OwnerKeyNotEd25519 { algorithm } => write!(
+                f,
+                "owner certificate must carry an Ed25519 public key (OID 1.3.101.112), found \
+                 key algorithm {algorithm}; use the owner credential the cluster issued"
+            ),
+            CertIdentityError::OwnerWithoutClientAuth => f.write_str(
+                "owner certificate lacks the client-auth extended key usage; use the owner \
+                 credential the cluster issued",
             ),
             CertIdentityError::NodeWithoutServerAuth { node_id } => write!(
                 f,
@@ -975,15 +1017,35 @@ mod tests {
 
     #[test]
     fn owner_certificate() {
-        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
-        let der = cert(
-            &key,
-            &[
-                (DnType::OrganizationName, "metropolis"),
-                (DnType::CommonName, "owner"),
-            ],
+        let (key, _) = ed25519();
+        let owner = |key: &KeyPair, usage: rcgen::ExtendedKeyUsagePurpose| {
+            let mut params = CertificateParams::default();
+            params.distinguished_name = rcgen::DistinguishedName::new();
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, "metropolis");
+            params.distinguished_name.push(DnType::CommonName, "owner");
+            params.extended_key_usages = vec![usage];
+            params.self_signed(key).unwrap().der().to_vec()
+        };
+        let client = rcgen::ExtendedKeyUsagePurpose::ClientAuth;
+        assert_eq!(
+            identity_from_certificate(&owner(&key, client.clone())),
+            Ok(Identity::Owner)
         );
-        assert_eq!(identity_from_certificate(&der), Ok(Identity::Owner));
+        // As the reference: an Ed25519 key and the client-auth usage.
+        let server = rcgen::ExtendedKeyUsagePurpose::ServerAuth;
+        assert_eq!(
+            identity_from_certificate(&owner(&key, server)),
+            Err(CertIdentityError::OwnerWithoutClientAuth)
+        );
+        let ecdsa = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let err = identity_from_certificate(&owner(&ecdsa, client)).unwrap_err();
+        assert!(
+            matches!(err, CertIdentityError::OwnerKeyNotEd25519 { .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("1.2.840.10045.2.1"), "{err}");
 
         let der = cert(&key, &[(DnType::CommonName, "owner")]);
         let err = identity_from_certificate(&der).unwrap_err();

@@ -11,7 +11,8 @@
 //! Checked, against the certificate as `x509-parser` reads it on its own:
 //! - an identity is only [`Identity::Node`] or [`Identity::Owner`], and
 //!   only for bytes that are exactly one certificate: `Owner` with the
-//!   one common name `owner` and the one organization `metropolis`;
+//!   one common name `owner`, the one organization `metropolis`, an
+//!   Ed25519 key and the client-auth extended key usage;
 //!   `Node(id)` with the one common name `id`, an Ed25519 key of 32
 //!   bytes from which `id` derives, the server-auth extended key usage
 //!   and `id` among its DNS subject alternative names;
@@ -83,12 +84,15 @@ fn has_dns_name(cert: &X509Certificate<'_>, dns: &str) -> bool {
         })
 }
 
-/// Whether some extension of `cert` grants the server-auth usage.
-fn has_server_auth(cert: &X509Certificate<'_>) -> bool {
+/// Whether some extended key usage extension of `cert` passes `usage`.
+fn has_usage(
+    cert: &X509Certificate<'_>,
+    usage: impl Fn(&x509_parser::extensions::ExtendedKeyUsage<'_>) -> bool,
+) -> bool {
     cert.extensions()
         .iter()
         .any(|ext| match ext.parsed_extension() {
-            ParsedExtension::ExtendedKeyUsage(eku) => eku.server_auth,
+            ParsedExtension::ExtendedKeyUsage(eku) => usage(eku),
             _ => false,
         })
 }
@@ -117,6 +121,15 @@ pub fn run(data: &[u8]) {
                 [OWNER_COMMON_NAME]
             );
             assert_eq!(
+                cert.public_key().algorithm.algorithm,
+                OID_SIG_ED25519,
+                "an owner without an Ed25519 key"
+            );
+            assert!(
+                has_usage(cert, |u| u.client_auth),
+                "an owner without client-auth"
+            );
+            assert_eq!(
                 strings(cert.subject().iter_organization()),
                 [OWNER_ORGANIZATION]
             );
@@ -131,7 +144,10 @@ pub fn run(data: &[u8]) {
                 id,
                 "the key names another node"
             );
-            assert!(has_server_auth(cert), "a node without server-auth");
+            assert!(
+                has_usage(cert, |u| u.server_auth),
+                "a node without server-auth"
+            );
             assert!(
                 has_dns_name(cert, id.as_str()),
                 "a node not named in its SANs"
