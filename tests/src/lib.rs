@@ -406,16 +406,31 @@ pub fn curator(channel: Channel) -> CuratorClient<Channel> {
 }
 
 /// The status the status writers send: a fixed address, `seq` as the
-/// timestamp's seconds.
+/// patch number of its version's release (read back by [`status_seq`]).
+/// Not in its timestamp: the curator overwrites that with its own time of
+/// acceptance.
 pub fn status_with(seq: i64) -> Option<metropolis_proto::prelude::common::NodeStatus> {
+    use metropolis_proto::version::spec::{Version, version::Release};
     Some(metropolis_proto::prelude::common::NodeStatus {
         external_address: "10.1.1.1".into(),
-        timestamp: Some(prost_types::Timestamp {
-            seconds: seq,
-            nanos: 0,
+        version: Some(Version {
+            release: Some(Release {
+                patch: seq,
+                ..Default::default()
+            }),
+            ..Default::default()
         }),
         ..Default::default()
     })
+}
+
+/// The sequence number [`status_with`] put in `status`: its version's
+/// release patch number; `None` without a status, version or release.
+pub fn status_seq(status: Option<&metropolis_proto::prelude::common::NodeStatus>) -> Option<i64> {
+    status
+        .and_then(|s| s.version.as_ref())
+        .and_then(|v| v.release.as_ref())
+        .map(|r| r.patch)
 }
 
 /// Nodes added to a daemon, each updating its own status over TLS as fast
@@ -476,9 +491,8 @@ impl StatusWriters {
     }
 }
 
-/// Every node's status timestamp in seconds (the tests' update sequence
-/// number; 0 without a status), by node ID, read through a fresh Watch
-/// over `d`'s local socket.
+/// Every node's update sequence number ([`status_seq`]; 0 without one),
+/// by node ID, read through a fresh Watch over `d`'s local socket.
 pub async fn status_seqs(d: &Daemon) -> std::collections::BTreeMap<String, i64> {
     use futures::StreamExt;
     let kind = curator::watch_request::Kind::NodesInCluster(Default::default());
@@ -491,7 +505,7 @@ pub async fn status_seqs(d: &Daemon) -> std::collections::BTreeMap<String, i64> 
     loop {
         let ev = s.next().await.unwrap().unwrap();
         for n in ev.nodes {
-            let seq = n.status.and_then(|s| s.timestamp).map_or(0, |t| t.seconds);
+            let seq = status_seq(n.status.as_ref()).unwrap_or(0);
             out.insert(n.id, seq);
         }
         if ev.progress != 0 {

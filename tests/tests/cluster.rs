@@ -24,7 +24,9 @@ use metropolis_proto::prelude::agent::{self, agent_callback_client::AgentCallbac
 use metropolis_proto::prelude::{common, curator, storage};
 use metropolis_tests::cluster::{Curators, LEASE_TTL_S};
 use metropolis_tests::etcd::Etcd;
-use metropolis_tests::{AgentKey, Daemon, RuntimeKind, curator, watch_nodes};
+use metropolis_tests::{
+    AgentKey, Daemon, RuntimeKind, curator, status_seq, status_with, watch_nodes,
+};
 use metropolis_transport::grpc::Channel;
 use prost::Message;
 use tonic::Code;
@@ -33,15 +35,12 @@ const MACHINE: &str = "0f8fad5b-d9cb-469f-a165-70867728950e";
 const TTL: Duration = Duration::from_secs(LEASE_TTL_S);
 const MIXED: [RuntimeKind; 3] = [RuntimeKind::Tokio, RuntimeKind::Smol, RuntimeKind::Tokio];
 
-/// A status carrying `seq` in its timestamp.
+/// A status at `address` carrying `seq` ([`status_with`]'s marker, read
+/// back by [`status_seq`]; the curator overwrites the timestamp).
 fn status(address: &str, seq: i64) -> common::NodeStatus {
     common::NodeStatus {
         external_address: address.into(),
-        timestamp: Some(prost_types::Timestamp {
-            seconds: seq,
-            nanos: 0,
-        }),
-        ..Default::default()
+        ..status_with(seq).unwrap()
     }
 }
 
@@ -73,7 +72,7 @@ impl View {
     fn apply(&mut self, event: &curator::WatchEvent) {
         for n in &event.nodes {
             let s = n.status.clone().unwrap_or_default();
-            let seq = s.timestamp.map(|t| t.seconds).unwrap_or(-1);
+            let seq = status_seq(n.status.as_ref()).unwrap_or(-1);
             self.0.insert(n.id.clone(), (s.external_address, seq));
         }
         for t in &event.node_tombstones {

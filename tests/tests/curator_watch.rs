@@ -1,6 +1,6 @@
 //! Watch over real sockets: a backlog larger than 2 MiB in several events
 //! with one marker and a writer running meanwhile; tombstones; the
-//! `NodeInCluster` lifecycle.
+//! `NodeInCluster` lifecycle; status timestamps stamped by the curator.
 
 #![allow(clippy::unwrap_used)]
 
@@ -10,39 +10,40 @@ use std::time::Duration;
 use futures::StreamExt;
 use metropolis_core::identity::NodeId;
 use metropolis_proto::prelude::{common, curator};
-use metropolis_proto::version::spec::{Version, version::GitInformation};
-use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes_and_etcd, curator, watch_nodes};
+use metropolis_proto::version::spec::{
+    Version,
+    version::{GitInformation, Release},
+};
+use metropolis_tests::{
+    Daemon, RuntimeKind, against_both_runtimes_and_etcd, curator, status_seq, watch_nodes,
+};
 use metropolis_transport::grpc::Channel;
 use prost::Message;
 
 const LIMIT: usize = 2 * 1024 * 1024;
 
-/// A status whose timestamp carries `seq` (so a client can order states)
-/// and whose version carries `pad` bytes (so nodes are large).
+/// A status whose version carries `seq` as its release's patch number (so
+/// a client can order states; the curator overwrites the timestamp) and
+/// `pad` bytes of commit hash (so nodes are large).
 fn status(addr: &str, seq: i64, pad: usize) -> common::NodeStatus {
     common::NodeStatus {
         external_address: addr.into(),
-        timestamp: Some(prost_types::Timestamp {
-            seconds: seq,
-            nanos: 0,
-        }),
         version: Some(Version {
+            release: Some(Release {
+                patch: seq,
+                ..Default::default()
+            }),
             git_information: Some(GitInformation {
                 commit_hash: "c".repeat(pad),
                 ..Default::default()
             }),
-            ..Default::default()
         }),
         ..Default::default()
     }
 }
 
 fn seq(node: &curator::Node) -> i64 {
-    node.status
-        .as_ref()
-        .and_then(|s| s.timestamp.as_ref())
-        .map(|t| t.seconds)
-        .unwrap_or(-1)
+    status_seq(node.status.as_ref()).unwrap_or(-1)
 }
 
 async fn big_backlog_is_chunked_and_followed_without_gap(rt: RuntimeKind) {
@@ -225,6 +226,59 @@ async fn tombstones_and_node_in_cluster(rt: RuntimeKind) {
     assert_eq!(next_change(&mut all).await, format!("put {id}"));
 }
 
+/// Seconds since the Unix epoch by this process's clock.
+fn unix_now() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(since.as_secs()).unwrap()
+}
+
+async fn the_curator_stamps_status_timestamps(rt: RuntimeKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("d"), rt);
+    let me = d.node_id();
+    // Sent as of 1990-01-01T00:00:00Z.
+    let mut sent = status("10.1.2.3", 7, 0);
+    sent.timestamp = Some(prost_types::Timestamp {
+        seconds: 631_152_000,
+        nanos: 0,
+    });
+    let before = unix_now();
+    curator(d.unix().await)
+        .update_node_status(curator::UpdateNodeStatusRequest {
+            node_id: me.to_string(),
+            status: Some(sent),
+        })
+        .await
+        .unwrap();
+    let kind = curator::watch_request::Kind::NodeInCluster(curator::watch_request::NodeInCluster {
+        node_id: me.to_string(),
+    });
+    let mut one = curator(d.unix().await)
+        .watch(curator::WatchRequest { kind: Some(kind) })
+        .await
+        .unwrap()
+        .into_inner();
+    let ev = tokio::time::timeout(Duration::from_secs(10), one.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let after = unix_now();
+    assert_eq!(ev.nodes.len(), 1);
+    let node = &ev.nodes[0];
+    // Served with the curator's time of acceptance, the rest as sent.
+    assert_eq!(seq(node), 7, "the marker in the version is kept");
+    let status = node.status.as_ref().unwrap();
+    assert_eq!(status.external_address, "10.1.2.3");
+    let stamped = status.timestamp.as_ref().unwrap().seconds;
+    assert!(
+        (before - 120..=after + 120).contains(&stamped),
+        "served timestamp {stamped}, sent 631152000, this clock {before}..{after}"
+    );
+}
+
 /// The next single change on a NodesInCluster stream, as "put ID" or "del ID".
 async fn next_change(s: &mut tonic::Streaming<curator::WatchEvent>) -> String {
     let ev = tokio::time::timeout(Duration::from_secs(10), s.next())
@@ -244,5 +298,6 @@ async fn next_change(s: &mut tonic::Streaming<curator::WatchEvent>) -> String {
 
 against_both_runtimes_and_etcd!(
     big_backlog_is_chunked_and_followed_without_gap,
-    tombstones_and_node_in_cluster
+    tombstones_and_node_in_cluster,
+    the_curator_stamps_status_timestamps
 );

@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use metropolis_core::identity::NodeId;
 use metropolis_proto::prelude::{common, curator};
-use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes};
+use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes, status_seq, status_with};
 use tonic::Code;
 
 /// A tmpfs of `size` mounted at `at` for the test's lifetime.
@@ -76,16 +76,13 @@ fn update(id: &NodeId, seq: i64) -> curator::UpdateNodeStatusRequest {
         node_id: id.to_string(),
         status: Some(common::NodeStatus {
             external_address: "192.0.2.1".into(),
-            timestamp: Some(prost_types::Timestamp {
-                seconds: seq,
-                nanos: 0,
-            }),
-            ..Default::default()
+            ..status_with(seq).unwrap()
         }),
     }
 }
 
-/// The `timestamp.seconds` of node `id`'s status as the daemon serves it.
+/// The sequence number ([`metropolis_tests::status_seq`]) of node `id`'s
+/// status as the daemon serves it; -1 without one.
 async fn served_seq(d: &Daemon, id: &NodeId) -> i64 {
     let mut client = metropolis_tests::curator(d.unix().await);
     let mut stream = client
@@ -104,11 +101,7 @@ async fn served_seq(d: &Daemon, id: &NodeId) -> i64 {
         .unwrap()
         .unwrap()
         .unwrap();
-    event.nodes[0]
-        .status
-        .as_ref()
-        .and_then(|s| s.timestamp.as_ref())
-        .map_or(-1, |t| t.seconds)
+    status_seq(event.nodes[0].status.as_ref()).unwrap_or(-1)
 }
 
 async fn a_full_disk_stops_the_daemon_and_a_restart_recovers(rt: RuntimeKind) {

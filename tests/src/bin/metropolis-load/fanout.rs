@@ -88,14 +88,14 @@ pub(crate) struct LiteEvent {
 }
 
 impl LiteEvent {
-    /// The status timestamp of each node of the event (`None` for a node
+    /// The marker of each node of the event's status (`None` for a node
     /// without one, or one that does not decode).
-    pub(crate) fn timestamps(&self) -> impl Iterator<Item = Option<prost_types::Timestamp>> + '_ {
+    pub(crate) fn markers(&self) -> impl Iterator<Item = Option<Marker>> + '_ {
         self.nodes.iter().map(|node| {
             <LiteNode as prost::Message>::decode(node.clone())
                 .ok()
                 .and_then(|n| n.status)
-                .and_then(|s| s.timestamp)
+                .and_then(|s| s.marker())
         })
     }
 }
@@ -107,11 +107,37 @@ pub(crate) struct LiteNode {
     pub(crate) status: Option<LiteStatus>,
 }
 
-/// `common.NodeStatus`: its timestamp only.
+/// `common.NodeStatus`: its version only, where the writers put their
+/// marker (`util::status`).
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct LiteStatus {
-    #[prost(message, optional, tag = "2")]
-    pub(crate) timestamp: Option<prost_types::Timestamp>,
+    #[prost(message, optional, tag = "4")]
+    pub(crate) version: Option<LiteVersion>,
+}
+
+impl LiteStatus {
+    /// The writer's marker in the status's version release, if any.
+    pub(crate) fn marker(&self) -> Option<Marker> {
+        self.version.and_then(|v| v.release)
+    }
+}
+
+/// `version.spec.Version`: its release only.
+#[derive(Clone, Copy, PartialEq, prost::Message)]
+pub(crate) struct LiteVersion {
+    #[prost(message, optional, tag = "1")]
+    pub(crate) release: Option<Marker>,
+}
+
+/// `version.spec.Version.Release` as the writers fill it (`util::status`):
+/// the writer's index as the minor and its update's sequence number as the
+/// patch number (the major, always 0, is skipped).
+#[derive(Clone, Copy, PartialEq, prost::Message)]
+pub(crate) struct Marker {
+    #[prost(int64, tag = "2")]
+    pub(crate) writer: i64,
+    #[prost(int64, tag = "3")]
+    pub(crate) seq: i64,
 }
 
 const WATCH_PATH: &str = "/metropolis.node.core.curator.proto.api.Curator/Watch";
@@ -350,11 +376,12 @@ async fn run_stream(
         };
         let at_us = micros_since(shared.t0, Instant::now());
         out.events += 1;
-        for ts in event.timestamps() {
-            let Some(ts) = ts else {
+        for marker in event.markers() {
+            let Some(marker) = marker else {
                 continue;
             };
-            let (Ok(writer), Ok(seq)) = (u32::try_from(ts.nanos), u32::try_from(ts.seconds)) else {
+            let (Ok(writer), Ok(seq)) = (u32::try_from(marker.writer), u32::try_from(marker.seq))
+            else {
                 continue;
             };
             if writer as usize >= writers || seq == 0 {

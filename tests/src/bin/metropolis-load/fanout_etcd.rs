@@ -39,7 +39,7 @@ use tokio::task::JoinHandle;
 
 use super::daemon::{DaemonProcess, Target};
 use super::fanout::{
-    Connections, Dial, LiteStatus, Next, next_event, open_reporting, open_watch, wait_ready,
+    Connections, Dial, LiteStatus, Marker, Next, next_event, open_reporting, open_watch, wait_ready,
 };
 use super::util::{
     Context, CpuMeter, HostCpuMeter, RPC_TIMEOUT, Result, add_nodes, bounded, cpus, micros_since,
@@ -97,7 +97,8 @@ pub struct FanoutEtcdArgs {
     pub drain_timeout: u64,
 }
 
-/// `curator.private.NodeRecord` as stored in etcd: its status only.
+/// `curator.private.NodeRecord` as stored in etcd: its status only (of
+/// which [`LiteStatus`] decodes the writers' marker).
 #[derive(Clone, PartialEq, prost::Message)]
 struct LiteRecord {
     #[prost(message, optional, tag = "5")]
@@ -321,21 +322,16 @@ struct Tally {
 }
 
 impl Tally {
-    /// Records one node state whose status carries `timestamp`, arriving
-    /// at `at_us` (µs since the origin) while the updates stop at
+    /// Records one node state whose status carries `marker`, arriving at
+    /// `at_us` (µs since the origin) while the updates stop at
     /// `window_us`.
-    fn record(
-        &mut self,
-        seen: &[AtomicU32],
-        timestamp: Option<prost_types::Timestamp>,
-        at_us: u64,
-        window_us: u64,
-    ) {
-        let Some(ts) = timestamp else {
+    fn record(&mut self, seen: &[AtomicU32], marker: Option<Marker>, at_us: u64, window_us: u64) {
+        let Some(marker) = marker else {
             self.other += 1;
             return;
         };
-        let (Ok(writer), Ok(seq)) = (usize::try_from(ts.nanos), u32::try_from(ts.seconds)) else {
+        let (Ok(writer), Ok(seq)) = (usize::try_from(marker.writer), u32::try_from(marker.seq))
+        else {
             self.other += 1;
             return;
         };
@@ -402,8 +398,8 @@ async fn run_curator_stream(
         let at_us = micros_since(shared.origin, Instant::now());
         let window_us = shared.window_end_us.load(Ordering::Relaxed);
         out.messages += 1;
-        for ts in event.timestamps() {
-            out.record(seen, ts, at_us, window_us);
+        for marker in event.markers() {
+            out.record(seen, marker, at_us, window_us);
         }
     }
     shared.alive[index].store(false, Ordering::Release);
@@ -448,11 +444,11 @@ async fn run_direct_watch(
                 out.other += 1;
                 continue;
             }
-            let timestamp = <LiteRecord as prost::Message>::decode(event.kv.value.as_ref())
+            let marker = <LiteRecord as prost::Message>::decode(event.kv.value.as_ref())
                 .ok()
                 .and_then(|r| r.status)
-                .and_then(|s| s.timestamp);
-            out.record(seen, timestamp, at_us, window_us);
+                .and_then(|s| s.marker());
+            out.record(seen, marker, at_us, window_us);
         }
     }
     shared.alive[index].store(false, Ordering::Release);

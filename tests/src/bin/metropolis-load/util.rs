@@ -332,9 +332,12 @@ pub async fn add_nodes(
     Ok(kept.into_iter().map(|(_, n)| n).collect())
 }
 
-/// A status carrying `seq` in `timestamp.seconds` and `writer` in
-/// `timestamp.nanos`, so that a watcher can tell which update it sees.
+/// A status carrying a marker in its version's release: `writer` as the
+/// minor and `seq` as the patch number (major 0), so that a watcher can
+/// tell which update it sees (`fanout::Marker`). Not in the timestamp: the
+/// curator overwrites that with its own time of acceptance.
 pub fn status(writer: u32, seq: u32) -> common::NodeStatus {
+    use metropolis_proto::version::spec::{Version, version::Release};
     common::NodeStatus {
         external_address: format!(
             "10.{}.{}.{}",
@@ -342,9 +345,13 @@ pub fn status(writer: u32, seq: u32) -> common::NodeStatus {
             (writer >> 8) & 255,
             writer & 255
         ),
-        timestamp: Some(prost_types::Timestamp {
-            seconds: i64::from(seq),
-            nanos: i32::try_from(writer % 1_000_000_000).unwrap_or(0),
+        version: Some(Version {
+            release: Some(Release {
+                major: 0,
+                minor: i64::from(writer),
+                patch: i64::from(seq),
+            }),
+            ..Default::default()
         }),
         ..Default::default()
     }
