@@ -246,9 +246,7 @@ fn char_problem(c: char, kind: Kind) -> Option<Problem> {
 /// What is wrong with the `:command` part of a pattern, if it has one
 /// (its characters already passed [`char_problem`]).
 fn command_problem(pattern: &str) -> Option<Problem> {
-    let Some((functions, command)) = pattern.split_once(':') else {
-        return None;
-    };
+    let (functions, command) = pattern.split_once(':')?;
     let Some(module) = command.strip_prefix("mod:") else {
         return Some(Problem::FilterCommand);
     };
