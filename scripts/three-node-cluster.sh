@@ -126,7 +126,7 @@ leader() {
     local i
     for i in 0 1 2; do
         if [ -e "/proc/${curator_pids[$i]}" ] &&
-            grep "curator role changed" "$dir/curator-$i.log" | tail -1 | grep "Leader(" >/dev/null; then
+            grep "curator role changed" "$dir/curator-$i.log" | tail -1 | grep "changed: leader" >/dev/null; then
             echo "$i"
             return 0
         fi

@@ -14,6 +14,7 @@ pub mod agent_cert;
 pub mod archive;
 #[cfg(feature = "canary")]
 pub mod canary;
+pub mod cause;
 
 /// Whether the simulator planted the canary `$name` on this thread:
 /// always `false` without the `canary` feature, so production code asks

@@ -65,7 +65,14 @@ pub fn status_error(s: tonic::Status) -> super::CliError {
         Code::InvalidArgument => Exit::Usage,
         _ => Exit::Failure,
     };
-    failed(exit, format!("{:?}: {}", s.code(), s.message()))
+    // A status made on this side from a library's error (the connection
+    // broke) carries that error as its source, and its message may be a
+    // dump of it: the innermost cause says it for people.
+    let message = match std::error::Error::source(&s) {
+        Some(_) => metropolis_core::cause::describe(&s),
+        None => s.message().to_owned(),
+    };
+    failed(exit, format!("{:?}: {message}", s.code()))
 }
 
 /// The exit status of `error`: its kind if it is a [`Failed`], else 1.
@@ -96,5 +103,26 @@ mod tests {
         }
         let plain: super::super::CliError = "plain".into();
         assert_eq!(exit_of(plain.as_ref()), Exit::Failure);
+    }
+
+    #[test]
+    fn a_local_library_error_is_told_by_its_cause() {
+        #[derive(Debug)]
+        struct Dumped(std::io::Error);
+        impl std::fmt::Display for Dumped {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "Dumped({:?})", self.0)
+            }
+        }
+        impl std::error::Error for Dumped {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let io = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "peer closed connection");
+        let status = tonic::Status::from_error(Box::new(Dumped(io)));
+        let e = status_error(status).to_string();
+        assert!(e.ends_with(": peer closed connection"), "{e}");
+        assert!(!e.contains("Custom"), "{e}");
     }
 }

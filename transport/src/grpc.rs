@@ -368,13 +368,15 @@ impl metropolis_core::service::forward::Upstream for Channel {
     fn send(&self, request: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, String>> {
         let mut sender = self.sender.clone();
         Box::pin(async move {
+            // The innermost cause: hyper's own message ("connection
+            // error") says less than the I/O or TLS error under it.
             futures::future::poll_fn(|cx| sender.poll_ready(cx))
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| metropolis_core::cause::describe(&e))?;
             let response = sender
                 .send_request(request)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| metropolis_core::cause::describe(&e))?;
             Ok(response.map(Body::new))
         })
     }

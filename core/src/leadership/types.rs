@@ -149,6 +149,29 @@ pub enum Role {
     Stopped,
 }
 
+/// One line for people: the role, the leader and the term (the revision
+/// the leader's election key was created at), e.g. `follower of
+/// metropolis-… at 127.0.0.1:7835 (term 42)`.
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Role::Campaigning => f.write_str("campaigning (no leader known)"),
+            Role::Leader(r) => write!(
+                f,
+                "leader (term {}, lease {:x})",
+                r.key.create_revision, r.lease
+            ),
+            Role::Follower(r) => write!(
+                f,
+                "follower of {} at {} (term {})",
+                r.leader.node_id, r.leader.curator_address, r.key.create_revision
+            ),
+            Role::Sole => f.write_str("sole instance (embedded store, always leader)"),
+            Role::Stopped => f.write_str("stopped"),
+        }
+    }
+}
+
 impl Role {
     /// Whether requests are served locally in this role.
     pub fn is_leader(&self) -> bool {
@@ -274,4 +297,32 @@ pub struct LeaseGrant {
     /// When the grant or keep-alive request was sent: the lease counts as
     /// alive until `sent_at + ttl`, never longer than the store keeps it.
     pub sent_at: Instant,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_read_as_one_line_with_leader_and_term() {
+        let key = ElectionKey {
+            key: Bytes::from_static(b"/metropolis/election/abc"),
+            create_revision: 42,
+        };
+        let follower = Role::Follower(FollowerRole {
+            key: key.clone(),
+            leader: LeaderElectionValue {
+                node_id: "metropolis-0123".into(),
+                curator_address: "127.0.0.1:7835".into(),
+                ..Default::default()
+            },
+        });
+        assert_eq!(
+            follower.to_string(),
+            "follower of metropolis-0123 at 127.0.0.1:7835 (term 42)"
+        );
+        let leader = Role::Leader(LeaderRole { key, lease: 0x1f });
+        assert_eq!(leader.to_string(), "leader (term 42, lease 1f)");
+        assert!(!Role::Campaigning.to_string().contains('{'));
+    }
 }

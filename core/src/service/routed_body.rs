@@ -85,8 +85,9 @@ impl HttpBody for RoutedBody {
             Poll::Ready(Some(Err(e))) if this.forwarded => {
                 this.end();
                 let status = tonic::Status::unavailable(format!(
-                    "{} (the leader's stream broke: {e})",
-                    LeadershipError::BackendSwitched
+                    "{} (the leader's stream broke: {})",
+                    LeadershipError::BackendSwitched,
+                    crate::cause::describe(&e)
                 ));
                 let mut headers = HeaderMap::new();
                 let _ = status.add_header(&mut headers);

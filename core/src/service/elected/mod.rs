@@ -198,7 +198,7 @@ impl Inner {
         if !changes.is_empty() {
             let _order = self.observing.lock().unwrap_or_else(|e| e.into_inner());
             for (epoch, role) in &changes {
-                tracing::info!(epoch = epoch.get(), ?role, "curator role changed");
+                tracing::info!("curator role changed: {role} (epoch {})", epoch.get());
                 for observer in &observers {
                     observer(*epoch, role);
                 }
