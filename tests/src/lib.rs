@@ -376,6 +376,12 @@ impl Daemon {
     /// Adds a node as the owner; returns its ID and credential directory.
     pub async fn add_node(&self, dir: &Path) -> NodeId {
         let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+        self.add_node_with_key(&key, dir).await
+    }
+
+    /// Adds the node of the Ed25519 `key` as the owner (over TLS) and
+    /// writes its credentials (prefix `node`) to `dir`; returns its ID.
+    pub async fn add_node_with_key(&self, key: &rcgen::KeyPair, dir: &Path) -> NodeId {
         let mut mgmt = NodeManagementClient::with_origin(self.owner().await, Channel::origin());
         let resp = mgmt
             .add_node(AddNodeRequest {

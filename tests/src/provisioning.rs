@@ -9,6 +9,37 @@ use metropolis_proto::metropolis::node::core::curator::proto::private::{
 };
 use metropolis_transport::grpc::Channel;
 
+/// An encoded `OSInstallationRequest` for Metropolis from the image
+/// `repository` (`tag`, `digest`) of the plain-HTTP registry at `host`,
+/// onto `root_device`, without node parameters.
+pub fn metropolis_request(
+    host: &str,
+    repository: &str,
+    tag: &str,
+    digest: &str,
+    root_device: &str,
+) -> Vec<u8> {
+    use metropolis_proto::prelude::{agent, debug as api};
+    use prost::Message;
+    agent::OsInstallationRequest {
+        generation: 0,
+        r#type: Some(agent::os_installation_request::Type::Metropolis(
+            agent::MetropolisInstallationRequest {
+                os_image: Some(api::OsImageRef {
+                    scheme: "http".into(),
+                    host: host.into(),
+                    repository: repository.into(),
+                    tag: tag.into(),
+                    digest: digest.into(),
+                }),
+                node_parameters: None,
+                root_device: root_device.into(),
+            },
+        )),
+    }
+    .encode_to_vec()
+}
+
 /// Submits the encoded `OSInstallationRequest` `bytes` for `machine_id`;
 /// its generation.
 pub async fn submit(

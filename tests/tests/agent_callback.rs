@@ -11,10 +11,10 @@ use metropolis_proto::metropolis::node::core::curator::proto::private::{
     SubmitInstallationRequestRequest, machine_management_client::MachineManagementClient,
 };
 use metropolis_proto::prelude::agent::agent_callback_client::AgentCallbackClient;
-use metropolis_proto::prelude::{agent, debug as api, hwreport};
+use metropolis_proto::prelude::{agent, hwreport};
+use metropolis_tests::provisioning::metropolis_request;
 use metropolis_tests::{AgentKey, Daemon, RuntimeKind, against_both_runtimes_and_etcd};
 use metropolis_transport::grpc::Channel;
-use prost::Message;
 use tonic::Code;
 
 const MACHINE: &str = "0f8fad5b-d9cb-469f-a165-70867728950e";
@@ -52,23 +52,8 @@ fn heartbeat(machine_id: &str) -> agent::HeartbeatRequest {
 }
 
 fn install_request(root: &str) -> Vec<u8> {
-    let request = agent::OsInstallationRequest {
-        generation: 0,
-        r#type: Some(agent::os_installation_request::Type::Metropolis(
-            agent::MetropolisInstallationRequest {
-                os_image: Some(api::OsImageRef {
-                    scheme: "http".into(),
-                    host: "127.0.0.1:5000".into(),
-                    repository: "os".into(),
-                    tag: String::new(),
-                    digest: format!("sha256:{}", "a".repeat(64)),
-                }),
-                node_parameters: None,
-                root_device: root.into(),
-            },
-        )),
-    };
-    let mut bytes = request.encode_to_vec();
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let mut bytes = metropolis_request("127.0.0.1:5000", "os", "", &digest, root);
     // A field this build does not know (number 99, varint 7): it must survive.
     bytes.extend_from_slice(&[0x98, 0x06, 0x07]);
     bytes

@@ -25,11 +25,11 @@ use metropolis_proto::metropolis::node::core::curator::proto::private::{
     AddMachineRequest, GetMachineRequest, ListMachinesRequest, Machine,
     machine_management_client::MachineManagementClient,
 };
+use metropolis_proto::prelude::agent;
 use metropolis_proto::prelude::agent::agent_callback_client::AgentCallbackClient;
-use metropolis_proto::prelude::{agent, debug as api};
+use metropolis_tests::provisioning::metropolis_request;
 use metropolis_tests::{AgentKey, Daemon, RuntimeKind, against_both_runtimes, provisioning};
 use metropolis_transport::grpc::Channel;
-use prost::Message;
 use tonic::Code;
 
 /// The machine of most tests, in the lowercase canonical form.
@@ -98,23 +98,8 @@ async fn heartbeat(
 
 /// An encoded Metropolis installation request for `root_device`.
 fn install_request(root_device: &str) -> Vec<u8> {
-    agent::OsInstallationRequest {
-        generation: 0,
-        r#type: Some(agent::os_installation_request::Type::Metropolis(
-            agent::MetropolisInstallationRequest {
-                os_image: Some(api::OsImageRef {
-                    scheme: "http".into(),
-                    host: "127.0.0.1:5000".into(),
-                    repository: "os".into(),
-                    tag: String::new(),
-                    digest: format!("sha256:{}", "b".repeat(64)),
-                }),
-                node_parameters: None,
-                root_device: root_device.into(),
-            },
-        )),
-    }
-    .encode_to_vec()
+    let digest = format!("sha256:{}", "b".repeat(64));
+    metropolis_request("127.0.0.1:5000", "os", "", &digest, root_device)
 }
 
 fn success(generation: i64) -> agent::OsInstallationReport {

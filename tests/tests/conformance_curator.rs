@@ -9,15 +9,13 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use metropolis_core::identity::NodeId;
 use metropolis_pki::{Credentials, client_config};
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
-    AddNodeRequest, ListMachinesRequest, RemoveNodeRequest,
-    machine_management_client::MachineManagementClient,
+    ListMachinesRequest, RemoveNodeRequest, machine_management_client::MachineManagementClient,
     node_management_client::NodeManagementClient,
 };
 use metropolis_proto::prelude::{common, curator};
@@ -163,26 +161,6 @@ async fn until_address(
     }
 }
 
-/// Registers the node of the Ed25519 `key` as the owner (over TLS) and
-/// writes its credentials (prefix `node`) to `dir`.
-async fn add_node_with_key(d: &Daemon, key: &rcgen::KeyPair, dir: &Path) -> NodeId {
-    let mut owner = NodeManagementClient::with_origin(d.owner().await, Channel::origin());
-    let resp = owner
-        .add_node(AddNodeRequest {
-            public_key: key.public_key_raw().to_vec().into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let creds = Credentials::from_parts(
-        String::from_utf8(resp.certificate.to_vec()).unwrap(),
-        key.serialize_pem(),
-        String::from_utf8(resp.ca_certificate.to_vec()).unwrap(),
-    );
-    creds.write_to_dir(dir, "node").unwrap();
-    NodeId::parse(&resp.node_id).unwrap()
-}
-
 async fn remove_node(d: &Daemon, id: &NodeId) {
     let mut owner = NodeManagementClient::with_origin(d.owner().await, Channel::origin());
     owner
@@ -216,7 +194,7 @@ async fn test_watch_node_in_cluster_absent_then_created_then_status_then_tombsto
     silent(&mut w, "the node does not exist yet").await;
 
     let node_dir = dir.path().join("fake");
-    assert_eq!(add_node_with_key(&d, &key, &node_dir).await, id);
+    assert_eq!(d.add_node_with_key(&key, &node_dir).await, id);
     let ev = next(&mut w).await;
     assert_eq!(ev.nodes.len(), 1, "{ev:?}");
     assert!(ev.node_tombstones.is_empty(), "{ev:?}");
@@ -487,7 +465,7 @@ async fn test_external_server_security_node_certificate_needs_server_auth_and_dn
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(&dir.path().join("d"), rt);
     let (key, id) = ed25519_key();
-    add_node_with_key(&d, &key, &dir.path().join("n")).await;
+    d.add_node_with_key(&key, &dir.path().join("n")).await;
     let (_, other) = ed25519_key();
 
     let good = mint(&d, &key, &id, &[id.as_str()], &[ServerAuth, ClientAuth]);
