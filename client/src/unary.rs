@@ -1,0 +1,150 @@
+//! Unary calls with retries within the caller's deadline: each attempt
+//! on the endpoint that answered last (the next one after a failure),
+//! bounded by the client's `call_timeout` and the time left, the time
+//! left sent as `grpc-timeout` (so a curator without a leader waits for
+//! one no longer than the caller would), waits from [`Schedule`] between
+//! attempts.
+
+use std::time::{Duration, Instant};
+
+use futures::future::{Either, select};
+use tonic::client::Grpc;
+
+use crate::client::Inner;
+use crate::connection::{TransportError, origin};
+use crate::error::{AttemptError, CallError};
+use crate::retry::retryable_call;
+
+/// Calls `path` with `request` until an attempt succeeds, one fails in a
+/// way retrying cannot change, or `deadline` has passed. `idempotent`:
+/// whether a request that may have been applied may be sent again.
+pub(crate) async fn call<Req, Resp>(
+    inner: &Inner,
+    path: &'static str,
+    request: Req,
+    deadline: Duration,
+    idempotent: bool,
+) -> Result<Resp, CallError>
+where
+    Req: prost::Message + Clone + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    let timer = inner.runtime.timer();
+    let started = Instant::now();
+    let mut schedule = inner.schedule();
+    let mut attempts = 0u32;
+    let mut last = None;
+    loop {
+        let left = deadline.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Err(CallError::DeadlineExceeded {
+                deadline,
+                attempts,
+                last,
+            });
+        }
+        let budget = left.min(inner.call_timeout);
+        let index = inner.endpoints.current();
+        attempts += 1;
+        let mut generation = None;
+        let attempt =
+            attempt::<Req, Resp>(inner, index, path, request.clone(), budget, &mut generation);
+        let outcome = match select(Box::pin(attempt), timer.sleep(budget)).await {
+            Either::Left((outcome, _)) => outcome,
+            Either::Right(((), _)) => Err(AttemptError::TimedOut {
+                endpoint: inner.endpoints.name(index).to_string(),
+                after: budget,
+            }),
+        };
+        let failure = match outcome {
+            Ok(response) => {
+                inner.endpoints.answered(index);
+                return Ok(response);
+            }
+            Err(failure) => failure,
+        };
+        if !retryable_call(&failure, idempotent) {
+            inner.endpoints.failed(index, generation, &failure);
+            return Err(match failure {
+                AttemptError::Status {
+                    endpoint,
+                    code,
+                    message,
+                } => CallError::Rejected {
+                    endpoint,
+                    code,
+                    message,
+                },
+                other => CallError::DeadlineExceeded {
+                    deadline,
+                    attempts,
+                    last: Some(other),
+                },
+            });
+        }
+        tracing::debug!(attempt = attempts, error = %failure, "retrying a curator call");
+        inner.endpoints.failed(index, generation, &failure);
+        let wait = schedule.after(&failure);
+        last = Some(failure);
+        let left = deadline.saturating_sub(started.elapsed());
+        if !wait.is_zero() {
+            timer.sleep(wait.min(left)).await;
+        }
+    }
+}
+
+/// One attempt on endpoint `index`; the generation of the connection it
+/// used goes to `generation`.
+async fn attempt<Req, Resp>(
+    inner: &Inner,
+    index: usize,
+    path: &'static str,
+    request: Req,
+    budget: Duration,
+    generation: &mut Option<u64>,
+) -> Result<Resp, AttemptError>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    let endpoint = inner.endpoints.name(index).to_string();
+    let leased = inner.endpoints.connect(index).await?;
+    *generation = Some(leased.generation);
+    let mut grpc = Grpc::with_origin(leased.connection, origin());
+    grpc.ready()
+        .await
+        .map_err(|e| transport_failure(&endpoint, &e))?;
+    let mut request = tonic::Request::new(request);
+    request.set_timeout(budget);
+    let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+    let path = http::uri::PathAndQuery::from_static(path);
+    match grpc.unary(request, path, codec).await {
+        Ok(response) => Ok(response.into_inner()),
+        Err(status) => Err(from_status(&endpoint, status)),
+    }
+}
+
+/// The attempt failure a connection failure is.
+pub(crate) fn transport_failure(endpoint: &str, e: &TransportError) -> AttemptError {
+    AttemptError::Broken {
+        endpoint: endpoint.to_string(),
+        reason: e.reason.clone(),
+        sent: e.sent,
+    }
+}
+
+/// The attempt failure `status` is: a connection failure tonic wrapped in
+/// a status, or the server's status.
+pub(crate) fn from_status(endpoint: &str, status: tonic::Status) -> AttemptError {
+    let transport = std::error::Error::source(&status)
+        .and_then(|s| s.downcast_ref::<TransportError>())
+        .cloned();
+    match transport {
+        Some(e) => transport_failure(endpoint, &e),
+        None => AttemptError::Status {
+            endpoint: endpoint.to_string(),
+            code: status.code(),
+            message: status.message().to_string(),
+        },
+    }
+}
