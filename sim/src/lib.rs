@@ -11,7 +11,8 @@
 //!   node writers, watchers of both kinds, an operator and agents running
 //!   core's agent loop; fencing checked at the store's commit
 //!   ([`commit_check`]) and each node's record by a linearizability
-//!   checker ([`linearizable`]).
+//!   checker ([`linearizable`], the test kit's, shared with the fault
+//!   campaign on real processes, `metropolis-chaos`).
 //! - [`traces`]: trace sessions through core's `DebugService` over a
 //!   tracefs that outlives killed daemons.
 //! - [`storage`]: the embedded store over a simulated disk (the test kit's
@@ -44,10 +45,11 @@ pub mod commit_check;
 pub mod curator_calls;
 pub mod embedded;
 pub mod hash;
-pub mod linearizable;
 pub mod links;
 pub mod model_store;
 pub mod rng;
+/// The linearizability checker, from the test kit.
+pub use metropolis_testkit::linearizable;
 pub mod runtime;
 pub mod stepped_store;
 pub mod storage;

@@ -20,6 +20,9 @@
 //! - [`disk`]: an in-memory disk for the embedded store, behind its `Disk`
 //!   port, with power losses that tear the write in flight and undo what
 //!   was not synced, and injected EIO and ENOSPC ([`disk::SimDisk`]).
+//! - [`linearizable`]: a linearizability checker for one register (Wing
+//!   and Gong's search, memoised), for the simulator's histories and the
+//!   fault campaign's on real processes (`metropolis-chaos`).
 //! - [`fuzz`]: the fuzz targets' harnesses over these doubles, run by the
 //!   cargo-fuzz crate (`fuzz/`) and replayed on stable by
 //!   `core/tests/fuzz_corpus.rs`.
@@ -46,6 +49,7 @@ pub mod exec;
 pub mod forward;
 pub mod fuzz;
 pub mod leases;
+pub mod linearizable;
 pub mod store;
 pub mod tls;
 pub mod tracefs;

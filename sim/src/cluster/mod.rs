@@ -72,7 +72,7 @@ use crate::call::{server_stream, unary};
 use crate::commit_check::CommitCheck;
 use crate::curator_calls::{UPDATE, WATCH, number, numbered, update, watch_all};
 use crate::hash::TraceHash;
-use crate::linearizable::{self, Op, OpKind};
+use metropolis_testkit::linearizable::{self, Op, OpKind};
 use crate::model_store;
 use crate::rng::Rng;
 use crate::runtime::{NodeClock, Runtime};
