@@ -1,0 +1,426 @@
+//! The workload, through the client ([`client`]): one writer per node
+//! sending `UpdateNodeStatus` (a unique value each: the writer's sequence
+//! number in `status.version.release.patch`, its index in `minor`),
+//! `NodesInCluster` watchers preferring each instance (so some follow the
+//! leader, some a follower), a `NodeInCluster` watcher per node, agents
+//! heartbeating, and probes: fresh raw Watches whose backlogs are the
+//! reads of the linearizability check ([`probe`]).
+
+pub mod client;
+pub mod probe;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use metropolis_pki::{Credentials, client_config};
+use metropolis_proto::metropolis::node::core::curator::proto::private::{
+    AddMachineRequest, AddNodeRequest, machine_management_client::MachineManagementClient,
+    node_management_client::NodeManagementClient,
+};
+use metropolis_proto::prelude::{agent, common, curator};
+use metropolis_transport::grpc::Channel;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::cluster::{Cluster, N};
+use crate::history::{BeatOp, Clock, NodeState, Recorder, Seen, WatchKind, WatcherLog, WriteOp};
+use client::{Client, ClientConfig, NodeEvent};
+
+/// How many agents heartbeat.
+pub const AGENTS: usize = 2;
+
+/// The longest one attempt of a call may take.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// A writer's deadline for one update, retries included.
+pub const WRITE_DEADLINE: Duration = Duration::from_secs(4);
+/// The pause before another endpoint is tried.
+pub const BACKOFF: Duration = Duration::from_millis(100);
+
+/// The status writer `writer` sends as its `seq`-th update.
+pub fn status(seq: i64, writer: usize) -> common::NodeStatus {
+    use metropolis_proto::version::spec::{Version, version::Release};
+    common::NodeStatus {
+        external_address: format!("10.1.1.{}", writer + 1),
+        version: Some(Version {
+            release: Some(Release {
+                major: 0,
+                minor: i64::try_from(writer).unwrap_or(0),
+                patch: seq,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A node's state for the checks: ours by index, or another by ID.
+pub fn state_of(node: &curator::Node, ids: &[String]) -> NodeState {
+    match ids.iter().position(|id| *id == node.id) {
+        Some(i) => {
+            let release = node
+                .status
+                .as_ref()
+                .and_then(|s| s.version.as_ref())
+                .and_then(|v| v.release.as_ref());
+            NodeState::Ours {
+                node: i,
+                seq: release.map_or(0, |r| r.patch),
+                writer: release.map_or(0, |r| r.minor),
+            }
+        }
+        None => NodeState::Other(node.id.clone()),
+    }
+}
+
+/// A watcher's log and current view (node ID to state).
+pub struct Watcher {
+    /// Its log.
+    pub log: Arc<Mutex<WatcherLog>>,
+    /// Its view now.
+    pub view: Arc<Mutex<BTreeMap<String, NodeState>>>,
+}
+
+/// The running workload.
+pub struct Workload {
+    /// The history it records.
+    pub recorder: Recorder,
+    /// The watchers.
+    pub watchers: Vec<Watcher>,
+    stop_writes: Arc<AtomicBool>,
+    writers: Vec<JoinHandle<()>>,
+    others: Vec<JoinHandle<()>>,
+    /// The owner's client (for the final reads).
+    pub owner: Client,
+}
+
+fn endpoints(first: usize, agent_port: bool) -> Vec<String> {
+    (0..N)
+        .map(|k| {
+            let i = (first + k) % N;
+            if agent_port {
+                Cluster::agent_addr(i)
+            } else {
+                Cluster::curator_addr(i)
+            }
+        })
+        .collect()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// An owner channel to curator-0, for the set-up calls.
+async fn owner_channel(owner: &Credentials) -> Result<Channel, String> {
+    let config = client_config(Some(owner), &owner.ca_pem)
+        .map_err(|e| format!("the owner's TLS configuration: {e}"))?;
+    let runtime = metropolis_runtime_tokio::rt::TokioRuntime::shared();
+    let mut last = String::new();
+    for _ in 0..50 {
+        match metropolis_transport::connect::tls(
+            &runtime,
+            &Cluster::curator_addr(0),
+            config.clone(),
+        )
+        .await
+        {
+            Ok(c) => return Ok(c),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("connecting to curator-0 as the owner: {last}"))
+}
+
+/// Retries a set-up call while the cluster elects its first leader.
+async fn settle<T, F, Fut>(what: &str, mut f: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(s) if Instant::now() < deadline && s.code() == tonic::Code::Unavailable => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(s) => return Err(format!("{what}: {}", s.message())),
+        }
+    }
+}
+
+impl Workload {
+    /// Adds `nodes` nodes and [`AGENTS`] machines as the owner (whose
+    /// credential is in `owner_dir`), then starts everything.
+    pub async fn start(
+        owner_dir: &Path,
+        nodes: usize,
+        clock: Clock,
+        seed: u64,
+    ) -> Result<Workload, String> {
+        let owner = Credentials::read_from_dir(owner_dir, "owner")
+            .map_err(|e| format!("reading the owner credential: {e}"))?;
+        let channel = owner_channel(&owner).await?;
+        let mgmt = NodeManagementClient::with_origin(channel.clone(), Channel::origin());
+        let machines = MachineManagementClient::with_origin(channel, Channel::origin());
+        let recorder = Recorder::default();
+        let mut node_clients = Vec::new();
+        for i in 0..nodes {
+            let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519)
+                .map_err(|e| format!("generating a node key: {e}"))?;
+            let request = AddNodeRequest {
+                public_key: key.public_key_raw().to_vec().into(),
+            };
+            let resp = settle("adding a node", || {
+                let (mut mgmt, request) = (mgmt.clone(), request.clone());
+                async move { mgmt.add_node(request).await }
+            })
+            .await?
+            .into_inner();
+            let creds = Credentials::from_parts(
+                String::from_utf8_lossy(&resp.certificate).into_owned(),
+                key.serialize_pem(),
+                String::from_utf8_lossy(&resp.ca_certificate).into_owned(),
+            );
+            let tls = client_config(Some(&creds), &creds.ca_pem)
+                .map_err(|e| format!("node {i}'s TLS configuration: {e}"))?;
+            recorder.lock().nodes.push(resp.node_id.clone());
+            node_clients.push((resp.node_id, tls));
+        }
+        let mut agents = Vec::new();
+        for a in 0..AGENTS {
+            let machine_id = format!("3b241101-e2bb-4255-8caf-4136c566a9{a:02}");
+            let key = metropolis_pki::generate_agent_key()
+                .map_err(|e| format!("generating an agent key: {e}"))?;
+            let (cert, public) = metropolis_pki::self_signed_agent_certificate(&key)
+                .map_err(|e| format!("the agent's certificate: {e}"))?;
+            let request = AddMachineRequest {
+                machine_id: machine_id.clone(),
+                agent_public_key: public.to_vec().into(),
+            };
+            settle("registering a machine", || {
+                let (mut machines, request) = (machines.clone(), request.clone());
+                async move { machines.add_machine(request).await }
+            })
+            .await?;
+            let creds = Credentials::from_parts(cert, key, owner.ca_pem.clone());
+            let tls = client_config(Some(&creds), &owner.ca_pem)
+                .map_err(|e| format!("the agent's TLS configuration: {e}"))?;
+            agents.push((machine_id, tls));
+        }
+        let owner_tls = client_config(Some(&owner), &owner.ca_pem)
+            .map_err(|e| format!("the owner's TLS configuration: {e}"))?;
+        let config = |first: usize, agent: bool, tls| ClientConfig {
+            endpoints: endpoints(first, agent),
+            tls,
+            call_timeout: CALL_TIMEOUT,
+            backoff: BACKOFF,
+        };
+        let owner_client = Client::new(config(0, false, owner_tls.clone()), 0);
+        let mut w = Workload {
+            recorder: recorder.clone(),
+            watchers: Vec::new(),
+            stop_writes: Arc::default(),
+            writers: Vec::new(),
+            others: Vec::new(),
+            owner: owner_client.clone(),
+        };
+        let ids: Vec<String> = node_clients.iter().map(|(id, _)| id.clone()).collect();
+        for (i, (id, tls)) in node_clients.iter().enumerate() {
+            let first = usize::try_from(seed.wrapping_add(i as u64) % N as u64).unwrap_or(0);
+            let client = Client::new(config(first, false, tls.clone()), first);
+            w.writers.push(tokio::spawn(write_loop(
+                client.clone(),
+                i,
+                id.clone(),
+                clock,
+                recorder.clone(),
+                w.stop_writes.clone(),
+            )));
+            // This node's own watcher, through its credential.
+            let watcher = Watcher::new(
+                format!("node-{i}@curator-{}", (i + 1) % N),
+                WatchKind::Node(i),
+            );
+            let view = Client::new(config((i + 1) % N, false, tls.clone()), 0).watch_node(id);
+            w.others.push(tokio::spawn(watch_loop(
+                view,
+                ids.clone(),
+                clock,
+                watcher.clone_parts(),
+            )));
+            w.watchers.push(watcher);
+        }
+        for j in 0..N {
+            let watcher = Watcher::new(format!("nodes@curator-{j}"), WatchKind::Nodes);
+            let view = Client::new(config(j, false, owner_tls.clone()), 0).watch_nodes();
+            w.others.push(tokio::spawn(watch_loop(
+                view,
+                ids.clone(),
+                clock,
+                watcher.clone_parts(),
+            )));
+            w.watchers.push(watcher);
+        }
+        for (a, (machine_id, tls)) in agents.into_iter().enumerate() {
+            let client = Client::new(config(a, true, tls), 0);
+            w.others.push(tokio::spawn(beat_loop(
+                client,
+                a,
+                machine_id,
+                clock,
+                recorder.clone(),
+            )));
+        }
+        w.others.push(tokio::spawn(probe::run(
+            owner_client,
+            ids,
+            clock,
+            recorder,
+            seed,
+        )));
+        Ok(w)
+    }
+
+    /// Stops the writers and waits for their last calls.
+    pub async fn stop_writes(&mut self) {
+        self.stop_writes.store(true, Ordering::SeqCst);
+        for t in self.writers.drain(..) {
+            let _ = t.await;
+        }
+    }
+
+    /// Stops everything.
+    pub fn stop(&mut self) {
+        self.stop_writes.store(true, Ordering::SeqCst);
+        for t in self.writers.drain(..).chain(self.others.drain(..)) {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Watcher {
+    fn new(name: String, kind: WatchKind) -> Watcher {
+        Watcher {
+            log: Arc::new(Mutex::new(WatcherLog {
+                name,
+                kind,
+                events: Vec::new(),
+            })),
+            view: Arc::default(),
+        }
+    }
+
+    fn clone_parts(&self) -> Watcher {
+        Watcher {
+            log: self.log.clone(),
+            view: self.view.clone(),
+        }
+    }
+
+    /// Its log now.
+    pub fn snapshot(&self) -> WatcherLog {
+        lock(&self.log).clone()
+    }
+
+    /// Its view now.
+    pub fn current(&self) -> BTreeMap<String, NodeState> {
+        lock(&self.view).clone()
+    }
+}
+
+async fn write_loop(
+    client: Client,
+    node: usize,
+    id: String,
+    clock: Clock,
+    recorder: Recorder,
+    stop: Arc<AtomicBool>,
+) {
+    let mut seq = 0i64;
+    while !stop.load(Ordering::SeqCst) {
+        seq += 1;
+        let req = curator::UpdateNodeStatusRequest {
+            node_id: id.clone(),
+            status: Some(status(seq, node)),
+        };
+        let called = clock.now();
+        let result = client
+            .update_node_status(req, Instant::now() + WRITE_DEADLINE)
+            .await;
+        let returned = clock.now();
+        let error = result
+            .err()
+            .map(|s| format!("{:?}: {}", s.code(), s.message()));
+        let failed = error.is_some();
+        recorder.lock().writes.push(WriteOp {
+            node,
+            seq,
+            called,
+            returned,
+            error,
+        });
+        tokio::time::sleep(Duration::from_millis(if failed { 50 } else { 20 })).await;
+    }
+}
+
+async fn watch_loop(mut view: client::NodeView, ids: Vec<String>, clock: Clock, watcher: Watcher) {
+    while let Some(event) = view.next().await {
+        let seen = match event {
+            NodeEvent::Synced => Seen::Synced,
+            NodeEvent::Resynced => Seen::Resynced,
+            NodeEvent::Reconnecting { reason } => Seen::Reconnecting(reason),
+            NodeEvent::Changed(node) => {
+                let state = state_of(&node, &ids);
+                lock(&watcher.view).insert(node.id.clone(), state.clone());
+                Seen::Changed(state)
+            }
+            NodeEvent::Removed(id) => {
+                lock(&watcher.view).remove(&id);
+                Seen::Removed(id)
+            }
+        };
+        let at = clock.now();
+        lock(&watcher.log).events.push((at, seen));
+    }
+}
+
+async fn beat_loop(
+    client: Client,
+    agent: usize,
+    machine_id: String,
+    clock: Clock,
+    recorder: Recorder,
+) {
+    loop {
+        let req = agent::HeartbeatRequest {
+            machine_id: machine_id.clone(),
+            ..Default::default()
+        };
+        let ok = client
+            .heartbeat(req, Instant::now() + WRITE_DEADLINE)
+            .await
+            .is_ok();
+        let returned = clock.now();
+        recorder.lock().beats.push(BeatOp {
+            agent,
+            returned,
+            ok,
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
