@@ -1,4 +1,5 @@
-//! The workload, through the client ([`client`]): one writer per node
+//! The workload, through the client library ([`client`]:
+//! `metropolis-client`): one writer per node
 //! sending `UpdateNodeStatus` (a unique value each: the writer's sequence
 //! number in `status.version.release.patch`, its index in `minor`),
 //! `NodesInCluster` watchers preferring each instance (so some follow the
@@ -28,7 +29,8 @@ use tokio::time::Instant;
 
 use crate::cluster::{Cluster, N};
 use crate::history::{BeatOp, Clock, NodeState, Recorder, Seen, WatchKind, WatcherLog, WriteOp};
-use client::{Client, ClientConfig, NodeEvent};
+use client::{Client, NodeEvent, RawWatches};
+use metropolis_core::identity::NodeId;
 
 /// How many agents heartbeat.
 pub const AGENTS: usize = 2;
@@ -37,8 +39,6 @@ pub const AGENTS: usize = 2;
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// A writer's deadline for one update, retries included.
 pub const WRITE_DEADLINE: Duration = Duration::from_secs(4);
-/// The pause before another endpoint is tried.
-pub const BACKOFF: Duration = Duration::from_millis(100);
 
 /// The status writer `writer` sends as its `seq`-th update.
 pub fn status(seq: i64, writer: usize) -> common::NodeStatus {
@@ -93,8 +93,8 @@ pub struct Workload {
     stop_writes: Arc<AtomicBool>,
     writers: Vec<JoinHandle<()>>,
     others: Vec<JoinHandle<()>>,
-    /// The owner's client (for the final reads).
-    pub owner: Client,
+    /// The owner's raw watches (for the final reads).
+    pub owner: RawWatches,
 }
 
 fn endpoints(first: usize, agent_port: bool) -> Vec<String> {
@@ -212,19 +212,21 @@ impl Workload {
             })
             .await?;
             let creds = Credentials::from_parts(cert, key, owner.ca_pem.clone());
-            let tls = client_config(Some(&creds), &owner.ca_pem)
+            let tls = metropolis_pki::curator_client_config(Some(&creds), &owner.ca_pem)
                 .map_err(|e| format!("the agent's TLS configuration: {e}"))?;
             agents.push((machine_id, tls));
         }
         let owner_tls = client_config(Some(&owner), &owner.ca_pem)
             .map_err(|e| format!("the owner's TLS configuration: {e}"))?;
-        let config = |first: usize, agent: bool, tls| ClientConfig {
-            endpoints: endpoints(first, agent),
-            tls,
-            call_timeout: CALL_TIMEOUT,
-            backoff: BACKOFF,
+        let config = |first: usize, agent: bool, tls, salt: u64| {
+            client::client(
+                endpoints(first, agent),
+                tls,
+                CALL_TIMEOUT,
+                seed.wrapping_mul(31).wrapping_add(salt),
+            )
         };
-        let owner_client = Client::new(config(0, false, owner_tls.clone()), 0);
+        let owner_client = RawWatches::new(owner_tls.clone());
         let mut w = Workload {
             recorder: recorder.clone(),
             watchers: Vec::new(),
@@ -235,12 +237,17 @@ impl Workload {
         };
         let ids: Vec<String> = node_clients.iter().map(|(id, _)| id.clone()).collect();
         for (i, (id, tls)) in node_clients.iter().enumerate() {
+            // Each writer starts on another instance, seeded.
             let first = usize::try_from(seed.wrapping_add(i as u64) % N as u64).unwrap_or(0);
-            let client = Client::new(config(first, false, tls.clone()), first);
+            let client = config(first, false, tls.clone(), i as u64)?;
             w.writers.push(tokio::spawn(write_loop(
-                client.clone(),
-                i,
-                id.clone(),
+                Writer {
+                    client: client.clone(),
+                    reads: RawWatches::new(tls.clone()),
+                    node: i,
+                    id: id.clone(),
+                    ids: ids.clone(),
+                },
                 clock,
                 recorder.clone(),
                 w.stop_writes.clone(),
@@ -250,7 +257,9 @@ impl Workload {
                 format!("node-{i}@curator-{}", (i + 1) % N),
                 WatchKind::Node(i),
             );
-            let view = Client::new(config((i + 1) % N, false, tls.clone()), 0).watch_node(id);
+            let node_id =
+                NodeId::parse(id).map_err(|e| format!("the ID of node {i}, {id}: {e}"))?;
+            let view = config((i + 1) % N, false, tls.clone(), 100 + i as u64)?.watch_node(node_id);
             w.others.push(tokio::spawn(watch_loop(
                 view,
                 ids.clone(),
@@ -261,7 +270,7 @@ impl Workload {
         }
         for j in 0..N {
             let watcher = Watcher::new(format!("nodes@curator-{j}"), WatchKind::Nodes);
-            let view = Client::new(config(j, false, owner_tls.clone()), 0).watch_nodes();
+            let view = config(j, false, owner_tls.clone(), 200 + j as u64)?.watch_nodes();
             w.others.push(tokio::spawn(watch_loop(
                 view,
                 ids.clone(),
@@ -271,7 +280,7 @@ impl Workload {
             w.watchers.push(watcher);
         }
         for (a, (machine_id, tls)) in agents.into_iter().enumerate() {
-            let client = Client::new(config(a, true, tls), 0);
+            let client = config(a, true, tls, 300 + a as u64)?;
             w.others.push(tokio::spawn(beat_loop(
                 client,
                 a,
@@ -343,14 +352,26 @@ impl Watcher {
     }
 }
 
-async fn write_loop(
+/// One node's writer: its client, and raw watches for its read-backs.
+struct Writer {
     client: Client,
+    reads: RawWatches,
     node: usize,
     id: String,
-    clock: Clock,
-    recorder: Recorder,
-    stop: Arc<AtomicBool>,
-) {
+    ids: Vec<String>,
+}
+
+/// Writes the node's status again and again; after each acknowledged
+/// write, reads it back through a fresh `NodeInCluster` Watch on an
+/// instance in turn (the read-your-writes reads of the checks).
+async fn write_loop(writer: Writer, clock: Clock, recorder: Recorder, stop: Arc<AtomicBool>) {
+    let Writer {
+        client,
+        reads,
+        node,
+        id,
+        ids,
+    } = writer;
     let mut seq = 0i64;
     while !stop.load(Ordering::SeqCst) {
         seq += 1;
@@ -359,13 +380,9 @@ async fn write_loop(
             status: Some(status(seq, node)),
         };
         let called = clock.now();
-        let result = client
-            .update_node_status(req, Instant::now() + WRITE_DEADLINE)
-            .await;
+        let result = client.update_node_status(req, WRITE_DEADLINE).await;
         let returned = clock.now();
-        let error = result
-            .err()
-            .map(|s| format!("{:?}: {}", s.code(), s.message()));
+        let error = result.err().map(|e| e.to_string());
         let failed = error.is_some();
         recorder.lock().writes.push(WriteOp {
             node,
@@ -374,12 +391,32 @@ async fn write_loop(
             returned,
             error,
         });
+        if !failed {
+            let via = usize::try_from(seq).unwrap_or(0) % N;
+            let kind = curator::watch_request::Kind::NodeInCluster(
+                curator::watch_request::NodeInCluster {
+                    node_id: id.clone(),
+                },
+            );
+            let _ = probe::backlog(&reads, via, kind, &ids, clock, &recorder, Duration::ZERO).await;
+        }
         tokio::time::sleep(Duration::from_millis(if failed { 50 } else { 20 })).await;
     }
 }
 
 async fn watch_loop(mut view: client::NodeView, ids: Vec<String>, clock: Clock, watcher: Watcher) {
     while let Some(event) = view.next().await {
+        let event = match event {
+            Ok(e) => e,
+            Err(e) => {
+                // A refusal no reconnect can change: the view has ended.
+                let at = clock.now();
+                lock(&watcher.log)
+                    .events
+                    .push((at, Seen::Reconnecting(format!("the view ended: {e}"))));
+                return;
+            }
+        };
         let seen = match event {
             NodeEvent::Synced => Seen::Synced,
             NodeEvent::Resynced => Seen::Resynced,
@@ -393,6 +430,7 @@ async fn watch_loop(mut view: client::NodeView, ids: Vec<String>, clock: Clock, 
                 lock(&watcher.view).remove(&id);
                 Seen::Removed(id)
             }
+            _ => continue,
         };
         let at = clock.now();
         lock(&watcher.log).events.push((at, seen));
@@ -411,10 +449,7 @@ async fn beat_loop(
             machine_id: machine_id.clone(),
             ..Default::default()
         };
-        let ok = client
-            .heartbeat(req, Instant::now() + WRITE_DEADLINE)
-            .await
-            .is_ok();
+        let ok = client.heartbeat(req, WRITE_DEADLINE).await.is_ok();
         let returned = clock.now();
         recorder.lock().beats.push(BeatOp {
             agent,

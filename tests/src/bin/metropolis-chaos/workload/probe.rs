@@ -12,7 +12,7 @@ use futures::StreamExt;
 use metropolis_proto::prelude::curator::watch_request::{Kind, NodeInCluster};
 use tokio::time::Instant;
 
-use super::client::Client;
+use super::client::RawWatches;
 use super::state_of;
 use crate::cluster::{Cluster, N};
 use crate::history::{Clock, NodeState, ReadOp, Recorder};
@@ -24,7 +24,13 @@ const LINGER: Duration = Duration::from_millis(300);
 
 /// Probes every few hundred milliseconds, through instance after instance,
 /// until aborted.
-pub async fn run(client: Client, ids: Vec<String>, clock: Clock, recorder: Recorder, seed: u64) {
+pub async fn run(
+    client: RawWatches,
+    ids: Vec<String>,
+    clock: Clock,
+    recorder: Recorder,
+    seed: u64,
+) {
     let mut rng = Rng::new(seed ^ 0x5eed_9e0b);
     let mut round = 0usize;
     loop {
@@ -47,7 +53,7 @@ pub async fn run(client: Client, ids: Vec<String>, clock: Clock, recorder: Recor
 /// state), recorded as reads of the campaign's nodes; `Err` when the
 /// stream failed before its backlog ended.
 pub async fn backlog(
-    client: &Client,
+    client: &RawWatches,
     via: usize,
     kind: Kind,
     ids: &[String],
@@ -59,17 +65,20 @@ pub async fn backlog(
     let single = matches!(kind, Kind::NodeInCluster(_));
     let called = clock.now();
     let deadline = Instant::now() + Duration::from_secs(3);
-    let mut stream = client
-        .open_raw(&endpoint, kind, deadline)
-        .await
-        .map_err(|s| format!("{endpoint}: {}", s.message()))?;
+    let mut stream = client.open(&endpoint, kind, deadline).await?;
     let mut view = BTreeMap::new();
     loop {
         let event = match tokio::time::timeout_at(deadline, stream.next()).await {
             Ok(Some(Ok(e))) => e,
-            Ok(Some(Err(s))) => return Err(format!("{endpoint}: {}", s.message())),
+            Ok(Some(Err(s))) => {
+                client.forget(&endpoint);
+                return Err(format!("{endpoint}: {}", s.message()));
+            }
             Ok(None) => return Err(format!("{endpoint}: the stream ended in its backlog")),
-            Err(_) => return Err(format!("{endpoint}: no backlog in time")),
+            Err(_) => {
+                client.forget(&endpoint);
+                return Err(format!("{endpoint}: no backlog in time"));
+            }
         };
         for n in &event.nodes {
             view.insert(n.id.clone(), state_of(n, ids));
