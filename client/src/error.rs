@@ -331,8 +331,8 @@ mod tests {
 
     #[test]
     fn chains_skip_repeated_sources() {
-        let inner = std::io::Error::new(std::io::ErrorKind::Other, "reset by peer");
-        let outer = std::io::Error::new(std::io::ErrorKind::Other, inner);
+        let inner = std::io::Error::other("reset by peer");
+        let outer = std::io::Error::other(inner);
         assert_eq!(chain(&outer), "reset by peer");
     }
 }

@@ -22,6 +22,9 @@ use crate::unary::{from_status, transport_failure};
 const WATCH: &str = "/metropolis.node.core.curator.proto.api.Curator/Watch";
 
 /// What a [`NodeView`] hands out.
+// `Changed` holds the node itself, not a box: events are handed out one
+// at a time, and the node is what the program takes from them.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum NodeEvent {
