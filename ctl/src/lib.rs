@@ -95,7 +95,8 @@ struct ConnectionArgs {
     socket: Option<PathBuf>,
     /// host:port of curators' TLS listeners, comma-separated or repeated
     /// (`--endpoint` too): tried in order, the first that answers is used.
-    /// Uses --credentials.
+    /// `watch` keeps them all and moves on to the next when one fails
+    /// (a leader failover does not end it). Uses --credentials.
     #[arg(
         long,
         visible_alias = "endpoint",
@@ -268,23 +269,38 @@ fn credential_prefix(dir: &Path) -> &'static str {
     }
 }
 
+/// The TLS configuration of `--credentials` (default: the owner's), and
+/// the node it speaks for if it is a node's.
+fn credential(
+    args: &ConnectionArgs,
+) -> Result<(std::sync::Arc<rustls::ClientConfig>, Option<NodeId>), CliError> {
+    let dir = args
+        .credentials
+        .clone()
+        .unwrap_or_else(|| args.data_dir.join("owner"));
+    let creds = Credentials::read_from_dir(&dir, credential_prefix(&dir))?;
+    let node_id = creds
+        .ed25519_public_key()
+        .ok()
+        .map(|k| NodeId::from_public_key(&k));
+    let node_id = if credential_prefix(&dir) == "node" {
+        node_id
+    } else {
+        None
+    };
+    Ok((client_config(Some(&creds), &creds.ca_pem)?, node_id))
+}
+
+/// The local socket: `--socket`, else `<data-dir>/curator.sock`.
+fn socket_path(args: &ConnectionArgs) -> PathBuf {
+    args.socket
+        .clone()
+        .unwrap_or_else(|| args.data_dir.join("curator.sock"))
+}
+
 async fn connect(args: &ConnectionArgs) -> Result<Connection, CliError> {
     if !args.endpoints.is_empty() {
-        let dir = args
-            .credentials
-            .clone()
-            .unwrap_or_else(|| args.data_dir.join("owner"));
-        let creds = Credentials::read_from_dir(&dir, credential_prefix(&dir))?;
-        let node_id = creds
-            .ed25519_public_key()
-            .ok()
-            .map(|k| NodeId::from_public_key(&k));
-        let node_id = if credential_prefix(&dir) == "node" {
-            node_id
-        } else {
-            None
-        };
-        let config = client_config(Some(&creds), &creds.ca_pem)?;
+        let (config, node_id) = credential(args)?;
         let mut problems = Vec::new();
         for endpoint in &args.endpoints {
             match dial::tls(&TokioRuntime::shared(), endpoint, config.clone()).await {
@@ -297,10 +313,7 @@ async fn connect(args: &ConnectionArgs) -> Result<Connection, CliError> {
             format!("no curator answered: {}", problems.join("; ")),
         ));
     }
-    let socket = args
-        .socket
-        .clone()
-        .unwrap_or_else(|| args.data_dir.join("curator.sock"));
+    let socket = socket_path(args);
     let channel = dial::unix(&TokioRuntime::shared(), &socket)
         .await
         .map_err(|e| {
@@ -396,6 +409,10 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
             );
             return Ok(());
         }
+        Command::Watch(w) => {
+            let limit = connect_limit.unwrap_or(Duration::from_secs(cli.conn.timeout));
+            return watch(&cli.conn, w, format, limit).await;
+        }
         other => other,
     };
     let conn = match connect_limit {
@@ -416,31 +433,6 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
             snapshot::save(conn.channel, &file, format.or_json(json)).await
         }
         Command::Install(i) => machines::install(conn.channel, i, format).await,
-        Command::Watch(w) => {
-            let (kind, json) = match w {
-                WatchCommand::Nodes { json } => (
-                    curator::watch_request::Kind::NodesInCluster(Default::default()),
-                    json,
-                ),
-                WatchCommand::Node { id, json } => {
-                    let id = NodeId::parse(&id).map_err(|e| usage(format!("ID: {e}")))?;
-                    let n = curator::watch_request::NodeInCluster {
-                        node_id: id.to_string(),
-                    };
-                    (curator::watch_request::Kind::NodeInCluster(n), json)
-                }
-            };
-            let mut stream = curator
-                .watch(curator::WatchRequest { kind: Some(kind) })
-                .await
-                .map_err(status_error)?
-                .into_inner();
-            while let Some(event) = stream.next().await {
-                let event = event.map_err(status_error)?;
-                output::print_event(&event, format.or_json(json));
-            }
-            Ok(())
-        }
         Command::Status(StatusCommand::Set {
             external_address,
             node_id,
@@ -538,6 +530,7 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
             Ok(())
         }
         Command::Logs(_)
+        | Command::Watch(_)
         | Command::Trace(_)
         | Command::LoadImage(_)
         | Command::Kubeconfig(_)
@@ -547,6 +540,138 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
         | Command::Man { .. } => {
             unreachable!("commands without a curator connection returned above")
         }
+    }
+}
+
+/// `metroctl watch`: a node view over every endpoint (or the local
+/// socket), riding through curator failover: the current state as one
+/// batch, then each change; after a reconnect, the changes of the time
+/// away as one batch. Until the first complete state it fails as a
+/// connection would (exit 3 once each endpoint failed, or after
+/// --timeout); after that it reconnects for as long as it runs, saying
+/// so on standard error. Only a refusal (a credential not allowed to
+/// watch) ends it.
+async fn watch(
+    args: &ConnectionArgs,
+    command: WatchCommand,
+    format: Format,
+    limit: Duration,
+) -> Result<(), CliError> {
+    use metropolis_client::{Client, ClientConfig, NodeEvent, ViewError};
+    let (only, json) = match command {
+        WatchCommand::Nodes { json } => (None, json),
+        WatchCommand::Node { id, json } => {
+            let id = NodeId::parse(&id).map_err(|e| usage(format!("ID: {e}")))?;
+            (Some(id), json)
+        }
+    };
+    let format = format.or_json(json);
+    let (endpoints, tls) = if args.endpoints.is_empty() {
+        let socket = socket_path(args);
+        (vec![format!("unix:{}", socket.display())], None)
+    } else {
+        (args.endpoints.clone(), Some(credential(args)?.0))
+    };
+    let tried = endpoints.len();
+    let mut config = ClientConfig::new(endpoints, tls);
+    config.call_timeout = limit.min(Duration::from_secs(10));
+    let client = Client::new(TokioRuntime::shared(), config).map_err(|e| usage(e.to_string()))?;
+    let mut view = match only {
+        Some(id) => client.watch_node(id),
+        None => client.watch_nodes(),
+    };
+    let refused = |e: ViewError| match e {
+        ViewError::Rejected {
+            endpoint,
+            code,
+            message,
+            ..
+        } => status_error(tonic::Status::new(code, format!("{message} ({endpoint})"))),
+        other => failed(Exit::Failure, other.to_string()),
+    };
+    let started = std::time::Instant::now();
+    let mut problems: Vec<String> = Vec::new();
+    let mut synced = false;
+    // What is handed out until the view is (re)synced, printed as one event.
+    let mut batch: Option<curator::WatchEvent> = Some(curator::WatchEvent::default());
+    loop {
+        let next = if synced {
+            view.next().await
+        } else {
+            let left = limit.saturating_sub(started.elapsed());
+            match tokio::time::timeout(left, view.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    let why = format!("no curator answered within {limit:?} (--timeout)");
+                    return Err(failed(Exit::Unavailable, with_problems(why, &problems)));
+                }
+            }
+        };
+        let event = match next {
+            Some(Ok(event)) => event,
+            Some(Err(e)) => return Err(refused(e)),
+            None => return Ok(()),
+        };
+        match event {
+            NodeEvent::Changed(node) => match batch.as_mut() {
+                Some(batch) => batch.nodes.push(node),
+                None => output::print_event(
+                    &curator::WatchEvent {
+                        nodes: vec![node],
+                        ..Default::default()
+                    },
+                    format,
+                ),
+            },
+            NodeEvent::Removed(id) => {
+                let tombstone = curator::watch_event::NodeTombstone { node_id: id };
+                match batch.as_mut() {
+                    Some(batch) => batch.node_tombstones.push(tombstone),
+                    None => output::print_event(
+                        &curator::WatchEvent {
+                            node_tombstones: vec![tombstone],
+                            ..Default::default()
+                        },
+                        format,
+                    ),
+                }
+            }
+            NodeEvent::Synced => {
+                let mut event = batch.take().unwrap_or_default();
+                event.progress = curator::watch_event::Progress::LastBacklogged as i32;
+                output::print_event(&event, format);
+                synced = true;
+            }
+            NodeEvent::Reconnecting { reason } if !synced => {
+                problems.push(reason);
+                if problems.len() >= tried {
+                    let why = "no curator answered".to_string();
+                    return Err(failed(Exit::Unavailable, with_problems(why, &problems)));
+                }
+            }
+            NodeEvent::Reconnecting { reason } => {
+                eprintln!("reconnecting: {reason}");
+                batch.get_or_insert_with(Default::default);
+            }
+            NodeEvent::Resynced => {
+                let event = batch.take().unwrap_or_default();
+                let changes = event.nodes.len() + event.node_tombstones.len();
+                if changes > 0 {
+                    output::print_event(&event, format);
+                }
+                eprintln!("reconnected ({changes} change(s) while away)");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `why`, and the failures that led to it.
+fn with_problems(why: String, problems: &[String]) -> String {
+    if problems.is_empty() {
+        why
+    } else {
+        format!("{why}: {}", problems.join("; "))
     }
 }
 
