@@ -69,9 +69,12 @@ pub struct AgentArgs {
     /// variable (`BMAAS_AGENT_<FLAG>`), which beats the file.
     #[arg(long, env = "BMAAS_AGENT_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// host:port of the AgentCallback service.
-    #[arg(long)]
-    pub endpoint: String,
+    /// host:port of the AgentCallback service; several curators'
+    /// comma-separated or with the flag repeated (in a --config file, a
+    /// list): a heartbeat goes to the one that answered last, and to the
+    /// next ones when it fails, within --heartbeat-timeout.
+    #[arg(long, required = true, value_delimiter = ',', value_name = "HOST:PORT")]
+    pub endpoint: Vec<String>,
     /// This machine's ID (a UUID, as registered by the operator).
     #[arg(long)]
     pub machine_id: String,
@@ -162,8 +165,9 @@ pub struct AgentArgs {
     /// reboot`. The agent exits 0 once it did.
     #[arg(long, value_name = "PROGRAM")]
     pub reboot_command: Option<PathBuf>,
-    /// Seconds one heartbeat may take, connecting included: a stalled
-    /// connection counts as a failed heartbeat, retried with backoff.
+    /// Seconds one heartbeat may take, connecting included and tries of
+    /// the other --endpoint curators when one fails: a stalled connection
+    /// counts as a failed heartbeat, retried with backoff.
     #[arg(long, value_name = "SECONDS", default_value = "10")]
     pub heartbeat_timeout: f64,
     /// Seconds one installation may take in all, from its first registry
@@ -261,7 +265,7 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
         AgentLoop::new(config, last_acted, seed(), clock.now()).map_err(|e| e.to_string())?;
     tracing::info!(
         machine = %args.machine_id,
-        endpoint = %args.endpoint,
+        endpoint = %args.endpoint.join(","),
         key = %public.iter().map(|b| format!("{b:02x}")).collect::<String>(),
         last_acted = ?last_acted,
         "agent starting"
@@ -275,10 +279,12 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
     let mut ports = MachinePorts::new(
         args.endpoint.clone(),
         tls,
+        seed(),
         args.state_dir.clone(),
         args.hardware_root.clone(),
         installer,
-    );
+    )
+    .map_err(|e| format!("--endpoint: {e}"))?;
     ports.heartbeat_timeout = heartbeat_timeout;
     ports.reboot = match &args.reboot_command {
         Some(program) => RebootMethod::Command(program.clone()),
