@@ -192,7 +192,7 @@ impl Driver {
     async fn open(&mut self) {
         let timer = self.client.runtime.timer();
         if !self.wait.is_zero() {
-            timer.sleep(self.wait).await;
+            timer.sleep(std::mem::take(&mut self.wait)).await;
         }
         let index = self.client.endpoints.current();
         let budget = self.client.call_timeout;
