@@ -533,3 +533,87 @@ async fn refusals_end_views_and_calls() {
     .await
     .unwrap();
 }
+
+/// `metroctl watch nodes` through a follower (as an operator runs it on
+/// several endpoints) while the leader is killed: it does not exit, says
+/// on standard error that it reconnects, and prints the change made
+/// after the failover, once. Owner over TLS; the writer is node x over
+/// TLS through the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metroctl_watch_rides_through_failover() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let etcd = Etcd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Curators::start(dir.path(), &etcd.urls(), &MIXED, &[]);
+    let l = c.leader(&etcd, Duration::from_secs(10)).await;
+    let f = c.followers(l);
+    let endpoints = [f[0], l, f[1]].map(|i| c.daemons[i].addr.clone()).join(",");
+    let x_dir = dir.path().join("x");
+    let x = c.daemons[f[0]].add_node(&x_dir).await;
+
+    let mut watch =
+        Command::new(metropolis_tests::daemon_bin().with_file_name("metroctl-under-test"))
+            .arg("--data-dir")
+            .arg(&c.daemons[0].data_dir)
+            .args(["--endpoints", &endpoints, "watch", "nodes", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+    let lines = |pipe: Box<dyn std::io::Read + Send>| {
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let into = seen.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                into.lock().unwrap().push(line);
+            }
+        });
+        seen
+    };
+    let out = lines(Box::new(watch.stdout.take().unwrap()));
+    let err = lines(Box::new(watch.stderr.take().unwrap()));
+    until("the backlog printed", Duration::from_secs(20), || {
+        out.lock().unwrap().iter().any(|l| l.contains(x.as_str()))
+    })
+    .await;
+
+    c.daemons[l].kill();
+    let writer = client(
+        On::Tokio,
+        [f[0], f[1]].map(|i| c.daemons[i].addr.clone()).to_vec(),
+        tls_of(&x_dir, "node"),
+        7,
+    );
+    let status = curator::UpdateNodeStatusRequest {
+        node_id: x.to_string(),
+        status: Some(metropolis_proto::prelude::common::NodeStatus {
+            external_address: "192.0.2.77".into(),
+            ..Default::default()
+        }),
+    };
+    writer.update_node_status(status, 4 * TTL).await.unwrap();
+    until("the change after the failover printed", 4 * TTL, || {
+        out.lock().unwrap().iter().any(|l| l.contains("192.0.2.77"))
+    })
+    .await;
+    // Give a duplicate the time to show up, then check there is none.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let printed = out.lock().unwrap().clone();
+    let with_change = printed.iter().filter(|l| l.contains("192.0.2.77")).count();
+    assert_eq!(with_change, 1, "{printed:#?}");
+    assert!(
+        watch.try_wait().unwrap().is_none(),
+        "metroctl watch exited: {:?}",
+        err.lock().unwrap()
+    );
+    let said = err.lock().unwrap().join("\n");
+    assert!(said.contains("reconnecting"), "{said}");
+    assert!(
+        !said.contains("Error {") && !said.contains("Custom {"),
+        "{said}"
+    );
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
