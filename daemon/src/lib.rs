@@ -10,7 +10,8 @@
 pub mod allocator;
 
 use metropolis_node::cluster::StartElection;
-use metropolis_node::daemon::{Config, DaemonError, RuntimeKind, init_logging};
+use metropolis_node::daemon::{Config, DaemonError, LogFormat, RuntimeKind, init_logging};
+use metropolis_node::exit::{self, Exit};
 use metropolis_node::serving;
 use metropolis_transport::runtime::{Housekeeping, SharedRuntime};
 
@@ -60,23 +61,43 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
 }
 
 /// Entry point of the `metropolisd` binary: parses flags, sets up logging,
-/// runs the daemon, and exits non-zero with the error on failure.
+/// runs the daemon; on failure reports the error once, in the log format
+/// asked for, and exits with its status (docs/operations.md, "Exit
+/// status": 2 a usage error naming the flag, 3 unavailable, 4 permission
+/// denied, 1 any other). `metropolisd man DIR` writes its man page.
 pub fn main() -> std::process::ExitCode {
-    let mut config = match metropolis_node::settings::parse(std::env::args_os()) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let program = metropolis_node::settings::DAEMON;
+    if let Some(written) = metropolis_node::settings::man::<Config>(&args, program) {
+        return match written {
+            Ok(page) => {
+                println!("man page written to {}", page.display());
+                Exit::Done.code()
+            }
+            Err(e) => {
+                exit::report(program.name, LogFormat::Text, &e);
+                Exit::Failure.code()
+            }
+        };
+    }
+    let mut config = match metropolis_node::settings::parse(args.iter().cloned()) {
         Ok(config) => config,
-        Err(e) => e.exit(),
+        Err(e) => {
+            let env = format!("{}LOG_FORMAT", program.env_prefix);
+            return exit::settings_error(program.name, e, &args, &env);
+        }
     };
+    let format = config.log_format;
     config.logs = Some(init_logging(
         &config.log,
         config.log_format,
         config.log_tree_config(),
     ));
     match run(config) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => Exit::Done.code(),
         Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("metropolisd: {e}");
-            std::process::ExitCode::FAILURE
+            exit::report(program.name, format, &e.to_string());
+            exit::status_of(e.as_ref()).code()
         }
     }
 }

@@ -96,7 +96,13 @@ pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:7838";
         them (the P-256 certificate is re-issued when it no longer matches).\n\n\
         Every listener answers gRPC health checks and server reflection.\n\n\
         The embedded store (store/) is a write-ahead log with snapshots: an update is \
-        acknowledged only once it is on disk. A corrupt store refuses to start, naming the file."
+        acknowledged only once it is on disk. A corrupt store refuses to start, naming the file.\n\n\
+        Every listener is bound before the data directory is created or read. A fatal error \
+        is printed once on stderr, as a JSON line with --log-format json. Exit status: 0 \
+        stopped by SIGTERM/SIGINT, 1 any other failure, 2 a usage error (the flag named), 3 \
+        unavailable (a listen address in use, the data directory in use by another daemon), 4 \
+        permission denied (docs/operations.md, \"Exit status\").\n\n\
+        `metropolisd man DIR` writes this page as the man page DIR/metropolisd.1."
 )]
 pub struct Config {
     /// A TOML file of settings: keys are flag names without the dashes
@@ -111,12 +117,26 @@ pub struct Config {
         default_value = "/var/lib/metropolis"
     )]
     pub data_dir: PathBuf,
-    /// Address of the mutual-TLS listener.
-    #[arg(long, default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)))]
+    /// Address of the mutual-TLS listener: IP:PORT, or HOST:PORT resolved
+    /// at start (its first address). The default listens on every
+    /// interface; 127.0.0.1:7835 keeps it on this host.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        value_parser = parse_listen,
+        default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT))
+    )]
     pub listen: SocketAddr,
     /// Address of the AgentCallback listener (TLS; agents authenticate with
-    /// self-signed Ed25519 certificates).
-    #[arg(long, default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_AGENT_PORT)))]
+    /// self-signed Ed25519 certificates), as --listen takes it. The
+    /// default listens on every interface; 127.0.0.1:7836 keeps it on
+    /// this host.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        value_parser = parse_listen,
+        default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_AGENT_PORT))
+    )]
     pub agent_listen: SocketAddr,
     /// A machine whose agent has not sent a heartbeat for this long is
     /// shown as lost by `metroctl machine list`.
@@ -160,6 +180,7 @@ pub struct Config {
         long,
         value_name = "ADDR",
         num_args = 0..=1,
+        value_parser = parse_listen,
         default_missing_value = DEFAULT_DEBUG_LISTEN,
     )]
     pub debug_listen: Option<SocketAddr>,
@@ -180,6 +201,7 @@ pub struct Config {
         long,
         value_name = "ADDR",
         num_args = 0..=1,
+        value_parser = parse_listen,
         default_missing_value = DEFAULT_METRICS_LISTEN,
     )]
     pub metrics_listen: Option<SocketAddr>,
@@ -268,13 +290,14 @@ impl Config {
     /// `--debug-listen-non-loopback`.
     pub fn check_debug_listen(&self) -> Result<(), DaemonError> {
         match self.debug_listen {
-            Some(addr) if !is_loopback(addr) && !self.debug_listen_non_loopback => Err(format!(
-                "--debug-listen {addr}: not a loopback address, so the unauthenticated debug \
+            Some(addr) if !is_loopback(addr) && !self.debug_listen_non_loopback => {
+                Err(crate::exit::usage(format!(
+                    "--debug-listen {addr}: not a loopback address, so the unauthenticated debug \
                  service would be reachable from the network; listen on loopback (e.g. \
                  127.0.0.1:{DEFAULT_DEBUG_PORT}), or add --debug-listen-non-loopback if every \
                  host that can reach {addr} is trusted"
-            )
-            .into()),
+                )))
+            }
             _ => Ok(()),
         }
     }
@@ -284,6 +307,28 @@ impl Config {
         self.socket
             .clone()
             .unwrap_or_else(|| self.data_dir.join("curator.sock"))
+    }
+}
+
+/// A listen address: IP:PORT (`127.0.0.1:7835`, `[::1]:7835`), or
+/// HOST:PORT resolved now to its first address (`localhost:7835`).
+pub fn parse_listen(value: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = value.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let expected = "expected IP:PORT (e.g. 127.0.0.1:7835, [::1]:7835, 0.0.0.0:7835) or HOST:PORT";
+    let Some((host, port)) = value.rsplit_once(':') else {
+        return Err(format!("no port: {expected}"));
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!("{port:?} is not a port (0-65535): {expected}"));
+    }
+    use std::net::ToSocketAddrs;
+    match value.to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("{host:?} resolves to no address: {expected}")),
+        Err(e) => Err(format!("cannot resolve {host:?} ({e}): {expected}")),
     }
 }
 
@@ -388,8 +433,45 @@ fn create_private_dir(dir: &Path, what: &str) -> Result<(), DaemonError> {
         .map_err(|e| format!("{}: cannot create the {what}: {e}", dir.display()).into())
 }
 
+/// Creates the data directory (mode 0700) if missing; a path that is a
+/// file, or under one, is a usage error naming `--data-dir`.
 fn create_data_dir(config: &Config) -> Result<(), DaemonError> {
-    create_private_dir(&config.data_dir, "data directory")
+    let dir = &config.data_dir;
+    if let Ok(meta) = std::fs::metadata(dir)
+        && !meta.is_dir()
+    {
+        return Err(crate::exit::usage(format!(
+            "--data-dir {}: is a file, not a directory; give a directory (created if \
+             missing), or move the file away",
+            dir.display()
+        )));
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| {
+            let exit = match e.kind() {
+                std::io::ErrorKind::NotADirectory => crate::exit::Exit::Usage,
+                _ => crate::exit::io_status(&e),
+            };
+            let hint = match e.kind() {
+                std::io::ErrorKind::NotADirectory => {
+                    "; a parent of it is a file: give a path under a directory"
+                }
+                std::io::ErrorKind::PermissionDenied => {
+                    "; run as a user that may create it, or give another --data-dir"
+                }
+                _ => "",
+            };
+            crate::exit::error(
+                exit,
+                format!(
+                    "--data-dir {}: cannot create the data directory: {e}{hint}",
+                    dir.display()
+                ),
+            )
+        })
 }
 
 fn load_or_create_pki(layout: &Layout, extra_sans: &[String]) -> Result<NodePki, DaemonError> {
@@ -595,9 +677,10 @@ impl NodeServices {
         }
         config.check_debug_listen()?;
         let Some(start) = start else {
-            return Err("--etcd: this metropolisd was built without etcd support; \
-                        rebuild it with `--features etcd` (its build needs protoc)"
-                .into());
+            return Err(crate::exit::usage(
+                "--etcd: this metropolisd was built without etcd support; \
+                 rebuild it with `--features etcd` (its build needs protoc)",
+            ));
         };
         let pki = NodePki::load_or_create(config)?;
         let client = pki.client_config()?;
@@ -977,7 +1060,9 @@ fn kubeconfig_issuer(
         }
         (None, None) => return Ok(None),
         _ => {
-            return Err("--kubernetes-ca-cert and --kubernetes-ca-key go together".into());
+            return Err(crate::exit::usage(
+                "--kubernetes-ca-cert and --kubernetes-ca-key go together: give both, or neither",
+            ));
         }
     };
     Ok(Some(Arc::new(DebugKubeconfigs::new(

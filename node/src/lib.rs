@@ -6,6 +6,8 @@
 //! - [`serving`]: the node's listeners started on a runtime and the
 //!   daemon's run loop; [`notify`], its readiness and watchdog for
 //!   systemd.
+//! - [`exit`]: the programs' exit statuses and their fatal error,
+//!   reported once in the log format.
 //! - [`cluster`], [`join`], [`etcd_access`]: curators elected over etcd,
 //!   joining a cluster, reaching etcd.
 //! - The host ports of the debug service and the daemon's own logs:
@@ -20,6 +22,7 @@ pub mod clock;
 pub mod cluster;
 pub mod daemon;
 pub mod etcd_access;
+pub mod exit;
 pub mod images;
 pub mod join;
 pub mod logs;

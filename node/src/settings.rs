@@ -74,6 +74,31 @@ pub fn parse_settings<T: CommandFactory + FromArgMatches>(
     T::from_arg_matches(&matches)
 }
 
+/// `PROGRAM man DIR`: when `args` (the program name first) are exactly
+/// that, writes the man page of `T` (the flags and their variables, as
+/// `--help` shows them) into `DIR` as `<name>.1` and returns the page's
+/// path, or why it could not; `None` for any other arguments.
+pub fn man<T: CommandFactory>(
+    args: &[OsString],
+    program: Program,
+) -> Option<Result<std::path::PathBuf, String>> {
+    let [_, word, dir] = args else {
+        return None;
+    };
+    if word != "man" {
+        return None;
+    }
+    let dir = Path::new(dir);
+    let command = with_env(T::command(), program);
+    let page = dir.join(format!("{}.1", program.name));
+    Some(
+        std::fs::create_dir_all(dir)
+            .and_then(|()| clap_mangen::generate_to(command, dir))
+            .map(|()| page)
+            .map_err(|e| format!("man {}: {e}", dir.display())),
+    )
+}
+
 /// The variable of `arg`: the program's prefix and its long name.
 fn env_name(program: Program, long: &str) -> String {
     let prefix = program.env_prefix;
