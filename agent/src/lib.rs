@@ -32,10 +32,11 @@ use std::time::Duration;
 
 use clap::Parser;
 use metropolis_core::ports::MonotonicClock;
-use metropolis_core::provisioning::{AgentConfig, AgentLoop, RebootAfter};
+use metropolis_core::provisioning::{AgentConfig, AgentLoop, MachineId, RebootAfter};
 use metropolis_core::service::agent_driver::{AgentStopped, drive_agent};
 use metropolis_node::clock::ProcessClock;
 use metropolis_node::daemon::LogFormat;
+use metropolis_node::exit::{self, Exit};
 pub mod disk;
 pub mod efivars;
 #[doc(hidden)]
@@ -60,7 +61,16 @@ use metropolis_proto::osbase::net::proto::Net;
 #[command(
     name = "bmaas-agent",
     version,
-    about = "Provisioning agent: heartbeats to the AgentCallback service, reports hardware, installs the OS it is asked to, once per generation"
+    about = "Provisioning agent: heartbeats to the AgentCallback service, reports hardware, installs the OS it is asked to, once per generation",
+    long_about = "Provisioning agent: heartbeats to the AgentCallback service, reports hardware, \
+        installs the OS it is asked to, once per generation.\n\n\
+        Its flags are checked at start; a heartbeat the curator refuses as invalid \
+        (InvalidArgument) stops the agent, as no retry changes it, while an unreachable \
+        curator is retried. A fatal error is printed once on stderr, as a JSON line with \
+        --log-format json. Exit status: 0 the machine reboots after an install, 1 any other \
+        failure, 2 a usage error (the flag named), 4 permission denied \
+        (docs/operations.md, \"Exit status\").\n\n\
+        `bmaas-agent man DIR` writes this page as the man page DIR/bmaas-agent.1."
 )]
 pub struct AgentArgs {
     /// A TOML file of settings: keys are flag names without the dashes
@@ -75,8 +85,11 @@ pub struct AgentArgs {
     /// next ones when it fails, within --heartbeat-timeout.
     #[arg(long, required = true, value_delimiter = ',', value_name = "HOST:PORT")]
     pub endpoint: Vec<String>,
-    /// This machine's ID (a UUID, as registered by the operator).
-    #[arg(long)]
+    /// This machine's ID, as registered by the operator (`metroctl machine
+    /// add`): a UUID, xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx in hexadecimal,
+    /// also accepted without dashes, in braces or after urn:uuid:. Sent in
+    /// its canonical form (lowercase, with dashes).
+    #[arg(long, value_name = "UUID", value_parser = parse_machine_id)]
     pub machine_id: String,
     /// The agent's Ed25519 key (PKCS#8 PEM), e.g. from `metroctl machine add --generate-key`.
     #[arg(long)]
@@ -179,16 +192,41 @@ pub struct AgentArgs {
     #[arg(long, default_value = "/", hide = true)]
     pub hardware_root: PathBuf,
     /// Log filter (tracing EnvFilter syntax).
-    #[arg(long, env = "METROPOLIS_LOG", default_value = "info")]
+    #[arg(long, default_value = "info")]
     pub log: String,
     /// Log format on stderr: `text` (plain unless stderr is a terminal)
-    /// or `json` (one object per line, with tracing's fields).
-    #[arg(long, env = "METROPOLIS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    /// or `json` (one object per line, with tracing's fields; a fatal
+    /// error is one such line too).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }
 
 /// An agent failure that stops it (bad flags, unreadable key or state).
+/// Its exit status is [`metropolis_node::exit::status_of`] it.
 pub type AgentError = Box<dyn std::error::Error + Send + Sync>;
+
+/// `--machine-id`: a UUID in any form the reference's `uuid.Parse`
+/// accepts, as its canonical form.
+fn parse_machine_id(value: &str) -> Result<String, String> {
+    MachineId::parse(value)
+        .map(|id| id.as_str().to_owned())
+        .map_err(|_| {
+            "not a UUID: give the machine's ID as registered with `metroctl machine add` \
+             (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, hexadecimal; also accepted without dashes, \
+             in braces, or after urn:uuid:)"
+                .to_owned()
+        })
+}
+
+/// A file named by `flag` that cannot be read: a usage error (status 2),
+/// or permission denied (4).
+fn file_error(flag: &str, path: &Path, e: std::io::Error) -> AgentError {
+    let exit = match exit::io_status(&e) {
+        Exit::PermissionDenied => Exit::PermissionDenied,
+        _ => Exit::Usage,
+    };
+    exit::error(exit, format!("{flag} {}: {e}", path.display()))
+}
 
 const STATE_FILE: &str = "last-acted-generation";
 
@@ -235,24 +273,22 @@ fn seed() -> u64 {
 
 /// Runs the agent until the process is stopped.
 pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), AgentError> {
-    let key_pem = std::fs::read_to_string(&args.key)
-        .map_err(|e| format!("--key {}: {e}", args.key.display()))?;
-    let ca_pem = std::fs::read_to_string(&args.ca)
-        .map_err(|e| format!("--ca {}: {e}", args.ca.display()))?;
+    let key_pem =
+        std::fs::read_to_string(&args.key).map_err(|e| file_error("--key", &args.key, e))?;
+    let ca_pem = std::fs::read_to_string(&args.ca).map_err(|e| file_error("--ca", &args.ca, e))?;
     let (cert_pem, public) = self_signed_agent_certificate(&key_pem)
-        .map_err(|e| format!("--key {}: {e}", args.key.display()))?;
+        .map_err(|e| exit::usage(format!("--key {}: {e}", args.key.display())))?;
     let creds = Credentials::from_parts(cert_pem, key_pem, ca_pem.clone());
     // Only a curator instance may hand out installation requests: any
     // node's certificate chains to the cluster CA too.
     let tls = curator_client_config(Some(&creds), &ca_pem)
-        .map_err(|e| format!("--ca {}: {e}", args.ca.display()))?;
+        .map_err(|e| exit::usage(format!("--ca {}: {e}", args.ca.display())))?;
     let last_acted = read_last_acted(&args.state_dir)?;
     if !args.interval.is_finite() || args.interval <= 0.0 {
-        return Err(format!(
+        return Err(exit::usage(format!(
             "--interval: {} is not a positive number of seconds",
             args.interval
-        )
-        .into());
+        )));
     }
     let heartbeat_timeout = seconds("--heartbeat-timeout", args.heartbeat_timeout)?;
     let config = AgentConfig {
@@ -284,26 +320,39 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
         args.hardware_root.clone(),
         installer,
     )
-    .map_err(|e| format!("--endpoint: {e}"))?;
+    .map_err(|e| exit::usage(format!("--endpoint: {e}")))?;
     ports.heartbeat_timeout = heartbeat_timeout;
     ports.reboot = match &args.reboot_command {
         Some(program) => RebootMethod::Command(program.clone()),
         None => RebootMethod::Kernel,
     };
-    let stopped = drive_agent(
+    // A heartbeat the curator refuses as invalid is refused again at
+    // every retry: the agent stops instead of retrying forever.
+    let refused = ports.refused();
+    let driven = drive_agent(
         machine,
         args.machine_id.clone(),
         Arc::new(ports),
         Arc::new(clock),
         Arc::new(ProcessTimer(clock)),
-    )
-    .await;
+    );
+    let stopped = match futures::future::select(Box::pin(driven), refused).await {
+        futures::future::Either::Left((stopped, _)) => stopped,
+        futures::future::Either::Right((Ok(why), _)) => {
+            return Err(exit::usage(format!(
+                "the curator refused the heartbeat of --machine-id {} as invalid, which no \
+                 retry changes: {why}; check --machine-id and start the agent again",
+                args.machine_id
+            )));
+        }
+        futures::future::Either::Right((Err(_), driven)) => driven.await,
+    };
     match stopped {
         AgentStopped::Rebooting { generation } => {
             tracing::info!(generation, "the machine is rebooting; the agent exits");
             Ok(())
         }
-        other => Err(other.into()),
+        other => Err(other.to_string().into()),
     }
 }
 
@@ -336,7 +385,9 @@ pub enum RebootWhen {
 /// A positive, finite number of seconds given as `flag`.
 fn seconds(flag: &str, value: f64) -> Result<Duration, AgentError> {
     if !value.is_finite() || value <= 0.0 || value > 1e9 {
-        return Err(format!("{flag}: {value} is not a positive number of seconds").into());
+        return Err(exit::usage(format!(
+            "{flag}: {value} is not a positive number of seconds"
+        )));
     }
     Ok(Duration::from_secs_f64(value))
 }
@@ -350,11 +401,12 @@ pub fn installer_from_args(args: &AgentArgs) -> Result<OciInstaller, AgentError>
     let network_config = match &args.network_config {
         None => None,
         Some(path) => {
-            let json = std::fs::read(path)
-                .map_err(|e| format!("--network-config {}: {e}", path.display()))?;
+            let json = std::fs::read(path).map_err(|e| file_error("--network-config", path, e))?;
             Some(
                 metropolis_proto::json::message_from_json::<Net>("osbase.net.proto.Net", &json)
-                    .map_err(|e| format!("--network-config {}: {e}", path.display()))?,
+                    .map_err(|e| {
+                        exit::usage(format!("--network-config {}: {e}", path.display()))
+                    })?,
             )
         }
     };
@@ -387,12 +439,12 @@ pub fn installer_from_args(args: &AgentArgs) -> Result<OciInstaller, AgentError>
         }
         // A CA file that was given must be usable; no roots at all only
         // rules out https.
-        Err(e) if !ca_files.is_empty() => return Err(format!("--registry-ca: {e}").into()),
+        Err(e) if !ca_files.is_empty() => return Err(exit::usage(format!("--registry-ca: {e}"))),
         Err(e) => tracing::warn!("https registries unusable: {e}"),
     }
     if let Some(path) = &args.registry_auth {
-        let credentials =
-            RegistryCredentials::read(path).map_err(|e| format!("--registry-auth {e}"))?;
+        let credentials = RegistryCredentials::read(path)
+            .map_err(|e| exit::usage(format!("--registry-auth {e}")))?;
         tracing::info!(
             registries = %credentials.registries().collect::<Vec<_>>().join(", "),
             "registry logins read from {}",
@@ -411,13 +463,37 @@ pub const SETTINGS: metropolis_node::settings::Program = metropolis_node::settin
     env_prefix: "BMAAS_AGENT_",
 };
 
-/// Entry point of the `bmaas-agent` binary.
+/// Entry point of the `bmaas-agent` binary: on failure reports the error
+/// once, in the log format asked for, and exits with its status (2 a
+/// usage error naming the flag, 4 permission denied, 1 any other; see
+/// docs/operations.md). `bmaas-agent man DIR` writes its man page.
 pub fn main() -> std::process::ExitCode {
-    let args: AgentArgs =
-        match metropolis_node::settings::parse_settings(std::env::args_os(), SETTINGS) {
-            Ok(args) => args,
-            Err(e) => e.exit(),
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let name = SETTINGS.name;
+    if let Some(written) = metropolis_node::settings::man::<AgentArgs>(&argv, SETTINGS) {
+        return match written {
+            Ok(page) => {
+                println!("man page written to {}", page.display());
+                Exit::Done.code()
+            }
+            Err(e) => {
+                exit::report(name, LogFormat::Text, &e);
+                Exit::Failure.code()
+            }
         };
+    }
+    let args: AgentArgs = match metropolis_node::settings::parse_settings(argv.clone(), SETTINGS) {
+        Ok(args) => args,
+        Err(e) => {
+            let env = format!("{}LOG_FORMAT", SETTINGS.env_prefix);
+            return exit::settings_error(name, e, &argv, &env);
+        }
+    };
+    let format = args.log_format;
+    let fail = |e: AgentError| {
+        exit::report(name, format, &e.to_string());
+        exit::status_of(e.as_ref()).code()
+    };
     // The agent serves no logs; its tree only needs to exist.
     let tree = metropolis_core::logtree::LogTreeConfig {
         max_bytes: 1024 * 1024,
@@ -430,24 +506,15 @@ pub fn main() -> std::process::ExitCode {
         .build()
     {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("bmaas-agent: cannot start the tokio runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
+        Err(e) => return fail(format!("cannot start the tokio runtime: {e}").into()),
     };
     let installer = match installer_from_args(&args) {
         Ok(installer) => installer,
-        Err(e) => {
-            eprintln!("bmaas-agent: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
+        Err(e) => return fail(e),
     };
     match runtime.block_on(run(args, Arc::new(installer))) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bmaas-agent: {e}");
-            std::process::ExitCode::FAILURE
-        }
+        Ok(()) => Exit::Done.code(),
+        Err(e) => fail(e),
     }
 }
 
@@ -469,7 +536,7 @@ mod tests {
         let base = [
             "bmaas-agent",
             "--endpoint=127.0.0.1:1",
-            "--machine-id=m",
+            "--machine-id=3b241101-e2bb-4255-8caf-4136c566a962",
             "--key=k",
             "--ca=c",
             "--state-dir=s",

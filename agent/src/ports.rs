@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::FutureExt;
+use futures::channel::oneshot;
 use futures::future::BoxFuture;
 use metropolis_client::{Backoff, CallError, Client, ClientConfig, ClientError};
 use metropolis_core::ports::Timer;
@@ -46,6 +47,9 @@ pub struct MachinePorts {
     pub heartbeat_timeout: Duration,
     /// How the machine reboots after an install, when the loop asks.
     pub reboot: RebootMethod,
+    /// Told once when a curator refuses a heartbeat as InvalidArgument
+    /// (see [`MachinePorts::refused`]).
+    refused: Arc<std::sync::Mutex<Option<oneshot::Sender<String>>>>,
 }
 
 impl MachinePorts {
@@ -77,7 +81,18 @@ impl MachinePorts {
             installer,
             heartbeat_timeout: DEFAULT_HEARTBEAT_TIMEOUT,
             reboot: RebootMethod::Kernel,
+            refused: Arc::default(),
         })
+    }
+
+    /// Resolves with the curator's message the first time it refuses a
+    /// heartbeat as InvalidArgument (a request no retry changes, such as
+    /// a machine ID it does not take); the agent then stops instead of
+    /// retrying forever. A later call replaces the earlier receiver.
+    pub fn refused(&self) -> oneshot::Receiver<String> {
+        let (tx, rx) = oneshot::channel();
+        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        rx
     }
 }
 
@@ -88,9 +103,21 @@ impl AgentPorts for MachinePorts {
     ) -> BoxFuture<'static, Result<Option<Bytes>, String>> {
         let client = self.client.clone();
         let deadline = self.heartbeat_timeout;
+        let refused = self.refused.clone();
         async move {
             match client.heartbeat_encoded(request, deadline).await {
                 Ok(response) => Ok(response.installation_request),
+                Err(CallError::Rejected {
+                    code: tonic::Code::InvalidArgument,
+                    message,
+                    ..
+                }) => {
+                    let tell = refused.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    if let Some(tell) = tell {
+                        let _ = tell.send(message.clone());
+                    }
+                    Err(format!("InvalidArgument: {message}"))
+                }
                 Err(e @ CallError::DeadlineExceeded { .. }) => {
                     Err(format!("{e} (--heartbeat-timeout)"))
                 }
