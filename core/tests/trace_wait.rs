@@ -87,7 +87,8 @@ fn a_call_waits_for_the_session_ending_and_fails_after_the_bound() {
     assert_eq!(status.code(), tonic::Code::FailedPrecondition);
     assert!(
         status.message().contains("a trace is already in progress")
-            && status.message().contains("waited 2s"),
+            && status.message().contains("waited 2s")
+            && status.message().contains("--trace-instances"),
         "{}",
         status.message()
     );

@@ -269,12 +269,18 @@ impl NodeDebugService for DebugService {
                         (wait, _) => wait.as_ref().map(|w| w.bound),
                     };
                     let e = TraceError::AlreadyInProgress { target };
-                    return Err(match waited {
-                        Some(bound) => Status::failed_precondition(format!(
-                            "{e} (waited {bound:?} for it to end)"
-                        )),
-                        None => e.into(),
-                    });
+                    // Sessions share the global buffer unless the node
+                    // gives each its own instance.
+                    let hint = if t.per_session_instances {
+                        ""
+                    } else {
+                        "; sessions share the global trace buffer, one at a time: start the \
+                         node with --trace-instances to run several at once"
+                    };
+                    return Err(Status::failed_precondition(match waited {
+                        Some(bound) => format!("{e} (waited {bound:?} for it to end){hint}"),
+                        None => format!("{e}{hint}"),
+                    }));
                 }
                 started => break started?,
             }
@@ -293,7 +299,16 @@ impl NodeDebugService for DebugService {
             ));
         };
         let parts = request.into_inner().map(|part| part.map(|p| p.data_part));
-        crate::images::load_image(parts, store.as_ref(), self.inner.archive_limits.clone()).await?;
+        crate::images::load_image(parts, store.as_ref(), self.inner.archive_limits.clone())
+            .await
+            .map_err(|status| match status.code() {
+                // The node's flag is what lets a second load replace it.
+                tonic::Code::AlreadyExists => Status::already_exists(format!(
+                    "{}; start the node with --image-replace-tags to replace it",
+                    status.message()
+                )),
+                _ => status,
+            })?;
         Ok(Response::new(debug::LoadImageResponse {}))
     }
 }
