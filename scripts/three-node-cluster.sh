@@ -156,7 +156,7 @@ if [ "$smoke" = 1 ]; then
     ctl "$f2" status set --external-address 192.0.2.2
     # (Not `| grep -q`: under pipefail, grep quitting early fails the pipe.)
     ctl "$f1" node list >"$dir/smoke.out"
-    grep -q "address=192.0.2.2" "$dir/smoke.out" || { echo "smoke: update through curator-$f2 not seen through curator-$f1" >&2; exit 1; }
+    grep -qw "192.0.2.2" "$dir/smoke.out" || { echo "smoke: update through curator-$f2 not seen through curator-$f1" >&2; exit 1; }
     echo "smoke: calls through followers reach the leader"
     kill -9 "${curator_pids[$l]}"
     killed=$(date +%s%N)
@@ -164,7 +164,7 @@ if [ "$smoke" = 1 ]; then
     took_ms=$((($(date +%s%N) - killed) / 1000000))
     took=$((took_ms / 1000)).$(printf %03d $((took_ms % 1000)))
     ctl "$f2" node list >"$dir/smoke.out"
-    grep -q "address=192.0.2.3" "$dir/smoke.out" || { echo "smoke: the update after failover not seen" >&2; exit 1; }
+    grep -qw "192.0.2.3" "$dir/smoke.out" || { echo "smoke: the update after failover not seen" >&2; exit 1; }
     echo "smoke: curator-$l killed; served again after ${took}s (lease TTL ${lease_ttl}s)"
     exit 0
 fi

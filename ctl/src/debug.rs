@@ -11,6 +11,7 @@ use metropolis_proto::prelude::debug::{self, node_debug_service_client::NodeDebu
 use metropolis_transport::grpc::Channel;
 use tokio::io::AsyncReadExt;
 
+use super::exit::usage;
 use super::output::{Format, emit, render};
 use super::{CliError, status_error};
 use metropolis_runtime_tokio::rt::TokioRuntime;
@@ -109,7 +110,10 @@ pub struct TraceArgs {
 #[derive(Args, Debug)]
 pub struct LoadImageArgs {
     /// An uncompressed image tarball (Docker v1.1/v1.2 archive or OCI image
-    /// layout), or `-` for standard input.
+    /// layout), or `-` for standard input. A compressed one (gzip, zstd,
+    /// xz, bzip2) is refused before anything is sent: decompress it first.
+    /// Prints the names of the images loaded, as the archive names them
+    /// (RepoTags, or the OCI index's annotations), normalised.
     file: String,
     /// Bytes per streamed message.
     #[arg(long, default_value_t = 1024 * 1024, value_name = "BYTES")]
@@ -127,6 +131,7 @@ pub struct KubeconfigArgs {
     groups: Vec<String>,
     /// Write the kubeconfig to FILE (mode 0600: it holds a private key)
     /// instead of standard output (where `-o json` prints it as JSON).
+    /// FILE must not exist yet; it is written once the node answered.
     #[arg(short = 'f', long, value_name = "FILE")]
     file: Option<PathBuf>,
 }
@@ -312,9 +317,11 @@ async fn list_dns(endpoint: &str, args: &LogsArgs, format: Format) -> Result<(),
             .collect();
         emit(&serde_json::Value::Array(list), format);
     } else {
-        for (dn, n) in &counts {
-            outln!("{dn}\t{n}");
-        }
+        let rows: Vec<Vec<String>> = counts
+            .iter()
+            .map(|(dn, n)| vec![dn.clone(), n.to_string()])
+            .collect();
+        super::output::print_table(&["DN", "ENTRIES"], &rows);
     }
     Ok(())
 }
@@ -327,11 +334,27 @@ pub async fn trace(endpoint: &str, args: TraceArgs) -> Result<(), CliError> {
         function_filter: args.filters,
         graph_function_filter: args.graph,
     };
+    let busy = |status: tonic::Status| {
+        let hint = status.code() == tonic::Code::FailedPrecondition
+            && status.message().contains("already in progress");
+        let e = status_error(status);
+        if !hint {
+            return e;
+        }
+        super::failed(
+            super::exit::exit_of(e.as_ref()),
+            format!(
+                "{e} (the kernel's global trace buffer is taken by another trace: wait for it \
+                 to end, or restart metropolisd with --trace-instances so that each trace gets \
+                 a tracefs instance of its own)"
+            ),
+        )
+    };
     let mut stream = client(endpoint)
         .await?
         .trace(request)
         .await
-        .map_err(status_error)?
+        .map_err(busy)?
         .into_inner();
     eprintln!("tracing; Ctrl-C stops (the node then restores tracefs)");
     let ctrl_c = tokio::signal::ctrl_c();
@@ -340,7 +363,7 @@ pub async fn trace(endpoint: &str, args: TraceArgs) -> Result<(), CliError> {
         tokio::select! {
             event = stream.next() => match event {
                 Some(Ok(event)) => outln!("{}", event.raw_line),
-                Some(Err(status)) => return Err(status_error(status)),
+                Some(Err(status)) => return Err(busy(status)),
                 None => return Ok(()),
             },
             _ = &mut ctrl_c => {
@@ -370,6 +393,74 @@ fn progress_bar(total: Option<u64>) -> indicatif::ProgressBar {
     bar
 }
 
+/// The compression whose magic number `head` (the first bytes of a file)
+/// starts with, and the command that undoes it.
+pub fn compression_of(head: &[u8]) -> Option<(&'static str, &'static str)> {
+    const MAGICS: [(&[u8], &str, &str); 4] = [
+        (&[0x1f, 0x8b], "gzip", "gunzip"),
+        (&[0x28, 0xb5, 0x2f, 0xfd], "zstd", "unzstd"),
+        (&[0xfd, b'7', b'z', b'X', b'Z', 0x00], "xz", "unxz"),
+        (b"BZh", "bzip2", "bunzip2"),
+    ];
+    MAGICS
+        .iter()
+        .find(|(magic, _, _)| head.starts_with(magic))
+        .map(|&(_, name, tool)| (name, tool))
+}
+
+/// Reads up to `size` bytes (fewer only at the end of the input).
+async fn read_chunk(
+    reader: &mut (dyn tokio::io::AsyncRead + Unpin + Send),
+    size: usize,
+) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; size];
+    let mut filled = 0;
+    while filled < size {
+        match reader.read(&mut buf[filled..]).await? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    buf.truncate(filled);
+    Ok(buf)
+}
+
+/// The names of the images of an archive, read while it streams (by the
+/// same validator the node runs): normalised, once each, in archive
+/// order. None if the archive is not one the validator accepts (the
+/// node then says why).
+struct ImageNames(Option<metropolis_core::archive::ArchiveValidator>);
+
+impl ImageNames {
+    fn new() -> ImageNames {
+        ImageNames(Some(metropolis_core::archive::ArchiveValidator::new(
+            Default::default(),
+        )))
+    }
+
+    fn feed(&mut self, chunk: bytes::Bytes) {
+        if let Some(v) = self.0.as_mut() {
+            if v.handle_data(chunk).is_err() {
+                self.0 = None;
+                return;
+            }
+            while v.poll_output().is_some() {}
+        }
+    }
+
+    fn finish(self) -> Option<Vec<String>> {
+        let plan = self.0?.handle_eof().ok()?;
+        let mut names: Vec<String> = Vec::new();
+        for name in plan.images.into_iter().filter_map(|i| i.name) {
+            let name = metropolis_core::archive::normalize_reference(&name).unwrap_or(name);
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        Some(names)
+    }
+}
+
 /// `metroctl load-image`.
 pub async fn load_image(
     endpoint: &str,
@@ -377,76 +468,106 @@ pub async fn load_image(
     format: Format,
 ) -> Result<(), CliError> {
     if args.chunk_size == 0 || args.chunk_size > MAX_CHUNK_SIZE {
-        return Err(format!(
+        return Err(usage(format!(
             "--chunk-size: {} is out of range 1..={MAX_CHUNK_SIZE}",
             args.chunk_size
-        )
-        .into());
+        )));
     }
-    let (reader, total): (Box<dyn tokio::io::AsyncRead + Unpin + Send>, Option<u64>) =
+    let (mut reader, total): (Box<dyn tokio::io::AsyncRead + Unpin + Send>, Option<u64>) =
         if args.file == "-" {
             (Box::new(tokio::io::stdin()), None)
         } else {
             let path = Path::new(&args.file);
             let file = tokio::fs::File::open(path)
                 .await
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+                .map_err(|e| usage(format!("FILE {}: {e}", path.display())))?;
             let len = file.metadata().await.ok().map(|m| m.len());
             (Box::new(file), len)
         };
+    let name = args.file.clone();
+    // The first chunk is read before connecting: a compressed tarball is
+    // refused before anything is sent.
+    let first = read_chunk(reader.as_mut(), args.chunk_size)
+        .await
+        .map_err(|e| usage(format!("FILE {name}: {e}")))?;
+    if let Some((kind, tool)) = compression_of(&first) {
+        let how = if name == "-" {
+            format!("`{tool} -c FILE | metroctl load-image -`")
+        } else {
+            format!(
+                "`{tool} -k {name}` and load the result, or `{tool} -c {name} | metroctl load-image -`"
+            )
+        };
+        return Err(usage(format!(
+            "FILE {name}: the archive is compressed ({kind}): decompress it first ({how}); the \
+             node takes an uncompressed tarball"
+        )));
+    }
     let (tx, rx) = futures::channel::mpsc::channel::<debug::ImagePart>(4);
     let chunk_size = args.chunk_size;
-    let name = args.file.clone();
     // The reader runs beside the call, so a refused upload ends the call
     // (and this loop) instead of waiting for the whole file.
     let reader_task = tokio::spawn(async move {
-        let mut reader = reader;
         let mut tx = tx;
+        let mut names = ImageNames::new();
         let progress = progress_bar(total);
+        let mut next = Some(first);
         loop {
-            let mut buf = vec![0u8; chunk_size];
-            let mut filled = 0;
-            while filled < chunk_size {
-                match reader.read(&mut buf[filled..]).await {
-                    Ok(0) => break,
-                    Ok(n) => filled += n,
-                    Err(e) => return Err(format!("{name}: {e}")),
-                }
-            }
-            if filled == 0 {
+            let buf = match next.take() {
+                Some(buf) => buf,
+                None => read_chunk(reader.as_mut(), chunk_size)
+                    .await
+                    .map_err(|e| -> CliError { usage(format!("FILE {name}: {e}")) })?,
+            };
+            if buf.is_empty() {
                 progress.finish();
-                return Ok(progress.position());
+                return Ok((progress.position(), names.finish()));
             }
-            buf.truncate(filled);
+            let len = buf.len() as u64;
+            let data = bytes::Bytes::from(buf);
+            names.feed(data.clone());
             use futures::SinkExt;
-            if tx
-                .send(debug::ImagePart {
-                    data_part: buf.into(),
-                })
-                .await
-                .is_err()
-            {
+            if tx.send(debug::ImagePart { data_part: data }).await.is_err() {
                 // The call ended early; its status says why.
                 progress.abandon();
-                return Ok(progress.position());
+                return Ok((progress.position(), None));
             }
-            progress.inc(filled as u64);
+            progress.inc(len);
         }
     });
     let result = client(endpoint).await?.load_image(rx).await;
-    let sent = match reader_task.await {
-        Ok(Ok(sent)) => sent,
-        Ok(Err(e)) => return Err(e.into()),
+    let (sent, names) = match reader_task.await {
+        Ok(Ok(done)) => done,
+        Ok(Err(e)) => return Err(e),
         Err(e) => return Err(format!("reader task failed: {e}").into()),
     };
-    result.map_err(status_error)?;
+    result.map_err(|status| {
+        let exists = status.code() == tonic::Code::AlreadyExists;
+        let e = status_error(status);
+        if !exists {
+            return e;
+        }
+        super::failed(
+            super::exit::exit_of(e.as_ref()),
+            format!(
+                "{e} (the node keeps an image name's first image: to load over it, restart \
+                 metropolisd with --image-replace-tags and run this again)"
+            ),
+        )
+    })?;
+    let names = names.unwrap_or_default();
     if format.structured() {
         emit(
-            &serde_json::json!({ "loaded": true, "bytes": sent }),
+            &serde_json::json!({ "loaded": true, "images": names, "bytes": sent }),
             format,
         );
-    } else {
+    } else if names.is_empty() {
         outln!("image loaded ({sent} bytes)");
+    } else {
+        for name in &names {
+            outln!("loaded {name}");
+        }
+        outln!("{} image(s) loaded ({sent} bytes)", names.len());
     }
     Ok(())
 }
@@ -457,6 +578,11 @@ pub async fn kubeconfig(
     args: KubeconfigArgs,
     format: Format,
 ) -> Result<(), CliError> {
+    // Checked before the call: the node issues (and logs) a credential
+    // for every call, which a refused write would waste.
+    if let Some(path) = &args.file {
+        super::machines::check_new_file("-f/--file", path)?;
+    }
     let response = client(endpoint)
         .await?
         .get_debug_kubeconfig(debug::GetDebugKubeconfigRequest {
@@ -468,7 +594,7 @@ pub async fn kubeconfig(
         .into_inner();
     match args.file {
         Some(path) => {
-            super::machines::write_private(&path, &response.debug_kubeconfig)?;
+            super::machines::write_private("-f/--file", &path, &response.debug_kubeconfig)?;
             eprintln!("kubeconfig written to {}", path.display());
         }
         // A kubeconfig is YAML already; as JSON it is one object, as
@@ -495,6 +621,37 @@ pub async fn kubeconfig(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compressed_archives_are_told_by_their_magic() {
+        assert_eq!(
+            compression_of(&[0x1f, 0x8b, 8, 0]),
+            Some(("gzip", "gunzip"))
+        );
+        assert_eq!(
+            compression_of(&[0x28, 0xb5, 0x2f, 0xfd, 0]),
+            Some(("zstd", "unzstd"))
+        );
+        assert_eq!(compression_of(b"BZh91AY"), Some(("bzip2", "bunzip2")));
+        assert_eq!(compression_of(b"manifest.json\0\0"), None);
+        assert_eq!(compression_of(&[]), None);
+    }
+
+    #[test]
+    fn image_names_come_from_the_archive() {
+        let archive = metropolis_testkit::archives::docker_archive("busybox", "hello");
+        let mut names = ImageNames::new();
+        for chunk in archive.chunks(700) {
+            names.feed(bytes::Bytes::copy_from_slice(chunk));
+        }
+        assert_eq!(
+            names.finish(),
+            Some(vec!["docker.io/library/busybox:latest".to_string()])
+        );
+        let mut garbage = ImageNames::new();
+        garbage.feed(bytes::Bytes::from_static(&[7u8; 1024]));
+        assert_eq!(garbage.finish(), None);
+    }
 
     #[test]
     fn timestamps_format_as_rfc3339() {

@@ -20,10 +20,11 @@ pub enum Exit {
     NotFound = 5,
 }
 
-/// The exit statuses, for `--help`.
-pub const EXIT_HELP: &str = "Exit status: 0 success, 1 any other failure, 2 a usage error, \
-     3 no curator answered (not running, unreachable, --timeout, Unavailable), 4 permission \
-     denied, 5 not found.";
+/// The exit statuses, for `--help` (the table of docs/cli.md).
+pub const EXIT_HELP: &str = "Exit status: 0 success, 1 any other failure, 2 a usage error (a bad \
+     flag, value or file argument, named), 3 no curator answered (not running, unreachable, not \
+     speaking TLS, --timeout, Unavailable), 4 permission denied (a credential refused, or one \
+     of another cluster), 5 not found.";
 
 /// A failure of one kind.
 #[derive(Debug)]
@@ -75,6 +76,77 @@ pub fn status_error(s: tonic::Status) -> super::CliError {
     failed(exit, format!("{:?}: {message}", s.code()))
 }
 
+/// What a failed connection to `endpoint` was: a credential of another
+/// cluster (its CA does not sign the server's certificate, or the server
+/// refuses the client's) is [`Exit::Denied`], a port that does not speak
+/// TLS and anything else [`Exit::Unavailable`]; with a message that says
+/// what to do. `error` is the connection's error (its sources are looked
+/// at for a TLS error) and `text` its message.
+pub fn connect_problem(
+    endpoint: &str,
+    error: Option<&(dyn std::error::Error + 'static)>,
+    text: &str,
+) -> (Exit, String) {
+    let tls = error.and_then(tls_error);
+    let not_tls = matches!(tls, Some(rustls::Error::InvalidMessage(_)))
+        || text.contains("InvalidContentType")
+        || text.contains("corrupt message");
+    let bad_certificate = matches!(tls, Some(rustls::Error::InvalidCertificate(_)))
+        || text.contains("invalid peer certificate");
+    let refused = matches!(
+        tls,
+        Some(rustls::Error::AlertReceived(
+            rustls::AlertDescription::BadCertificate
+                | rustls::AlertDescription::UnknownCA
+                | rustls::AlertDescription::CertificateUnknown
+                | rustls::AlertDescription::AccessDenied
+        ))
+    );
+    if not_tls {
+        let why = format!(
+            "{endpoint} does not speak TLS: is it the debug port (--debug-endpoint) or another \
+             service? Give --endpoints the curator's TLS port, metropolisd --listen (7835 by \
+             default) ({text})"
+        );
+        return (Exit::Unavailable, why);
+    }
+    if bad_certificate {
+        let why = format!(
+            "{endpoint}: the server's certificate is not signed by the CA of the credential \
+             (ca.pem of --credentials): the credential is of another cluster, or {endpoint} is \
+             another cluster's curator ({text})"
+        );
+        return (Exit::Denied, why);
+    }
+    if refused {
+        let why = format!(
+            "{endpoint} refused the credential (--credentials): it is not of this cluster \
+             ({text})"
+        );
+        return (Exit::Denied, why);
+    }
+    (Exit::Unavailable, format!("{endpoint}: {text}"))
+}
+
+/// The TLS error in `error`'s chain of sources, if any.
+fn tls_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        if let Some(inner) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Some(inner);
+        }
+        next = e.source();
+    }
+    None
+}
+
 /// The exit status of `error`: its kind if it is a [`Failed`], else 1.
 pub fn exit_of(error: &(dyn std::error::Error + 'static)) -> Exit {
     error
@@ -103,6 +175,27 @@ mod tests {
         }
         let plain: super::super::CliError = "plain".into();
         assert_eq!(exit_of(plain.as_ref()), Exit::Failure);
+    }
+
+    #[test]
+    fn tls_failures_are_told_by_their_kind() {
+        let io = |e: rustls::Error| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+        let foreign = io(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::BadSignature,
+        ));
+        let (exit, why) = connect_problem("h:1", Some(&foreign), &foreign.to_string());
+        assert_eq!(exit, Exit::Denied, "{why}");
+        assert!(why.contains("another cluster"), "{why}");
+        let plain = io(rustls::Error::InvalidMessage(
+            rustls::InvalidMessage::InvalidContentType,
+        ));
+        let (exit, why) = connect_problem("h:1", Some(&plain), &plain.to_string());
+        assert_eq!(exit, Exit::Unavailable, "{why}");
+        assert!(why.contains("does not speak TLS"), "{why}");
+        let (exit, _) = connect_problem("h:1", None, "invalid peer certificate: UnknownIssuer");
+        assert_eq!(exit, Exit::Denied);
+        let (exit, _) = connect_problem("h:1", None, "Connection refused (os error 111)");
+        assert_eq!(exit, Exit::Unavailable);
     }
 
     #[test]

@@ -68,20 +68,39 @@ pub struct Cli {
         env = "METROCTL_OUTPUT",
         value_enum,
         default_value_t = Format::Table,
-        value_name = "FORMAT"
+        value_name = "FORMAT",
+        help_heading = GLOBAL_OPTIONS
     )]
     output: Format,
     #[command(subcommand)]
     command: Command,
 }
 
+/// The heading of the options every command takes, shown after a
+/// command's own in its `--help`.
+const GLOBAL_OPTIONS: &str = "Global options";
+
+/// Environment variables metroctl read before every one of its flags had
+/// a `METROCTL_` name: each is still read, below the new name, so a shell
+/// that sets the old one keeps working (not shown in `--help`).
+const OLD_ENV_NAMES: [(&str, &str, &str); 2] = [
+    ("data_dir", "METROCTL_DATA_DIR", "METROPOLIS_DATA_DIR"),
+    (
+        "debug_endpoint",
+        "METROCTL_DEBUG_ENDPOINT",
+        "METROPOLIS_DEBUG_ENDPOINT",
+    ),
+];
+
 #[derive(Args, Debug)]
+#[command(next_help_heading = GLOBAL_OPTIONS)]
 struct ConnectionArgs {
-    /// The daemon's data directory (for the default socket and credentials).
+    /// The daemon's data directory (for the default socket and the owner
+    /// credential <data-dir>/owner).
     #[arg(
         long,
         global = true,
-        env = "METROPOLIS_DATA_DIR",
+        env = "METROCTL_DATA_DIR",
         default_value = "/var/lib/metropolis"
     )]
     data_dir: PathBuf,
@@ -93,10 +112,13 @@ struct ConnectionArgs {
         conflicts_with = "endpoints"
     )]
     socket: Option<PathBuf>,
-    /// host:port of curators' TLS listeners, comma-separated or repeated
-    /// (`--endpoint` too): tried in order, the first that answers is used.
-    /// `watch` keeps them all and moves on to the next when one fails
-    /// (a leader failover does not end it). Uses --credentials.
+    /// HOST:PORT of curators' TLS listeners (metropolisd --listen; HOST an
+    /// IP address or a name), comma-separated or repeated (`--endpoint`
+    /// too): tried in order, the first that answers is used. `watch` keeps
+    /// them all and moves on to the next when one fails (a leader failover
+    /// does not end it). Uses --credentials. Needed by the owner-only
+    /// commands (node add|rm, machine, install, snapshot save): the local
+    /// socket acts as this node.
     #[arg(
         long,
         visible_alias = "endpoint",
@@ -120,13 +142,13 @@ struct ConnectionArgs {
         value_name = "SECONDS"
     )]
     timeout: u64,
-    /// host:port of a node's debug service (metropolisd --debug-listen),
+    /// HOST:PORT of a node's debug service (metropolisd --debug-listen),
     /// used by logs, trace, load-image and kubeconfig. Plain HTTP/2, no
     /// credentials: the debug service is unauthenticated.
     #[arg(
         long,
         global = true,
-        env = "METROPOLIS_DEBUG_ENDPOINT",
+        env = "METROCTL_DEBUG_ENDPOINT",
         default_value = "127.0.0.1:7837"
     )]
     debug_endpoint: String,
@@ -140,13 +162,14 @@ enum Command {
     /// Report a node's status.
     #[command(subcommand)]
     Status(StatusCommand),
-    /// Manage nodes (owner credential needed).
+    /// Manage nodes (add and rm need the owner over TLS: --endpoints).
     #[command(subcommand)]
     Node(NodeCommand),
-    /// Manage provisioned machines (owner credential needed).
+    /// Manage provisioned machines (the owner over TLS: --endpoints).
     #[command(subcommand)]
     Machine(machines::MachineCommand),
-    /// OS installation requests of provisioned machines (owner credential needed).
+    /// OS installation requests of provisioned machines (the owner over
+    /// TLS: --endpoints).
     #[command(subcommand)]
     Install(machines::InstallCommand),
     /// Read a node's logs (debug service): the backlog, and with -f new
@@ -219,8 +242,11 @@ enum StatusCommand {
 #[derive(Subcommand, Debug)]
 enum NodeCommand {
     /// Create a node: generate its key here, have the curator register it
-    /// and issue its certificate, and write the credential bundle. With
-    /// --curator: write the join bundle of a new curator instance instead.
+    /// and issue its certificate, and write the credential bundle. Needs
+    /// the owner over TLS: --endpoints HOST:PORT (with the owner
+    /// credential <data-dir>/owner; the local socket acts as this node).
+    /// With --curator: write the join bundle of a new curator instance
+    /// instead (no connection).
     Add {
         /// Directory for the bundle (node.pem, node-key.pem mode 0600,
         /// ca.pem; with --curator: ca.pem and ca-key.pem mode 0600).
@@ -245,7 +271,9 @@ enum NodeCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Remove a node from the cluster.
+    /// Remove a node from the cluster. Needs the owner over TLS:
+    /// --endpoints HOST:PORT (with the owner credential <data-dir>/owner;
+    /// the local socket acts as this node).
     Rm {
         /// The node ID.
         id: String,
@@ -274,11 +302,26 @@ fn credential_prefix(dir: &Path) -> &'static str {
 fn credential(
     args: &ConnectionArgs,
 ) -> Result<(std::sync::Arc<rustls::ClientConfig>, Option<NodeId>), CliError> {
-    let dir = args
-        .credentials
-        .clone()
-        .unwrap_or_else(|| args.data_dir.join("owner"));
-    let creds = Credentials::read_from_dir(&dir, credential_prefix(&dir))?;
+    let (dir, flag) = match &args.credentials {
+        Some(dir) => (dir.clone(), "--credentials"),
+        None => (args.data_dir.join("owner"), "--data-dir"),
+    };
+    let what = "give --credentials DIR: the owner credential <data-dir>/owner (metropolisd \
+        writes it on first start), or a node bundle written by `metroctl node add --out DIR`";
+    if !dir.is_dir() {
+        return Err(usage(format!(
+            "{flag}: the credential directory {} does not exist; {what}",
+            dir.display()
+        )));
+    }
+    if !dir.join("owner.pem").exists() && !dir.join("node.pem").exists() {
+        return Err(usage(format!(
+            "{flag}: the credential directory {} holds neither owner.pem nor node.pem; {what}",
+            dir.display()
+        )));
+    }
+    let creds = Credentials::read_from_dir(&dir, credential_prefix(&dir))
+        .map_err(|e| usage(format!("{flag}: {e}")))?;
     let node_id = creds
         .ed25519_public_key()
         .ok()
@@ -298,6 +341,51 @@ fn socket_path(args: &ConnectionArgs) -> PathBuf {
         .unwrap_or_else(|| args.data_dir.join("curator.sock"))
 }
 
+/// Checks that `value` of `flag` is HOST:PORT (HOST an IP address, `[v6]`
+/// or a name, resolved when connecting).
+fn check_endpoint(flag: &str, value: &str) -> Result<(), CliError> {
+    let bad = |why: &str| {
+        usage(format!(
+            "{flag}: {value:?} {why}: give HOST:PORT with HOST an IP address or a name, \
+             e.g. 127.0.0.1:7835, [::1]:7835 or localhost:7835"
+        ))
+    };
+    let Some((host, port)) = value.rsplit_once(':') else {
+        return Err(bad("has no port"));
+    };
+    if host.is_empty() || host == "[]" {
+        return Err(bad("has no host"));
+    }
+    if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) {
+        return Err(bad("is an IPv6 address without brackets"));
+    }
+    if port.parse::<u16>().is_err() {
+        return Err(bad("has no port number after the last colon"));
+    }
+    Ok(())
+}
+
+/// Checks the connection flags that are values: every --endpoints and
+/// --debug-endpoint.
+fn check_connection_args(args: &ConnectionArgs) -> Result<(), CliError> {
+    for endpoint in &args.endpoints {
+        check_endpoint("--endpoints", endpoint)?;
+    }
+    check_endpoint("--debug-endpoint", &args.debug_endpoint)
+}
+
+/// The failure of a connection to every endpoint: denied when one of them
+/// refused the credential (or was of another cluster), else unavailable.
+fn none_answered(problems: Vec<(Exit, String)>) -> CliError {
+    let exit = if problems.iter().any(|(exit, _)| *exit == Exit::Denied) {
+        Exit::Denied
+    } else {
+        Exit::Unavailable
+    };
+    let list: Vec<String> = problems.into_iter().map(|(_, why)| why).collect();
+    failed(exit, format!("no curator answered: {}", list.join("; ")))
+}
+
 async fn connect(args: &ConnectionArgs) -> Result<Connection, CliError> {
     if !args.endpoints.is_empty() {
         let (config, node_id) = credential(args)?;
@@ -305,13 +393,13 @@ async fn connect(args: &ConnectionArgs) -> Result<Connection, CliError> {
         for endpoint in &args.endpoints {
             match dial::tls(&TokioRuntime::shared(), endpoint, config.clone()).await {
                 Ok(channel) => return Ok(Connection { channel, node_id }),
-                Err(e) => problems.push(format!("{endpoint}: {e}")),
+                Err(e) => {
+                    let text = metropolis_core::cause::describe(&e);
+                    problems.push(exit::connect_problem(endpoint, Some(&e), &text));
+                }
             }
         }
-        return Err(failed(
-            Exit::Unavailable,
-            format!("no curator answered: {}", problems.join("; ")),
-        ));
+        return Err(none_answered(problems));
     }
     let socket = socket_path(args);
     let channel = dial::unix(&TokioRuntime::shared(), &socket)
@@ -354,6 +442,12 @@ async fn run(cli: Cli) -> Result<(), CliError> {
 /// Runs `cli`'s command; `connect_limit` bounds connecting to the curator
 /// (the whole command is bounded by the caller otherwise).
 async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), CliError> {
+    if !matches!(
+        cli.command,
+        Command::Completion { .. } | Command::Man { .. }
+    ) {
+        check_connection_args(&cli.conn)?;
+    }
     let endpoint = cli.conn.debug_endpoint.as_str();
     let format = cli.output;
     let command = match cli.command {
@@ -415,8 +509,79 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
         }
         other => other,
     };
+    // Flag values are checked before connecting: a bad one is a usage
+    // error whether or not a curator answers, and nothing is sent.
+    check_values(&command)?;
+    let owner_only = owner_only(&command);
+    let over_socket = cli.conn.endpoints.is_empty();
+    let result = curator_command(&cli.conn, command, format, connect_limit).await;
+    match (result, owner_only) {
+        (Err(e), Some(name)) if over_socket && exit::exit_of(e.as_ref()) == Exit::Denied => {
+            Err(failed(
+                Exit::Denied,
+                format!(
+                    "`metroctl {name}` needs the owner credential over mutual TLS, and the \
+                     local socket acts as this node: rerun with --endpoints HOST:PORT, the \
+                     daemon's --listen address (e.g. `metroctl --endpoints 127.0.0.1:7835 \
+                     {name} ...`); the owner credential {} is used by default \
+                     (--credentials) (the curator said: {e})",
+                    cli.conn.data_dir.join("owner").display()
+                ),
+            ))
+        }
+        (result, _) => result,
+    }
+}
+
+/// The name of an owner-only command (the owner's credential over TLS;
+/// the local socket acts as this node), for the error that says so.
+fn owner_only(command: &Command) -> Option<&'static str> {
+    use machines::{InstallCommand as I, MachineCommand as M};
+    Some(match command {
+        Command::Node(NodeCommand::Add { .. }) => "node add",
+        Command::Node(NodeCommand::Rm { .. }) => "node rm",
+        Command::Machine(M::Add { .. }) => "machine add",
+        Command::Machine(M::List { .. }) => "machine list",
+        Command::Machine(M::Show { .. }) => "machine show",
+        Command::Machine(M::Rm { .. }) => "machine rm",
+        Command::Install(I::Request { .. }) => "install request",
+        Command::Install(I::Status { .. }) => "install status",
+        Command::Snapshot(snapshot::SnapshotCommand::Save { .. }) => "snapshot save",
+        _ => return None,
+    })
+}
+
+/// Checks the flag values and arguments of a command that talks to the
+/// curator, before connecting: each failure is a usage error naming the
+/// flag.
+fn check_values(command: &Command) -> Result<(), CliError> {
+    match command {
+        Command::Machine(m) => machines::check_machine(m),
+        Command::Install(i) => machines::check_install(i),
+        Command::Node(NodeCommand::Rm { id }) => NodeId::parse(id)
+            .map(drop)
+            .map_err(|e| usage(format!("ID: {e}"))),
+        Command::Status(StatusCommand::Set {
+            external_address, ..
+        }) => external_address.parse::<IpAddr>().map(drop).map_err(|_| {
+            usage(format!(
+                "--external-address: {external_address:?} is not an IPv4 or IPv6 address"
+            ))
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Runs a command that talks to the curator: connects (bounded by
+/// `connect_limit` when given), then calls.
+async fn curator_command(
+    args: &ConnectionArgs,
+    command: Command,
+    format: Format,
+    connect_limit: Option<Duration>,
+) -> Result<(), CliError> {
     let conn = match connect_limit {
-        Some(limit) => tokio::time::timeout(limit, connect(&cli.conn))
+        Some(limit) => tokio::time::timeout(limit, connect(args))
             .await
             .unwrap_or_else(|_| {
                 Err(failed(
@@ -424,7 +589,7 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
                     format!("no curator answered within {limit:?} (--timeout)"),
                 ))
             })?,
-        None => connect(&cli.conn).await?,
+        None => connect(args).await?,
     };
     let mut curator = CuratorClient::with_origin(conn.channel.clone(), Channel::origin());
     match command {
@@ -576,8 +741,8 @@ async fn watch(
     let mut config = ClientConfig::new(endpoints, tls);
     config.call_timeout = limit.min(Duration::from_secs(10));
     let client = Client::new(TokioRuntime::shared(), config).map_err(|e| usage(e.to_string()))?;
-    let mut view = match only {
-        Some(id) => client.watch_node(id),
+    let mut view = match &only {
+        Some(id) => client.watch_node(id.clone()),
         None => client.watch_nodes(),
     };
     let refused = |e: ViewError| match e {
@@ -590,7 +755,7 @@ async fn watch(
         other => failed(Exit::Failure, other.to_string()),
     };
     let started = std::time::Instant::now();
-    let mut problems: Vec<String> = Vec::new();
+    let mut problems: Vec<(Exit, String)> = Vec::new();
     let mut synced = false;
     // What is handed out until the view is (re)synced, printed as one event.
     let mut batch: Option<curator::WatchEvent> = Some(curator::WatchEvent::default());
@@ -603,7 +768,8 @@ async fn watch(
                 Ok(next) => next,
                 Err(_) => {
                     let why = format!("no curator answered within {limit:?} (--timeout)");
-                    return Err(failed(Exit::Unavailable, with_problems(why, &problems)));
+                    let list: Vec<String> = problems.into_iter().map(|(_, why)| why).collect();
+                    return Err(failed(Exit::Unavailable, with_problems(why, &list)));
                 }
             }
         };
@@ -638,15 +804,27 @@ async fn watch(
             }
             NodeEvent::Synced => {
                 let mut event = batch.take().unwrap_or_default();
+                if let Some(id) = &only
+                    && event.nodes.is_empty()
+                {
+                    // Said once: a mistyped ID would otherwise wait in
+                    // silence.
+                    eprintln!(
+                        "node {id} does not exist (yet): waiting for it to be created \
+                         (Ctrl-C to stop; `metroctl node list` lists the nodes)"
+                    );
+                }
                 event.progress = curator::watch_event::Progress::LastBacklogged as i32;
                 output::print_event(&event, format);
                 synced = true;
             }
             NodeEvent::Reconnecting { reason } if !synced => {
-                problems.push(reason);
+                let (endpoint, text) = reason
+                    .split_once(": ")
+                    .unwrap_or(("the curator", reason.as_str()));
+                problems.push(exit::connect_problem(endpoint, None, text));
                 if problems.len() >= tried {
-                    let why = "no curator answered".to_string();
-                    return Err(failed(Exit::Unavailable, with_problems(why, &problems)));
+                    return Err(none_answered(problems));
                 }
             }
             NodeEvent::Reconnecting { reason } => {
@@ -677,7 +855,19 @@ fn with_problems(why: String, problems: &[String]) -> String {
 
 /// Entry point of the `metroctl` binary.
 pub fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    use clap::FromArgMatches as _;
+    let mut command = Cli::command();
+    for (id, new, old) in OLD_ENV_NAMES {
+        if std::env::var_os(new).is_none()
+            && let Ok(value) = std::env::var(old)
+        {
+            command = command.mut_arg(id, |arg| arg.default_value(value));
+        }
+    }
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

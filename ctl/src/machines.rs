@@ -12,14 +12,21 @@ use metropolis_proto::prelude::{agent, debug as api};
 use metropolis_transport::grpc::Channel;
 use prost::Message;
 
+use super::exit::usage;
 use super::machine_view::{self, hex};
 use super::output::{Format, emit};
 use super::{CliError, status_error};
+
+/// Said by each command here: it needs the owner over TLS.
+const OWNER_OVER_TLS: &str = "Needs the owner over mutual TLS: --endpoints HOST:PORT (the \
+    daemon's --listen address), with the owner credential <data-dir>/owner by default; the local \
+    socket acts as this node and is refused.";
 
 /// `metroctl machine …`
 #[derive(Subcommand, Debug)]
 pub enum MachineCommand {
     /// Register a machine and the Ed25519 key its agent presents.
+    #[command(after_help = OWNER_OVER_TLS)]
     Add {
         /// The machine's ID (a UUID).
         id: String,
@@ -31,18 +38,22 @@ pub enum MachineCommand {
         )]
         agent_pubkey: Option<String>,
         /// Generate the agent's key here and write it (PKCS#8 PEM, mode
-        /// 0600) to this file, for `bmaas-agent --key`.
+        /// 0600) to this file, for `bmaas-agent --key`, once the curator
+        /// registered it (a failed call leaves no file). FILE must not
+        /// exist yet.
         #[arg(long, value_name = "FILE")]
         generate_key: Option<PathBuf>,
     },
     /// List machines: last heartbeat age, lost flag, hardware summary,
     /// current generation and latest report.
+    #[command(after_help = OWNER_OVER_TLS)]
     List {
         /// One JSON object per machine and line (times in RFC 3339).
         #[arg(long)]
         json: bool,
     },
     /// Show one machine with its full hardware report.
+    #[command(after_help = OWNER_OVER_TLS)]
     Show {
         /// The machine's ID.
         id: String,
@@ -52,6 +63,7 @@ pub enum MachineCommand {
     },
     /// Remove a machine: its agent key, reports and installation request.
     /// Its agent's heartbeats are refused from then on.
+    #[command(after_help = OWNER_OVER_TLS)]
     Rm {
         /// The machine's ID.
         id: String,
@@ -62,6 +74,7 @@ pub enum MachineCommand {
 #[derive(Subcommand, Debug)]
 pub enum InstallCommand {
     /// Submit an OS installation request (increments the generation).
+    #[command(after_help = OWNER_OVER_TLS)]
     Request {
         /// The machine's ID.
         id: String,
@@ -85,6 +98,7 @@ pub enum InstallCommand {
         node_parameters: Option<PathBuf>,
     },
     /// Show the current request and the reports of a machine.
+    #[command(after_help = OWNER_OVER_TLS)]
     Status {
         /// The machine's ID.
         id: String,
@@ -98,27 +112,99 @@ fn hex_key(s: &str) -> Result<Vec<u8>, CliError> {
     let bad = || {
         format!("--agent-pubkey: {s:?} is not 64 hexadecimal characters (a 32-byte Ed25519 key)")
     };
-    if s.len() != 64 {
-        return Err(bad().into());
+    if s.len() != 64 || !s.is_ascii() {
+        return Err(usage(bad()));
     }
     (0..32)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad().into()))
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| usage(bad())))
         .collect()
 }
 
-pub(super) fn write_private(path: &Path, contents: &str) -> Result<(), CliError> {
+/// Checks, before any call, that `path` (the value of `flag`) can be
+/// written later: it does not exist yet and its directory does.
+pub(super) fn check_new_file(flag: &str, path: &Path) -> Result<(), CliError> {
+    if path.symlink_metadata().is_ok() {
+        return Err(usage(format!(
+            "{flag} {}: the file exists; remove it or give another path (nothing was sent)",
+            path.display()
+        )));
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(usage(format!(
+            "{flag} {}: the directory {} does not exist (nothing was sent)",
+            path.display(),
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Writes `contents` to `path` (the value of `flag`) atomically, mode
+/// 0600: into a temporary file beside it, synced, then renamed over it
+/// (a failure leaves no file at `path`).
+pub(super) fn write_private(flag: &str, path: &Path, contents: &str) -> Result<(), CliError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
+    let name = path
+        .file_name()
+        .ok_or_else(|| usage(format!("{flag} {}: not a file name", path.display())))?;
+    let mut temp_name = std::ffi::OsString::from(".");
+    temp_name.push(name);
+    temp_name.push(format!(".{}.tmp", std::process::id()));
+    let temp = path.with_file_name(temp_name);
+    let written = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(path)
-        .map_err(|e| format!("--generate-key {}: {e}", path.display()))?;
-    f.write_all(contents.as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .open(&temp)
+        .and_then(|mut f| {
+            f.write_all(contents.as_bytes())?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&temp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(format!("{flag} {}: cannot write it: {e}", path.display()).into());
+    }
     Ok(())
+}
+
+/// Checks a `machine` command's values before connecting.
+pub fn check_machine(command: &MachineCommand) -> Result<(), CliError> {
+    match command {
+        MachineCommand::Add {
+            agent_pubkey: Some(hexkey),
+            ..
+        } => hex_key(hexkey).map(drop),
+        MachineCommand::Add {
+            generate_key: Some(path),
+            ..
+        } => check_new_file("--generate-key", path),
+        _ => Ok(()),
+    }
+}
+
+/// Checks an `install` command's values before connecting.
+pub fn check_install(command: &InstallCommand) -> Result<(), CliError> {
+    match command {
+        InstallCommand::Request {
+            image,
+            tag,
+            node_parameters,
+            ..
+        } => {
+            parse_image(image, tag.clone())?;
+            if let Some(path) = node_parameters {
+                super::osimage::read_node_parameters(path)?;
+            }
+            Ok(())
+        }
+        InstallCommand::Status { .. } => Ok(()),
+    }
 }
 
 /// Parses `http(s)://HOST[:PORT]/REPOSITORY@sha256:DIGEST`.
@@ -126,9 +212,10 @@ pub fn parse_image(image: &str, tag: Option<String>) -> Result<api::OsImageRef, 
     let bad = |why: &str| {
         format!("--image {image:?}: {why} (expected http(s)://HOST/REPOSITORY@sha256:DIGEST)")
     };
+    let bad = |why: &str| usage(bad(why));
     let (scheme, rest) = image.split_once("://").ok_or_else(|| bad("no scheme"))?;
     if scheme != "http" && scheme != "https" {
-        return Err(bad("the scheme must be http or https").into());
+        return Err(bad("the scheme must be http or https"));
     }
     let (host, path) = rest.split_once('/').ok_or_else(|| bad("no repository"))?;
     let (repository, digest) = path
@@ -142,12 +229,12 @@ pub fn parse_image(image: &str, tag: Option<String>) -> Result<api::OsImageRef, 
             .bytes()
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
     {
-        return Err(
-            bad("the digest must be sha256: and 64 lowercase hexadecimal characters").into(),
-        );
+        return Err(bad(
+            "the digest must be sha256: and 64 lowercase hexadecimal characters",
+        ));
     }
     if host.is_empty() || repository.is_empty() {
-        return Err(bad("empty host or repository").into());
+        return Err(bad("empty host or repository"));
     }
     Ok(api::OsImageRef {
         scheme: scheme.into(),
@@ -248,16 +335,19 @@ pub async fn machine(
             agent_pubkey,
             generate_key,
         } => {
-            let key = match (agent_pubkey, generate_key) {
-                (Some(hexkey), _) => hex_key(&hexkey)?,
+            // The key file is written once the curator registered the key:
+            // a refused call leaves nothing behind, and a retry works.
+            let (key, to_write) = match (agent_pubkey, generate_key) {
+                (Some(hexkey), _) => (hex_key(&hexkey)?, None),
                 (None, Some(path)) => {
+                    check_new_file("--generate-key", &path)?;
                     // PKCS#8 v1: OpenSSL and BoringSSL read it too.
                     let (key_pem, public) = metropolis_pki::generate_ed25519_key()?;
-                    write_private(&path, &key_pem)?;
-                    outln!("agent key written to {}", path.display());
-                    public.to_vec()
+                    (public.to_vec(), Some((path, key_pem)))
                 }
-                (None, None) => return Err("give --agent-pubkey HEX or --generate-key FILE".into()),
+                (None, None) => {
+                    return Err(usage("give --agent-pubkey HEX or --generate-key FILE"));
+                }
             };
             client
                 .add_machine(AddMachineRequest {
@@ -266,6 +356,15 @@ pub async fn machine(
                 })
                 .await
                 .map_err(status_error)?;
+            if let Some((path, key_pem)) = to_write {
+                write_private("--generate-key", &path, &key_pem).map_err(|e| {
+                    format!(
+                        "machine {id} was added, but its agent key was not saved: {e}; remove \
+                         the machine (`metroctl machine rm {id}`) and add it again"
+                    )
+                })?;
+                outln!("agent key written to {}", path.display());
+            }
             outln!("machine {id} added (agent key {})", hex(&key));
         }
         MachineCommand::List { json } => {
@@ -282,26 +381,41 @@ pub async fn machine(
                 return Ok(());
             }
             let now = now_ms();
-            for m in &machines.machines {
-                let mut line = format!(
-                    "{}  {:<10} {}  gen={}  {}  [{}]",
-                    m.machine_id,
-                    age(now, m.last_heartbeat_unix_ms),
-                    if m.lost { "LOST" } else { "ok  " },
-                    m.current_generation,
-                    latest_report(m),
-                    hardware_summary(m)
-                );
-                if format == Format::Wide {
-                    line.push_str(&format!(
-                        "  key={}  last-heartbeat={}",
-                        hex(&m.agent_public_key),
-                        machine_view::unix_ms(m.last_heartbeat_unix_ms)
-                            .unwrap_or_else(|| "-".into())
-                    ));
-                }
-                outln!("{line}");
+            let wide = format == Format::Wide;
+            let mut header = vec![
+                "MACHINE",
+                "HEARTBEAT",
+                "AGENT",
+                "GEN",
+                "LATEST REPORT",
+                "HARDWARE",
+            ];
+            if wide {
+                header.extend(["AGENT KEY", "LAST HEARTBEAT"]);
             }
+            let rows: Vec<Vec<String>> = machines
+                .machines
+                .iter()
+                .map(|m| {
+                    let mut row = vec![
+                        m.machine_id.clone(),
+                        age(now, m.last_heartbeat_unix_ms),
+                        if m.lost { "LOST" } else { "ok" }.to_string(),
+                        m.current_generation.to_string(),
+                        latest_report(m),
+                        hardware_summary(m),
+                    ];
+                    if wide {
+                        row.push(hex(&m.agent_public_key));
+                        row.push(
+                            machine_view::unix_ms(m.last_heartbeat_unix_ms)
+                                .unwrap_or_else(|| "-".into()),
+                        );
+                    }
+                    row
+                })
+                .collect();
+            super::output::print_table(&header, &rows);
             outln!("{} machine(s)", machines.machines.len());
         }
         MachineCommand::Show { id, json } => {
@@ -442,19 +556,27 @@ pub async fn install(
                 );
                 outln!("  {}", request_progress(&m, done, now_ms()));
             }
-            for r in &m.reports {
-                let result = if r.success {
-                    "success".to_string()
-                } else {
-                    format!("error: {}", r.error)
-                };
-                outln!(
-                    "  report gen {}: {} ({})",
-                    r.generation,
-                    result,
-                    age(now_ms(), r.received_unix_ms)
-                );
+            if m.reports.is_empty() {
+                outln!("no reports");
+                return Ok(());
             }
+            let now = now_ms();
+            let rows: Vec<Vec<String>> = m
+                .reports
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.generation.to_string(),
+                        age(now, r.received_unix_ms),
+                        if r.success {
+                            "success".to_string()
+                        } else {
+                            format!("error: {}", r.error)
+                        },
+                    ]
+                })
+                .collect();
+            super::output::print_table(&["GEN", "RECEIVED", "RESULT"], &rows);
         }
     }
     Ok(())

@@ -46,6 +46,47 @@ pub fn render(value: &Value, format: Format) -> String {
     }
 }
 
+/// The lines of a table for people: a header row, then one row per item,
+/// each column padded to its widest cell and separated by two spaces (the
+/// last column is not padded).
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> Vec<String> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let last = cells.len().saturating_sub(1);
+        let mut out = String::new();
+        for (i, cell) in cells.into_iter().enumerate() {
+            if i == last {
+                out.push_str(cell);
+            } else {
+                let pad = widths[i].saturating_sub(cell.chars().count());
+                out.push_str(cell);
+                out.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        out
+    };
+    let mut lines = vec![line(header.to_vec())];
+    lines.extend(
+        rows.iter()
+            .map(|r| line(r.iter().map(String::as_str).collect())),
+    );
+    lines
+}
+
+/// Prints the lines of [`table`].
+pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    for line in table(header, rows) {
+        outln!("{line}");
+    }
+}
+
 /// Prints `value` in `format` ([`render`]).
 pub fn emit(value: &Value, format: Format) {
     outln!("{}", render(value, format));
@@ -128,23 +169,60 @@ pub fn print_event(event: &curator::WatchEvent, format: Format) {
     }
 }
 
-/// Prints a list of nodes.
+/// Prints a list of nodes: a table with a header row (`-o wide`: with
+/// the status time), or one document per node.
 pub fn print_nodes(nodes: &[curator::Node], format: Format) {
-    for n in nodes {
-        if format.structured() {
+    if format.structured() {
+        for n in nodes {
             emit(&node_json(n), format);
-        } else {
-            outln!("{}", node_line(n, format));
         }
+        return;
     }
-    if !format.structured() {
-        outln!("{} node(s)", nodes.len());
+    let wide = format == Format::Wide;
+    let mut header = vec!["ID", "ADDRESS", "ROLES"];
+    if wide {
+        header.push("STATUS TIME");
     }
+    let rows: Vec<Vec<String>> = nodes
+        .iter()
+        .map(|n| {
+            let addr = address(n);
+            let roles = roles(n).join(",");
+            let mut row = vec![
+                n.id.clone(),
+                if addr.is_empty() {
+                    "-".into()
+                } else {
+                    addr.into()
+                },
+                if roles.is_empty() { "-".into() } else { roles },
+            ];
+            if wide {
+                let updated = n.status.as_ref().and_then(|s| s.timestamp.as_ref());
+                row.push(updated.map(rfc3339).unwrap_or_else(|| "-".into()));
+            }
+            row
+        })
+        .collect();
+    print_table(&header, &rows);
+    outln!("{} node(s)", nodes.len());
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_table_has_a_header_and_aligned_columns() {
+        let rows = vec![
+            vec!["a".to_string(), "long cell".to_string(), "x".to_string()],
+            vec!["bbb".to_string(), "c".to_string(), "y".to_string()],
+        ];
+        let lines = table(&["ID", "WHAT", "LAST"], &rows);
+        assert_eq!(lines[0], "ID   WHAT       LAST");
+        assert_eq!(lines[1], "a    long cell  x");
+        assert_eq!(lines[2], "bbb  c          y");
+    }
 
     #[test]
     fn a_node_is_json_with_an_rfc3339_time() {

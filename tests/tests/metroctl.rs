@@ -386,11 +386,21 @@ fn every_json_output_parses() {
             ),
         }
     }
-    // wide: more columns in the lists.
+    // wide: more columns in the lists, each table under a header row.
     let wide = ctl.ok(true, &["-o", "wide", "machine", "list"]);
-    assert!(wide.contains("last-heartbeat=-"), "{wide}");
+    let header = wide.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with("MACHINE ") && header.ends_with("LAST HEARTBEAT"),
+        "{wide}"
+    );
+    assert!(wide.lines().nth(1).unwrap().ends_with("  -"), "{wide}");
     let wide = ctl.ok(true, &["node", "list", "-o", "wide"]);
-    assert!(wide.contains("status-time=20"), "{wide}");
+    let header = wide.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with("ID ") && header.ends_with("STATUS TIME"),
+        "{wide}"
+    );
+    assert!(wide.contains("  20"), "{wide}");
     let show = ctl.ok(true, &["machine", "show", machine]);
     assert!(show.contains("hardware report  none yet"), "{show}");
     assert!(
@@ -455,9 +465,12 @@ fn debug_commands_logs_and_kubeconfig() {
     // tree, the entries of every listed DN (read after the list, so a
     // DN may have gained entries, never lost them all).
     let out = debug_ctl(&d, &["logs", "--list"]);
+    // A header row, then one row per DN (its name, then its count).
+    assert!(text(&out).starts_with("DN "), "{}", text(&out));
     let listed: Vec<String> = text(&out)
         .lines()
-        .filter_map(|l| l.split('\t').next())
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
         .map(str::to_string)
         .collect();
     assert!(
@@ -630,7 +643,12 @@ mod over_etcd {
             !stderr.contains('\u{1b}') && !stderr.contains('%'),
             "progress: {stderr}"
         );
-        assert!(String::from_utf8_lossy(&out.stdout).contains("image loaded"));
+        // The names the archive gave, as the node stores them.
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            stdout.contains("loaded docker.io/library/tool:1"),
+            "{stdout}"
+        );
         // From standard input.
         let mut child = Command::new(daemon_bin().with_file_name("metroctl-under-test"))
             .args([
