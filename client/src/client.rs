@@ -11,7 +11,7 @@ use metropolis_transport::runtime::SharedRuntime;
 
 use crate::endpoints::Endpoints;
 use crate::error::{CallError, ClientError};
-use crate::retry::{Backoff, Schedule};
+use crate::retry::{Backoff, Resend, Schedule};
 use crate::unary::call;
 use crate::view::NodeView;
 
@@ -145,25 +145,25 @@ impl Client {
     }
 
     /// `Curator.UpdateNodeStatus`: finds a curator that answers, rotating
-    /// through the endpoints, and retries within `deadline` what may
-    /// succeed when tried again: Unavailable (the spec's "curator backend
-    /// switched, request can be retried", no leader yet, lost leadership,
-    /// shutting down), Aborted (too many concurrent modifications), an
-    /// attempt that timed out, and a connection that could not be made or
-    /// broke. Any other status is returned at once
+    /// through the endpoints, and retries within `deadline` what the
+    /// curators answered without applying it: Unavailable (the spec's
+    /// "curator backend switched, request can be retried", no leader yet,
+    /// lost leadership, shutting down), Aborted (too many concurrent
+    /// modifications), and a connection that could not be made or broke
+    /// before the request was sent. Any other status is returned at once
     /// ([`CallError::Rejected`]); past the deadline, the last failure
     /// ([`CallError::DeadlineExceeded`]).
     ///
-    /// **At least once.** A retried request may have been applied by an
-    /// earlier attempt whose answer was lost (the leader switched after
-    /// committing, the connection broke after sending): the status may be
-    /// written more than once, each time with the curator's own
-    /// timestamp, all within this call. That is harmless for this call,
-    /// which overwrites every status field (idempotent) and which only the
-    /// node itself may make: with one writer per node, a repeated write
-    /// can never land after a later one. Two concurrent writers of one
-    /// node's status (say, two processes with its credential) could see
-    /// an earlier status re-applied after the other's.
+    /// **Never sent twice once it may have arrived.** An attempt that
+    /// timed out, or whose connection broke after the request was sent,
+    /// ends the call with [`CallError::OutcomeUnknown`]: the status may
+    /// have been written, or may be later, and the caller decides what to
+    /// do (typically: send its next status). Resending it would be unsafe
+    /// even though the call overwrites every field: a curator that was
+    /// paused (SIGSTOP, a stalled VM) with the first copy in its socket
+    /// buffer forwards it when it runs again, and that copy would then
+    /// land after the node's later statuses, undoing them. The fault
+    /// campaign (docs/chaos.md) found exactly this.
     pub async fn update_node_status(
         &self,
         request: curator::UpdateNodeStatusRequest,
@@ -174,7 +174,7 @@ impl Client {
             UPDATE_NODE_STATUS,
             request,
             deadline,
-            true,
+            Resend::Unsent,
         )
         .await
         .map(|_| ())
@@ -190,7 +190,7 @@ impl Client {
         request: agent::HeartbeatRequest,
         deadline: Duration,
     ) -> Result<agent::HeartbeatResponse, CallError> {
-        call(&self.inner, HEARTBEAT, request, deadline, true).await
+        call(&self.inner, HEARTBEAT, request, deadline, Resend::Always).await
     }
 
     /// [`heartbeat`](Self::heartbeat), the offered installation request
@@ -202,7 +202,7 @@ impl Client {
         request: agent::HeartbeatRequest,
         deadline: Duration,
     ) -> Result<EncodedHeartbeatResponse, CallError> {
-        call(&self.inner, HEARTBEAT, request, deadline, true).await
+        call(&self.inner, HEARTBEAT, request, deadline, Resend::Always).await
     }
 
     /// A view of every node (`Watch` with `NodesInCluster`): see

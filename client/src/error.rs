@@ -158,6 +158,16 @@ pub enum CallError {
         /// The status message.
         message: String,
     },
+    /// An attempt of a call that must not be sent twice failed after its
+    /// request may have reached a curator (it timed out, or its
+    /// connection broke once the request was sent): it may have been
+    /// applied, or may be yet (a curator that was paused holds it until
+    /// it runs again). Not retried: a late copy of this request could
+    /// land after a later call's.
+    OutcomeUnknown {
+        /// What became of the attempt.
+        attempt: AttemptError,
+    },
     /// No attempt succeeded within the deadline; every failure was one
     /// worth retrying. `last` is the last of them.
     DeadlineExceeded {
@@ -177,6 +187,7 @@ impl CallError {
     pub fn code(&self) -> tonic::Code {
         match self {
             CallError::Rejected { code, .. } => *code,
+            CallError::OutcomeUnknown { attempt } => attempt.code(),
             CallError::DeadlineExceeded {
                 last: Some(last), ..
             } => last.code(),
@@ -193,6 +204,11 @@ impl fmt::Display for CallError {
                 code,
                 message,
             } => write!(f, "{endpoint}: {}: {message}", code_name(*code)),
+            CallError::OutcomeUnknown { attempt } => write!(
+                f,
+                "{attempt}; the call may or may not have been applied (not retried: a late \
+                 copy could land after a later call)"
+            ),
             CallError::DeadlineExceeded {
                 deadline,
                 attempts,
@@ -293,6 +309,10 @@ pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
         }
         source = s.source();
     }
+    // rustls ends some messages with a link to its manual.
+    if let Some(link) = text.find(": https://") {
+        text.truncate(link);
+    }
     text
 }
 
@@ -334,5 +354,12 @@ mod tests {
         let inner = std::io::Error::other("reset by peer");
         let outer = std::io::Error::other(inner);
         assert_eq!(chain(&outer), "reset by peer");
+        let tls = std::io::Error::other(
+            "peer closed connection without sending TLS close_notify: https://docs.rs/rustls/x",
+        );
+        assert_eq!(
+            chain(&tls),
+            "peer closed connection without sending TLS close_notify"
+        );
     }
 }

@@ -130,16 +130,36 @@ fn unreachable(failure: &AttemptError) -> bool {
 /// timed out or came back DeadlineExceeded while the caller's deadline
 /// still allows another. And, for idempotent calls only, a connection that
 /// broke after the request was sent (it may have been applied).
-pub(crate) fn retryable_call(failure: &AttemptError, idempotent: bool) -> bool {
+pub(crate) fn retryable_call(failure: &AttemptError, resend: Resend) -> bool {
     use tonic::Code;
+    let may_resend = resend == Resend::Always;
     match failure {
-        AttemptError::Connect { .. } | AttemptError::TimedOut { .. } => true,
-        AttemptError::Broken { sent, .. } => !sent || idempotent,
-        AttemptError::Status { code, .. } => matches!(
-            code,
-            Code::Unavailable | Code::Aborted | Code::DeadlineExceeded
-        ),
+        AttemptError::Connect { .. } => true,
+        // The request may be sitting in a curator that stopped: it may
+        // still be applied after this call returns.
+        AttemptError::TimedOut { .. } => may_resend,
+        AttemptError::Broken { sent, .. } => !sent || may_resend,
+        // What a curator answers without having applied the call (no
+        // leader, the role switched, too many conflicts), or, for
+        // DeadlineExceeded, maybe after.
+        AttemptError::Status { code, .. } => match code {
+            Code::Unavailable | Code::Aborted => true,
+            Code::DeadlineExceeded => may_resend,
+            _ => false,
+        },
     }
+}
+
+/// Whether a call may be sent again once an attempt's request may have
+/// reached a curator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resend {
+    /// Yes: a late copy does no harm (a heartbeat).
+    Always,
+    /// Only what provably never reached one: a copy held by a paused
+    /// curator could be applied after a later call of the same caller,
+    /// undoing it (a status update).
+    Unsent,
 }
 
 /// Whether a watch that failed with `failure` ends for good: only
@@ -231,21 +251,30 @@ mod tests {
 
     #[test]
     fn what_is_retried() {
+        use Resend::{Always, Unsent};
         use tonic::Code;
-        assert!(retryable_call(&status(Code::Unavailable), false));
-        assert!(retryable_call(&status(Code::Aborted), false));
-        assert!(retryable_call(&refused(), false));
-        assert!(!retryable_call(&status(Code::PermissionDenied), true));
-        assert!(!retryable_call(&status(Code::InvalidArgument), true));
-        assert!(!retryable_call(&status(Code::Internal), true));
+        assert!(retryable_call(&status(Code::Unavailable), Unsent));
+        assert!(retryable_call(&status(Code::Aborted), Unsent));
+        assert!(retryable_call(&refused(), Unsent));
+        assert!(!retryable_call(&status(Code::PermissionDenied), Always));
+        assert!(!retryable_call(&status(Code::InvalidArgument), Always));
+        assert!(!retryable_call(&status(Code::Internal), Always));
+        assert!(retryable_call(&status(Code::DeadlineExceeded), Always));
+        assert!(!retryable_call(&status(Code::DeadlineExceeded), Unsent));
+        let timed_out = AttemptError::TimedOut {
+            endpoint: "e".into(),
+            after: std::time::Duration::from_secs(1),
+        };
+        assert!(retryable_call(&timed_out, Always));
+        assert!(!retryable_call(&timed_out, Unsent));
         let broken = |sent| AttemptError::Broken {
             endpoint: "e".into(),
             reason: "r".into(),
             sent,
         };
-        assert!(retryable_call(&broken(false), false));
-        assert!(!retryable_call(&broken(true), false));
-        assert!(retryable_call(&broken(true), true));
+        assert!(retryable_call(&broken(false), Unsent));
+        assert!(!retryable_call(&broken(true), Unsent));
+        assert!(retryable_call(&broken(true), Always));
 
         assert!(ends_view(&status(Code::Unauthenticated)));
         assert!(ends_view(&status(Code::PermissionDenied)));

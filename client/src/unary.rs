@@ -13,17 +13,17 @@ use tonic::client::Grpc;
 use crate::client::Inner;
 use crate::connection::{TransportError, origin};
 use crate::error::{AttemptError, CallError};
-use crate::retry::retryable_call;
+use crate::retry::{Resend, retryable_call};
 
 /// Calls `path` with `request` until an attempt succeeds, one fails in a
-/// way retrying cannot change, or `deadline` has passed. `idempotent`:
-/// whether a request that may have been applied may be sent again.
+/// way retrying cannot change, or `deadline` has passed. `resend`:
+/// whether a request that may have reached a curator may be sent again.
 pub(crate) async fn call<Req, Resp>(
     inner: &Inner,
     path: &'static str,
     request: Req,
     deadline: Duration,
-    idempotent: bool,
+    resend: Resend,
 ) -> Result<Resp, CallError>
 where
     Req: prost::Message + Clone + Send + Sync + 'static,
@@ -63,9 +63,15 @@ where
             }
             Err(failure) => failure,
         };
-        if !retryable_call(&failure, idempotent) {
+        if !retryable_call(&failure, resend) {
             inner.endpoints.failed(index, generation, &failure);
             return Err(match failure {
+                AttemptError::Status {
+                    code: tonic::Code::DeadlineExceeded,
+                    ..
+                }
+                | AttemptError::TimedOut { .. }
+                | AttemptError::Broken { .. } => CallError::OutcomeUnknown { attempt: failure },
                 AttemptError::Status {
                     endpoint,
                     code,

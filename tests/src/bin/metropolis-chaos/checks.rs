@@ -10,9 +10,11 @@
 //!   once and before any `Resynced`, no more `Resynced` than
 //!   `Reconnecting`, a `NodeInCluster` view only ever shows its node, and
 //!   no node's state older than one it already showed (per writer, the
-//!   sequence never goes back); its final view is the store's;
+//!   sequence never goes back, but to a write whose outcome is unknown
+//!   and which it had not shown: such a write may land after later ones);
+//!   its final view is the store's;
 //! - raw Watch streams (the probes): one backlog marker, no state going
-//!   back;
+//!   back (the same exception);
 //! - after healing, every writer and agent is served again within the
 //!   lease TTL plus [`crate::RECOVERY_BOUND`];
 //! - no process exited but those the schedule killed.
@@ -21,7 +23,7 @@ use std::collections::BTreeMap;
 
 use metropolis_testkit::linearizable::{self, Op, OpKind};
 
-use crate::history::{History, Micros, NodeState, Seen, WatchKind, WatcherLog};
+use crate::history::{Back, History, Micros, NodeState, Seen, WatchKind, WatcherLog};
 
 /// A failed check.
 #[derive(Clone, Debug)]
@@ -73,7 +75,8 @@ pub fn registers(h: &History, store: &BTreeMap<usize, i64>) -> Vec<Violation> {
             .max()
             .unwrap_or(0);
         match store.get(&node) {
-            Some(&seq) if seq >= acked => {}
+            // A write of unknown outcome may land after every later one.
+            Some(&seq) if seq >= acked || h.unknown_write(node, seq) => {}
             Some(&seq) => out.push(violation(
                 "acknowledged write lost",
                 format!("node {node}: update {acked} was acknowledged, the store ends at {seq}"),
@@ -87,6 +90,23 @@ pub fn registers(h: &History, store: &BTreeMap<usize, i64>) -> Vec<Violation> {
     for p in &h.protocol {
         out.push(violation("watch protocol", p.clone()));
     }
+    for back in h.backs.iter().filter(|b| !h.back_allowed(b)) {
+        out.push(violation(
+            "watch never goes back",
+            format!(
+                "{} went back on node {}: sequence {}, then {}{}",
+                back.who,
+                back.node,
+                back.from,
+                back.to,
+                if back.shown_before {
+                    " (shown before)"
+                } else {
+                    " (an acknowledged write)"
+                }
+            ),
+        ));
+    }
     out
 }
 
@@ -97,11 +117,13 @@ pub fn watcher(
     final_view: &BTreeMap<String, NodeState>,
     store: &BTreeMap<String, NodeState>,
     ids: &[String],
+    h: &History,
 ) -> Vec<Violation> {
     let mut out = Vec::new();
     let name = &log.name;
     let (mut synced, mut resynced, mut reconnecting) = (0usize, 0usize, 0usize);
     let mut highest: BTreeMap<usize, i64> = BTreeMap::new();
+    let mut shown: std::collections::BTreeSet<(usize, i64)> = std::collections::BTreeSet::new();
     let mut first_back = None;
     for (at, seen) in &log.events {
         match seen {
@@ -126,7 +148,15 @@ pub fn watcher(
                     ));
                 }
                 let top = highest.entry(*node).or_insert(0);
-                if *seq < *top && first_back.is_none() {
+                let back = Back {
+                    who: name.clone(),
+                    node: *node,
+                    from: *top,
+                    to: *seq,
+                    shown_before: shown.contains(&(*node, *seq)),
+                };
+                shown.insert((*node, *seq));
+                if *seq < *top && first_back.is_none() && !h.back_allowed(&back) {
                     first_back = Some(format!(
                         "{name}: node {node} went back from update {top} to {seq} at {}",
                         secs(*at)

@@ -129,8 +129,45 @@ pub struct History {
     /// Every heartbeat.
     pub beats: Vec<BeatOp>,
     /// Breaches of the Watch protocol seen on raw streams (a second
-    /// backlog marker, a state going back within one stream).
+    /// backlog marker).
     pub protocol: Vec<String>,
+    /// Raw streams that showed a node's sequence going back, judged once
+    /// every write's outcome is known (see [`Back`]).
+    pub backs: Vec<Back>,
+}
+
+/// A stream that showed node `node` at sequence `from`, then at `to <
+/// from`. Correct only when `to`'s write has an unknown outcome (it may
+/// land at any time after its call, so after later writes too) and the
+/// stream had not shown `to` before; `shown_before` says whether it had.
+#[derive(Clone, Debug)]
+pub struct Back {
+    /// Which stream.
+    pub who: String,
+    /// The node index.
+    pub node: usize,
+    /// The sequence shown before.
+    pub from: i64,
+    /// The lower sequence shown after it.
+    pub to: i64,
+    /// Whether the stream had shown `to` before.
+    pub shown_before: bool,
+}
+
+impl History {
+    /// Whether node `node`'s write `seq` ended without an answer (its
+    /// outcome unknown: it may have been applied, or may be later).
+    pub fn unknown_write(&self, node: usize, seq: i64) -> bool {
+        self.writes
+            .iter()
+            .any(|w| w.node == node && w.seq == seq && w.error.is_some())
+    }
+
+    /// Whether going back as `back` did is allowed: only to a write of
+    /// unknown outcome the stream had not shown before.
+    pub fn back_allowed(&self, back: &Back) -> bool {
+        !back.shown_before && self.unknown_write(back.node, back.to)
+    }
 }
 
 /// The history, shared by the workload's tasks.

@@ -319,7 +319,7 @@ async fn run_schedule(
             .iter()
             .filter(|(_, s)| matches!(s, Seen::Reconnecting(_)))
             .count() as u64;
-        violations.extend(checks::watcher(&log, &w.current(), &store, &ids));
+        violations.extend(checks::watcher(&log, &w.current(), &store, &ids, &history));
     }
     violations.extend(checks::recovery(&history, healed, bound));
     violations.extend(checks::exits(&cluster.unexpected_exits));

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::client::RawWatches;
 use super::state_of;
 use crate::cluster::{Cluster, N};
-use crate::history::{Clock, NodeState, ReadOp, Recorder};
+use crate::history::{Back, Clock, NodeState, ReadOp, Recorder};
 use crate::schedule::Rng;
 
 /// How long a probe keeps reading after its backlog, to catch a second
@@ -108,8 +108,16 @@ pub async fn backlog(
             });
         }
     }
-    // Linger: no second marker, no state going back.
+    // Linger: no second marker, no state going back (but to a write of
+    // unknown outcome, judged at the end).
     let mut latest = view.clone();
+    let mut shown: std::collections::BTreeSet<(usize, i64)> = view
+        .values()
+        .filter_map(|s| match s {
+            NodeState::Ours { node, seq, .. } => Some((*node, *seq)),
+            NodeState::Other(_) => None,
+        })
+        .collect();
     let until = Instant::now() + linger;
     while let Ok(Some(Ok(event))) = tokio::time::timeout_at(until, stream.next()).await {
         if !single && event.progress != 0 {
@@ -123,10 +131,16 @@ pub async fn backlog(
                 (latest.get(&n.id), &state)
                 && seq < old
             {
-                recorder.lock().protocol.push(format!(
-                    "a Watch stream through curator-{via} went back on node {node}: \
-                     sequence {old}, then {seq}"
-                ));
+                recorder.lock().backs.push(Back {
+                    who: format!("a Watch stream through curator-{via}"),
+                    node: *node,
+                    from: *old,
+                    to: *seq,
+                    shown_before: shown.contains(&(*node, *seq)),
+                });
+            }
+            if let NodeState::Ours { node, seq, .. } = &state {
+                shown.insert((*node, *seq));
             }
             latest.insert(n.id.clone(), state);
         }
