@@ -335,8 +335,10 @@ pub async fn trace(endpoint: &str, args: TraceArgs) -> Result<(), CliError> {
         graph_function_filter: args.graph,
     };
     let busy = |status: tonic::Status| {
+        // Older nodes do not name the flag themselves.
         let hint = status.code() == tonic::Code::FailedPrecondition
-            && status.message().contains("already in progress");
+            && status.message().contains("already in progress")
+            && !status.message().contains("--trace-instances");
         let e = status_error(status);
         if !hint {
             return e;
@@ -542,7 +544,9 @@ pub async fn load_image(
         Err(e) => return Err(format!("reader task failed: {e}").into()),
     };
     result.map_err(|status| {
-        let exists = status.code() == tonic::Code::AlreadyExists;
+        // Older nodes do not name the flag themselves.
+        let exists = status.code() == tonic::Code::AlreadyExists
+            && !status.message().contains("--image-replace-tags");
         let e = status_error(status);
         if !exists {
             return e;

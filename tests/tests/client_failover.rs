@@ -649,7 +649,7 @@ async fn metroctl_watch_rides_through_failover() {
 async fn a_write_held_by_a_stopped_follower_is_not_sent_again() {
     let etcd = Etcd::start();
     let dir = tempfile::tempdir().unwrap();
-    let mut c = Curators::start(dir.path(), &etcd.urls(), &MIXED, &[]);
+    let c = Curators::start(dir.path(), &etcd.urls(), &MIXED, &[]);
     let l = c.leader(&etcd, Duration::from_secs(10)).await;
     let f = c.followers(l)[0];
     let x_dir = dir.path().join("x");
