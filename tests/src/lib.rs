@@ -80,6 +80,22 @@ pub struct Daemon {
     log: PathBuf,
 }
 
+/// The daemon's "curator serving" log line, as JSON: `child` logs with
+/// `--log-format json` to the file `log`. Waits up to 30 s; fails if the
+/// daemon exits first.
+pub fn serving_line(child: &mut Child, log: &Path) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.contains("curator serving")) {
+            return serde_json::from_str(line).unwrap();
+        }
+        assert!(child.try_wait().unwrap().is_none(), "exited:\n{text}");
+        assert!(Instant::now() < deadline, "not serving after 30 s:\n{text}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A free loopback TCP port (bound then released; fine for tests).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

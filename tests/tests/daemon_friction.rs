@@ -229,16 +229,7 @@ fn listen_takes_host_names_and_a_file_is_not_a_data_directory() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let serving = loop {
-        let text = std::fs::read_to_string(&log).unwrap();
-        if let Some(line) = text.lines().find(|l| l.contains("curator serving")) {
-            break serde_json::from_str::<serde_json::Value>(line).unwrap();
-        }
-        assert!(child.try_wait().unwrap().is_none(), "exited:\n{text}");
-        assert!(Instant::now() < deadline, "not serving after 30 s:\n{text}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let serving = metropolis_tests::serving_line(&mut child, &log);
     child.kill().unwrap();
     child.wait().unwrap();
     let listen = serving["fields"]["listen"].as_str().unwrap();
