@@ -302,7 +302,7 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
     tracing::info!(
         machine = %args.machine_id,
         endpoint = %args.endpoint.join(","),
-        key = %public.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+        key = %metropolis_core::hex::Hex(&public),
         last_acted = ?last_acted,
         "agent starting"
     );

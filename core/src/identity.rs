@@ -33,6 +33,8 @@ use x509_parser::certificate::X509Certificate;
 use x509_parser::oid_registry::OID_SIG_ED25519;
 use x509_parser::x509::X509Name;
 
+use crate::quote::cut;
+
 /// The prefix of every node ID.
 pub const NODE_ID_PREFIX: &str = "metropolis-";
 
@@ -48,10 +50,6 @@ const NODE_ID_HEX_LEN: usize = 32;
 
 /// How many bytes of the public key a node ID is made of.
 const NODE_ID_KEY_BYTES: usize = NODE_ID_HEX_LEN / 2;
-
-/// Inputs quoted in error messages are cut to this many characters, so that
-/// a hostile argument cannot flood a log.
-const MAX_QUOTED_CHARS: usize = 80;
 
 /// How many values of a certificate's attribute an error lists at most.
 const MAX_LISTED: usize = 4;
@@ -69,18 +67,18 @@ impl NodeId {
     /// lowercase hex characters.
     pub fn parse(s: &str) -> Result<NodeId, NodeIdError> {
         let Some(hex) = s.strip_prefix(NODE_ID_PREFIX) else {
-            return Err(NodeIdError::MissingPrefix { input: quote(s) });
+            return Err(NodeIdError::MissingPrefix { input: cut(s) });
         };
         if let Some(character) = hex.chars().find(|c| !matches!(c, '0'..='9' | 'a'..='f')) {
             return Err(NodeIdError::InvalidCharacter {
-                input: quote(s),
+                input: cut(s),
                 character,
             });
         }
         // Only ASCII hex digits are left, so bytes are characters.
         if hex.len() != NODE_ID_HEX_LEN {
             return Err(NodeIdError::WrongLength {
-                input: quote(s),
+                input: cut(s),
                 hex_chars: hex.len(),
             });
         }
@@ -133,8 +131,9 @@ impl AsRef<str> for NodeId {
 
 /// Why a string is not a node ID.
 ///
-/// The `input` of each variant is the rejected string, cut to its first 80
-/// characters (with `…` appended) when it is longer.
+/// The `input` of each variant is the rejected string, cut to its first
+/// [`QUOTE_CHARS`](crate::quote::QUOTE_CHARS) characters (with `…`
+/// appended) when it is longer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum NodeIdError {
@@ -168,8 +167,7 @@ impl fmt::Display for NodeIdError {
         };
         write!(
             f,
-            "node ID {} must be {NODE_ID_PREFIX:?} followed by {NODE_ID_HEX_LEN} lowercase hex characters",
-            crate::quote::quoted(input)
+            "node ID {input:?} must be {NODE_ID_PREFIX:?} followed by {NODE_ID_HEX_LEN} lowercase hex characters"
         )?;
         match self {
             NodeIdError::MissingPrefix { .. } => {
@@ -243,8 +241,7 @@ impl fmt::Display for Identity {
             Identity::Node(id) => write!(f, "node {id}"),
             Identity::Owner => f.write_str("the cluster owner"),
             Identity::Agent(key) => {
-                write!(f, "the agent with key ")?;
-                key.iter().try_for_each(|b| write!(f, "{b:02x}"))
+                write!(f, "the agent with key {}", crate::hex::Hex(key))
             }
             Identity::Unauthenticated => f.write_str("an unauthenticated caller"),
         }
@@ -365,7 +362,7 @@ pub fn identity_from_certificate(der: &[u8]) -> Result<Identity, CertIdentityErr
                 found: organizations
                     .iter()
                     .take(MAX_LISTED)
-                    .map(|o| quote(o))
+                    .map(|o| cut(o))
                     .collect(),
             });
         }
@@ -386,7 +383,7 @@ pub fn identity_from_certificate(der: &[u8]) -> Result<Identity, CertIdentityErr
         return Ok(Identity::Node(node_id));
     }
     Err(CertIdentityError::UnknownSubject {
-        common_name: quote(&common_name),
+        common_name: cut(&common_name),
     })
 }
 
@@ -399,7 +396,7 @@ fn check_owner_usage(
     let algorithm = &cert.public_key().algorithm.algorithm;
     if *algorithm != OID_SIG_ED25519 {
         return Err(CertIdentityError::OwnerKeyNotEd25519 {
-            algorithm: quote(&algorithm.to_id_string()),
+            algorithm: cut(&algorithm.to_id_string()),
         });
     }
     let client_auth = cert
@@ -593,7 +590,7 @@ fn ed25519_public_key(
     if spki.algorithm.algorithm != OID_SIG_ED25519 {
         return Err(CertIdentityError::NodeKeyNotEd25519 {
             node_id: node_id.clone(),
-            algorithm: quote(&spki.algorithm.algorithm.to_id_string()),
+            algorithm: cut(&spki.algorithm.algorithm.to_id_string()),
         });
     }
     let bits = &spki.subject_public_key;
@@ -626,14 +623,14 @@ pub enum CertIdentityError {
     },
     /// The common name is neither [`OWNER_COMMON_NAME`] nor a node ID.
     UnknownSubject {
-        /// The common name found (cut to 80 characters).
+        /// The common name found (cut as [`cut`](crate::quote::cut) does).
         common_name: String,
     },
     /// The common name `owner` comes with another organization than
     /// [`OWNER_ORGANIZATION`], or none, or several.
     OwnerOrganization {
-        /// The organizations found: the first 4, each cut to 80
-        /// characters.
+        /// The organizations found: the first 4, each cut as
+        /// [`cut`](crate::quote::cut) does.
         found: Vec<String>,
     },
     /// The common name starts like a node ID but is not one.
@@ -642,7 +639,8 @@ pub enum CertIdentityError {
     NodeKeyNotEd25519 {
         /// The node ID in the common name.
         node_id: NodeId,
-        /// The dotted OID of the key's algorithm (cut to 80 characters).
+        /// The dotted OID of the key's algorithm (cut as
+        /// [`cut`](crate::quote::cut) does).
         algorithm: String,
     },
     /// A node certificate's common name names another node than its key.
@@ -654,7 +652,8 @@ pub enum CertIdentityError {
     },
     /// An owner certificate's key is not Ed25519.
     OwnerKeyNotEd25519 {
-        /// The dotted OID of the key's algorithm (cut to 80 characters).
+        /// The dotted OID of the key's algorithm (cut as
+        /// [`cut`](crate::quote::cut) does).
         algorithm: String,
     },
     /// An owner certificate lacks the client-auth extended key usage.
@@ -748,14 +747,6 @@ impl std::error::Error for CertIdentityError {
     }
 }
 
-/// `s`, cut to [`MAX_QUOTED_CHARS`] characters for quoting in a message.
-fn quote(s: &str) -> String {
-    match s.char_indices().nth(MAX_QUOTED_CHARS) {
-        Some((cut, _)) => format!("{}…", &s[..cut]),
-        None => s.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -840,13 +831,13 @@ mod tests {
     }
 
     #[test]
-    fn node_id_error_quotes_at_most_80_characters() {
+    fn node_id_error_quotes_at_most_quote_chars_characters() {
         let long = "x".repeat(10_000);
         let err = NodeId::parse(&long).unwrap_err();
         assert_eq!(
             err,
             NodeIdError::MissingPrefix {
-                input: format!("{}…", "x".repeat(80))
+                input: format!("{}…", "x".repeat(crate::quote::QUOTE_CHARS))
             }
         );
         assert!(err.to_string().len() < 250);
@@ -1081,7 +1072,10 @@ mod tests {
         let CertIdentityError::OwnerOrganization { found } = &err else {
             panic!("{err:?}");
         };
-        assert_eq!(found, &[format!("{}…", "o".repeat(80))]);
+        assert_eq!(
+            found,
+            &[format!("{}…", "o".repeat(crate::quote::QUOTE_CHARS))]
+        );
         assert!(err.to_string().len() < 300, "{err}");
     }
 

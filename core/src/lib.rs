@@ -30,6 +30,7 @@ macro_rules! canary_planted {
 }
 pub(crate) use canary_planted;
 pub mod curator;
+pub mod hex;
 pub mod identity;
 pub mod images;
 pub mod leadership;

@@ -23,6 +23,21 @@ pub fn quoted(s: &str) -> Quoted<'_> {
     Quoted(s)
 }
 
+/// At most [`QUOTE_CHARS`] characters of `s`, unquoted, with `…` appended
+/// when it was cut: for an error that keeps caller input as a field (and
+/// quotes it with `{:?}` when displayed).
+pub fn cut(s: &str) -> String {
+    match cut_at(s) {
+        None => s.to_owned(),
+        Some(end) => format!("{}…", &s[..end]),
+    }
+}
+
+/// The byte offset [`QUOTE_CHARS`] characters into `s`, if `s` is longer.
+fn cut_at(s: &str) -> Option<usize> {
+    s.char_indices().nth(QUOTE_CHARS).map(|(end, _)| end)
+}
+
 /// The bytes `b` as [`quoted`] text (lossy UTF-8).
 pub fn quoted_bytes(b: &[u8]) -> String {
     let text = String::from_utf8_lossy(&b[..b.len().min(QUOTE_CHARS * 4)]);
@@ -40,9 +55,9 @@ pub struct Quoted<'a>(&'a str);
 
 impl fmt::Display for Quoted<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0.char_indices().nth(QUOTE_CHARS) {
+        match cut_at(self.0) {
             None => write!(f, "{:?}", self.0),
-            Some((end, _)) => write!(f, "{:?}… ({} bytes)", &self.0[..end], self.0.len()),
+            Some(end) => write!(f, "{:?}… ({} bytes)", &self.0[..end], self.0.len()),
         }
     }
 }
@@ -95,6 +110,17 @@ mod tests {
         let shown = quoted_bytes(&[0xffu8; 100_000]);
         assert!(shown.len() < 400, "{}", shown.len());
         assert!(shown.ends_with("(100000 bytes)"), "{shown}");
+    }
+
+    #[test]
+    fn cut_keeps_the_first_characters_unquoted() {
+        assert_eq!(cut("abc"), "abc");
+        let exact = "é".repeat(QUOTE_CHARS);
+        assert_eq!(cut(&exact), exact);
+        assert_eq!(
+            cut(&"é".repeat(1000)),
+            format!("{}…", "é".repeat(QUOTE_CHARS))
+        );
     }
 
     #[test]

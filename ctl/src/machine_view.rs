@@ -2,6 +2,7 @@
 //! people (aligned fields, the hardware report as a readable list) and as
 //! JSON (serde; times in RFC 3339, keys and bytes in hex).
 
+use metropolis_core::hex;
 use metropolis_proto::metropolis::node::core::curator::proto::private::Machine;
 use metropolis_proto::prelude::agent;
 use prost::Message;
@@ -20,11 +21,6 @@ pub fn unix_ms(ms: i64) -> Option<String> {
         nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
     };
     Some(rfc3339(&ts))
-}
-
-/// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn mac(bytes: &[u8]) -> String {
@@ -99,7 +95,7 @@ fn request_json(m: &Machine) -> Value {
 pub fn machine_json(m: &Machine, hardware: bool) -> Value {
     let mut value = json!({
         "machine_id": m.machine_id,
-        "agent_public_key": hex(&m.agent_public_key),
+        "agent_public_key": hex::encode(&m.agent_public_key),
         "last_heartbeat": unix_ms(m.last_heartbeat_unix_ms),
         "lost": m.lost,
         "current_generation": m.current_generation,

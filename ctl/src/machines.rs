@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::Subcommand;
+use metropolis_core::hex;
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
     AddMachineRequest, GetMachineRequest, ListMachinesRequest, Machine, RemoveMachineRequest,
     SubmitInstallationRequestRequest, machine_management_client::MachineManagementClient,
@@ -13,7 +14,7 @@ use metropolis_transport::grpc::Channel;
 use prost::Message;
 
 use super::exit::usage;
-use super::machine_view::{self, hex};
+use super::machine_view;
 use super::output::{Format, emit};
 use super::{CliError, status_error};
 
@@ -365,7 +366,7 @@ pub async fn machine(
                 })?;
                 outln!("agent key written to {}", path.display());
             }
-            outln!("machine {id} added (agent key {})", hex(&key));
+            outln!("machine {id} added (agent key {})", hex::encode(&key));
         }
         MachineCommand::List { json } => {
             let machines = client
@@ -406,7 +407,7 @@ pub async fn machine(
                         hardware_summary(m),
                     ];
                     if wide {
-                        row.push(hex(&m.agent_public_key));
+                        row.push(hex::encode(&m.agent_public_key));
                         row.push(
                             machine_view::unix_ms(m.last_heartbeat_unix_ms)
                                 .unwrap_or_else(|| "-".into()),
@@ -430,7 +431,7 @@ pub async fn machine(
                 return Ok(());
             }
             outln!("machine          {}", m.machine_id);
-            outln!("agent key        {}", hex(&m.agent_public_key));
+            outln!("agent key        {}", hex::encode(&m.agent_public_key));
             outln!(
                 "last heartbeat   {}{}{}",
                 age(now_ms(), m.last_heartbeat_unix_ms),

@@ -18,6 +18,7 @@
 use std::path::Path;
 
 use metropolis_core::curator::CLUSTER_CA_KEY;
+use metropolis_core::hex;
 use metropolis_core::ports::KvStore;
 use metropolis_core::store::{KeyRange, Op, OpResult, Txn};
 use sha2::Digest;
@@ -33,11 +34,7 @@ const HOW_TO_JOIN: &str = "to add an instance to an existing cluster, run \
 
 /// The SHA-256 of `ca`'s certificate (DER), as hex: how messages name a CA.
 pub fn fingerprint(ca: &ClusterCa) -> String {
-    hex(&sha2::Sha256::digest(ca.cert_der().as_ref()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(&sha2::Sha256::digest(ca.cert_der().as_ref()))
 }
 
 /// Writes the join bundle of the instance whose PKI directory is `pki`
@@ -146,5 +143,5 @@ pub async fn check_cluster_ca(store: &dyn KvStore, ca: &ClusterCa) -> Result<(),
 fn fingerprint_of_pem(pem: &[u8]) -> Option<String> {
     use rustls::pki_types::{CertificateDer, pem::PemObject};
     let der = CertificateDer::pem_slice_iter(pem).next()?.ok()?;
-    Some(hex(&sha2::Sha256::digest(der.as_ref())))
+    Some(hex::encode(&sha2::Sha256::digest(der.as_ref())))
 }

@@ -17,6 +17,7 @@ use std::path::Path;
 
 use clap::error::ErrorKind;
 use clap::{Arg, ArgAction, Command, CommandFactory, FromArgMatches};
+use metropolis_core::quote::quoted;
 
 use crate::daemon::Config;
 
@@ -40,9 +41,6 @@ pub const DAEMON: Program = Program {
 
 /// The largest settings file read, in bytes.
 const MAX_FILE_LEN: u64 = 1 << 20;
-
-/// How many characters of a key or value an error quotes.
-const QUOTED: usize = 80;
 
 /// Parses the daemon's settings from `args` (the program name first),
 /// the environment and the file `--config` names.
@@ -136,14 +134,6 @@ fn takes_setting(arg: &Arg) -> bool {
     )
 }
 
-fn quoted(text: &str) -> String {
-    let mut cut: String = text.chars().take(QUOTED).collect();
-    if cut.len() < text.len() {
-        cut.push('…');
-    }
-    cut
-}
-
 fn file_error(program: Program, file: &Path, problem: impl std::fmt::Display) -> clap::Error {
     Command::new(program.name).error(
         ErrorKind::InvalidValue,
@@ -174,7 +164,7 @@ fn with_file(mut command: Command, path: &Path, program: Program) -> Result<Comm
             return Err(file_error(
                 path,
                 format!(
-                    "unknown key {:?} (not a flag of {})",
+                    "unknown key {} (not a flag of {})",
                     quoted(&key),
                     program.name
                 ),
@@ -196,7 +186,7 @@ fn with_file(mut command: Command, path: &Path, program: Program) -> Result<Comm
             toml::Value::Array(_) => {
                 return Err(file_error(
                     path,
-                    format!("{:?} takes one value, not a list", quoted(&key)),
+                    format!("{} takes one value, not a list", quoted(&key)),
                 ));
             }
             other => vec![scalar(program, path, &key, other)?],
@@ -223,7 +213,7 @@ fn scalar(
             program,
             path,
             format!(
-                "{:?}: a {} is not a flag's value (a string, a number or a boolean)",
+                "{}: a {} is not a flag's value (a string, a number or a boolean)",
                 quoted(key),
                 other.type_str()
             ),

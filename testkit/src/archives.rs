@@ -341,17 +341,16 @@ pub fn snapshot(dir: &Path) -> BTreeMap<String, String> {
                 out.insert(rel, format!("-> {}", target.display()));
             } else {
                 let data = std::fs::read(&path).expect("read file");
-                out.insert(rel, hex(&sha2::Sha256::digest(&data)));
+                out.insert(
+                    rel,
+                    metropolis_core::hex::encode(&sha2::Sha256::digest(&data)),
+                );
             }
         }
     }
     let mut out = BTreeMap::new();
     walk(dir, dir, &mut out);
     out
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Checks that `dir` is a valid OCI image layout: `oci-layout` and
@@ -400,7 +399,7 @@ fn check_descriptor(dir: &Path, descriptor: &Value) {
     let data = std::fs::read(dir.join("blobs/sha256").join(hex_digest))
         .unwrap_or_else(|e| panic!("blob {digest}: {e}"));
     assert_eq!(
-        hex(&sha2::Sha256::digest(&data)),
+        metropolis_core::hex::encode(&sha2::Sha256::digest(&data)),
         hex_digest,
         "blob {digest} content"
     );

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use metropolis_core::hex;
 use metropolis_tests::qemu::{EspImage, Qemu, QemuConfig, build_efi_programs, vars_copy};
 use sha2::{Digest, Sha256};
 
@@ -91,17 +92,17 @@ impl Machine {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[test]
 fn without_a_state_file_slot_a_boots_with_the_parameters() {
     let parameters = b"\x0a\x03abc not really NodeParameters".repeat(300);
     let mut machine = Machine::new(&["a", "b"], Some(&parameters));
     let (path, digest, console) = machine.boot();
     assert_eq!(path, BOOT_A, "{console}");
-    assert_eq!(digest, hex(&Sha256::digest(&parameters)), "{console}");
+    assert_eq!(
+        digest,
+        hex::encode(&Sha256::digest(&parameters)),
+        "{console}"
+    );
     assert!(
         console.contains("ab-loader: booting slot A (no loader_state.pb)"),
         "{console}"
@@ -146,7 +147,11 @@ fn a_missing_slot_b_falls_back_to_a() {
     machine.esp.put(STATE, &[0x10, 0x02]);
     let (path, digest, console) = machine.boot();
     assert_eq!(path, BOOT_A, "{console}");
-    assert_eq!(digest, hex(&Sha256::digest(parameters)), "{console}");
+    assert_eq!(
+        digest,
+        hex::encode(&Sha256::digest(parameters)),
+        "{console}"
+    );
     assert!(
         console.contains("ab-loader: slot B failed: LoadImage: Not Found"),
         "{console}"

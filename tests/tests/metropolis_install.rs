@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use metropolis_core::hex;
 use metropolis_proto::osbase::net::proto::{Net, net::Nameserver};
 use metropolis_proto::prelude::debug::{NodeParameters, node_parameters};
 use metropolis_tests::loop_device::LoopDevice;
@@ -52,10 +53,6 @@ fn run(command: &mut Command) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8(output.stdout).unwrap()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The partitions `sfdisk --json` reads on `device`: (name, type GUID,
@@ -365,7 +362,7 @@ async fn the_agent_installs_metropolis_and_the_disk_boots_its_slots() {
     let vars = dir.path().join("vars.fd");
     vars_copy(&vars);
     let line = boot(device.path(), &vars, dir.path(), "boot-1");
-    let digest = hex(&Sha256::digest(&parameters));
+    let digest = hex::encode(&Sha256::digest(&parameters));
     assert!(line.contains("\\EFI\\metropolis\\boot-a.efi"), "{line}");
     assert!(
         line.contains(&format!("parameters-sha256 {digest}")),

@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::Path;
 
 use base64::Engine as _;
+use metropolis_core::quote::quoted;
 use serde::Deserialize;
 
 /// The largest credentials file read.
@@ -61,14 +62,6 @@ fn registry_key(key: &str) -> String {
     key.split('/').next().unwrap_or("").to_ascii_lowercase()
 }
 
-/// At most the first 64 characters of `text`, for messages.
-fn prefix(text: &str) -> String {
-    match text.char_indices().nth(64) {
-        Some((end, _)) => format!("{:?}…", &text[..end]),
-        None => format!("{text:?}"),
-    }
-}
-
 impl RegistryCredentials {
     /// No logins: every registry is accessed anonymously.
     pub fn new() -> Self {
@@ -114,7 +107,7 @@ impl RegistryCredentials {
         for (key, entry) in config.auths {
             let registry = registry_key(&key);
             if registry.is_empty() {
-                return Err(format!("auths: {} names no registry", prefix(&key)));
+                return Err(format!("auths: {} names no registry", quoted(&key)));
             }
             let (username, password) = match (entry.auth, entry.username, entry.password) {
                 (Some(auth), _, _) => {
@@ -123,12 +116,12 @@ impl RegistryCredentials {
                         .ok()
                         .and_then(|bytes| String::from_utf8(bytes).ok())
                         .ok_or_else(|| {
-                            format!("auths.{}.auth: not base64 of user:password", prefix(&key))
+                            format!("auths.{}.auth: not base64 of user:password", quoted(&key))
                         })?;
                     let Some((username, password)) = decoded.split_once(':') else {
                         return Err(format!(
                             "auths.{}.auth: not base64 of user:password (no ':')",
-                            prefix(&key)
+                            quoted(&key)
                         ));
                     };
                     (username.to_string(), password.to_string())
@@ -137,18 +130,18 @@ impl RegistryCredentials {
                 _ if entry.identitytoken.is_some() => {
                     return Err(format!(
                         "auths.{}: identity tokens are not supported; give auth or username and password",
-                        prefix(&key)
+                        quoted(&key)
                     ));
                 }
                 _ => {
                     return Err(format!(
                         "auths.{}: neither auth nor username and password",
-                        prefix(&key)
+                        quoted(&key)
                     ));
                 }
             };
             if username.is_empty() {
-                return Err(format!("auths.{}: the user name is empty", prefix(&key)));
+                return Err(format!("auths.{}: the user name is empty", quoted(&key)));
             }
             credentials.insert(&registry, &username, &password);
         }

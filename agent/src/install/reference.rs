@@ -1,6 +1,7 @@
 //! A checked image reference: the registry's base URL, the repository,
 //! the tag if any and the manifest digest the request names.
 
+use metropolis_core::quote::quoted;
 use metropolis_proto::prelude::debug::OsImageRef;
 
 use super::InstallError;
@@ -91,14 +92,6 @@ impl Reference {
                 self.base.authority, self.repository, self.digest
             ),
         }
-    }
-}
-
-/// At most the first 64 characters of `text` the request gave, quoted.
-fn quoted(text: &str) -> String {
-    match text.char_indices().nth(64) {
-        Some((end, _)) => format!("{:?}…", &text[..end]),
-        None => format!("{text:?}"),
     }
 }
 

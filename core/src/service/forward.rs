@@ -34,10 +34,7 @@ pub fn encode_identity(identity: &Identity) -> HeaderValue {
     let text = match identity {
         Identity::Node(id) => format!("node:{id}"),
         Identity::Owner => "owner".to_owned(),
-        Identity::Agent(key) => {
-            let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
-            format!("agent:{hex}")
-        }
+        Identity::Agent(key) => format!("agent:{}", crate::hex::Hex(key)),
         Identity::Unauthenticated => "unauthenticated".to_owned(),
     };
     HeaderValue::from_str(&text).expect("identity encodings are visible ASCII")

@@ -25,18 +25,7 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use super::debug::{Closable, Closer};
 use super::elected::SharedLeadership;
 use crate::leadership::Role;
-
-/// The longest part of a caller's name quoted in an error.
-const MAX_QUOTED_CHARS: usize = 128;
-
-/// `s` for an error message: cut to [`MAX_QUOTED_CHARS`] characters, then
-/// quoted and escaped.
-pub(crate) fn quoted(s: &str) -> String {
-    match s.char_indices().nth(MAX_QUOTED_CHARS) {
-        Some((cut, _)) => format!("{:?}…", &s[..cut]),
-        None => format!("{s:?}"),
-    }
-}
+use crate::quote::quoted;
 
 /// A condition this instance needs to serve.
 pub trait Readiness: Send + Sync + 'static {

@@ -34,7 +34,7 @@ use tonic_reflection::pb::v1::{
 use tonic_reflection::pb::{v1, v1alpha};
 
 use super::debug::{Closable, Closer};
-use super::health::quoted;
+use crate::quote::quoted;
 
 /// Every descriptor compiled into this binary, decoded once.
 pub(crate) fn descriptors() -> &'static DescriptorPool {

@@ -77,13 +77,8 @@ impl Compression {
     }
 }
 
-/// At most the first 64 characters of `text`, quoted, for messages.
-pub fn quoted(text: &str) -> String {
-    match text.char_indices().nth(64) {
-        Some((end, _)) => format!("{:?}…", &text[..end]),
-        None => format!("{text:?}"),
-    }
-}
+/// Caller input quoted for messages, cut (core's one quoting helper).
+pub use metropolis_core::quote::quoted;
 
 /// Why `name` is not a payload name, if it is not: 1–80 characters of
 /// `[0-9A-Za-z._-]`, not starting with `.` or `_`, not ending with `.`.
@@ -183,12 +178,7 @@ pub const OCI_LAYOUT: &[u8] = br#"{"imageLayoutVersion":"1.0.0"}"#;
 
 /// `sha256:<hex>` of a finished SHA-256.
 pub fn digest_of(hash: &[u8]) -> String {
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256:");
-    for b in hash {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
+    format!("sha256:{}", metropolis_core::hex::Hex(hash))
 }
 
 /// Whether `digest` is `sha256:` and 64 lowercase hex characters.
