@@ -371,6 +371,8 @@ mod tests {
 
     use std::sync::{Arc, Mutex};
 
+    use metropolis_core::hex::encode;
+
     use super::*;
     use crate::disk::OsDisk;
 
@@ -383,6 +385,29 @@ mod tests {
             pos += BATCH_HEADER_LEN + len;
         }
         out
+    }
+
+    /// The bytes of a file header and a batch of two frames, as every
+    /// earlier build wrote them: a checksum that changed in any way
+    /// (polynomial, initial value, final XOR, byte order) would make every
+    /// existing WAL unreadable.
+    #[test]
+    fn file_header_and_batch_bytes_are_pinned() {
+        let header = file_header(FORMAT_VERSION, 0x0102_0304_0506_0708);
+        assert_eq!(
+            encode(&header),
+            "4d54525057414c0a020000000807060504030201b703e705"
+        );
+        let mut batch = vec![0; BATCH_HEADER_LEN];
+        batch.extend(frame(b"first record"));
+        batch.extend(frame(&[0xa5; 37]));
+        seal_batch(&mut batch);
+        assert_eq!(
+            encode(&batch),
+            "4d545242410000009151a3d5c4c42d23\
+             0c000000b539f0e26669727374207265636f7264\
+             25000000d60d59d2a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5"
+        );
     }
 
     /// Every write lands where it belongs, whole blocks only, in both modes;
