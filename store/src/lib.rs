@@ -102,6 +102,8 @@
 //! rewrites the block holding the end of the previous one with the same
 //! bytes there, so a torn commit cannot damage an acknowledged one.
 
+#![forbid(unsafe_code)]
+
 /// Whether the bug `$name` (a `metropolis_core::canary::Canary`) is
 /// planted on this thread: only with the `canary` feature, which only the
 /// simulator turns on.
