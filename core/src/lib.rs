@@ -11,7 +11,6 @@
 #![forbid(unsafe_code)]
 
 pub mod agent_cert;
-pub mod archive;
 #[cfg(feature = "canary")]
 pub mod canary;
 pub mod cause;

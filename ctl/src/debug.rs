@@ -431,11 +431,11 @@ async fn read_chunk(
 /// same validator the node runs): normalised, once each, in archive
 /// order. None if the archive is not one the validator accepts (the
 /// node then says why).
-struct ImageNames(Option<metropolis_core::archive::ArchiveValidator>);
+struct ImageNames(Option<metropolis_archive::ArchiveValidator>);
 
 impl ImageNames {
     fn new() -> ImageNames {
-        ImageNames(Some(metropolis_core::archive::ArchiveValidator::new(
+        ImageNames(Some(metropolis_archive::ArchiveValidator::new(
             Default::default(),
         )))
     }
@@ -454,7 +454,7 @@ impl ImageNames {
         let plan = self.0?.handle_eof().ok()?;
         let mut names: Vec<String> = Vec::new();
         for name in plan.images.into_iter().filter_map(|i| i.name) {
-            let name = metropolis_core::archive::normalize_reference(&name).unwrap_or(name);
+            let name = metropolis_archive::normalize_reference(&name).unwrap_or(name);
             if !names.contains(&name) {
                 names.push(name);
             }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
-use metropolis_core::archive::ArchiveLimits;
+use metropolis_archive::ArchiveLimits;
 use metropolis_core::identity::{NodeId, is_curator_certificate};
 use metropolis_core::images::ImageStore;
 use metropolis_core::logtree::LogTreeConfig;

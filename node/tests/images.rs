@@ -10,7 +10,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use metropolis_core::archive::{ArchiveLimits, Digest};
+use metropolis_archive::{ArchiveLimits, Digest};
 use metropolis_core::images::load_image;
 use metropolis_node::images::{OciLayoutOptions, OciLayoutStore};
 use metropolis_testkit::archives::*;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use bytes::Bytes;
-use metropolis_core::archive::{
+use metropolis_archive::{
     Digest, MEDIA_TYPE_OCI_CONFIG, MEDIA_TYPE_OCI_INDEX, MEDIA_TYPE_OCI_LAYER,
     MEDIA_TYPE_OCI_MANIFEST,
 };

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use metropolis_core::archive::ArchiveLimits;
+use metropolis_archive::ArchiveLimits;
 use metropolis_core::images::load_image;
 use metropolis_node::images::{ContainerdConfig, ContainerdStore};
 use metropolis_runtime_tokio::rt::TokioRuntime;

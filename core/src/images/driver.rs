@@ -4,8 +4,8 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tonic::Status;
 
-use super::{ImageImport, ImageStore, ImageStoreError};
-use crate::archive::{ArchiveError, ArchiveLimits, ArchiveValidator};
+use super::{ImageImport, ImageStore, ImageStoreError, archive_status};
+use metropolis_archive::{ArchiveError, ArchiveLimits, ArchiveValidator};
 
 /// Why an import did not complete, before it becomes a status.
 enum Failure {
@@ -21,7 +21,7 @@ impl Failure {
     fn into_status(self) -> Status {
         match self {
             Failure::Client(status) => status,
-            Failure::Archive(e) => e.to_status(),
+            Failure::Archive(e) => archive_status(&e),
             Failure::Store(e) => e.to_status(),
         }
     }
@@ -35,7 +35,7 @@ impl Failure {
 ///
 /// Errors, with nothing of the import left in the store:
 /// - a bad archive: InvalidArgument, a limit passed: ResourceExhausted,
-///   with the validator's reason;
+///   with the validator's reason ([`archive_code`](super::archive_code));
 /// - the store's errors as [`ImageStoreError::code`] maps them;
 /// - an error item from `parts` (client gone, cancelled): that status.
 ///

@@ -1,10 +1,10 @@
 //! The image-store half of `NodeDebugService.LoadImage`: the
 //! [`ImageStore`] port that a node's image store implements, and the
 //! [`load_image`] driver that streams an archive through the
-//! [`ArchiveValidator`](crate::archive::ArchiveValidator) into a store.
+//! [`ArchiveValidator`](metropolis_archive::ArchiveValidator) into a store.
 //!
 //! The driver owns the protocol (what is fed where, when to commit, how
-//! errors map to gRPC codes); a store owns the bytes (staging on disk,
+//! errors map to gRPC codes: [`archive_code`] for the validator's); a store owns the bytes (staging on disk,
 //! committing atomically, throwing staged bytes away). Stores live in the
 //! host crate (an on-disk OCI image layout, containerd); this module has
 //! no IO and names no runtime, only `futures`.
@@ -27,6 +27,7 @@
 //!    it too.
 
 mod driver;
+mod status;
 #[cfg(test)]
 mod tests;
 
@@ -34,9 +35,10 @@ use std::fmt;
 
 use futures::future::BoxFuture;
 
-use crate::archive::{ImportPlan, Output};
+use metropolis_archive::{ImportPlan, Output};
 
 pub use driver::load_image;
+pub use status::{archive_code, archive_status};
 
 /// Why an image store refused or failed an import.
 #[derive(Clone, Debug, PartialEq, Eq)]

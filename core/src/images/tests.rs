@@ -9,8 +9,8 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use serde_json::json;
 
-use super::{ImageImport, ImageStore, ImageStoreError, load_image};
-use crate::archive::{ArchiveLimits, Digest, ImportPlan, Output};
+use super::{ImageImport, ImageStore, ImageStoreError, archive_code, archive_status, load_image};
+use metropolis_archive::{ArchiveError, ArchiveLimits, Digest, ImportPlan, Output};
 
 // ---------------------------------------------------------------------------
 // The fake store: imports stage members in shared state; commit moves the
@@ -358,5 +358,53 @@ fn store_errors_map_to_codes() {
     ];
     for (e, code) in cases {
         assert_eq!(e.to_status().code(), code, "{e}");
+    }
+}
+
+#[test]
+fn archive_errors_map_to_codes() {
+    use tonic::Code;
+    let cases = [
+        (
+            ArchiveError::ArchiveTooLarge { limit: 1 },
+            Code::ResourceExhausted,
+        ),
+        (
+            ArchiveError::TooManyMembers { limit: 2 },
+            Code::ResourceExhausted,
+        ),
+        (
+            ArchiveError::JsonTooLarge {
+                member: "manifest.json".into(),
+                size: 10,
+                limit: 5,
+            },
+            Code::ResourceExhausted,
+        ),
+        (
+            ArchiveError::MetadataTooLarge {
+                member: "index.json".into(),
+                limit: 5,
+            },
+            Code::ResourceExhausted,
+        ),
+        (
+            ArchiveError::DuplicateMember { path: "a".into() },
+            Code::InvalidArgument,
+        ),
+        (
+            ArchiveError::TrailingData { offset: 1024 },
+            Code::InvalidArgument,
+        ),
+        (
+            ArchiveError::UnknownLayout { reason: "empty" },
+            Code::InvalidArgument,
+        ),
+    ];
+    for (e, code) in cases {
+        assert_eq!(archive_code(&e), code, "{e}");
+        let status = archive_status(&e);
+        assert_eq!(status.code(), code, "{e}");
+        assert_eq!(status.message(), e.to_string());
     }
 }

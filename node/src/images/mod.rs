@@ -27,11 +27,11 @@ mod oci;
 mod staging;
 mod writeback;
 
-use metropolis_core::archive::{Descriptor, ImportPlan};
+use metropolis_archive::{Descriptor, ImportPlan};
 use metropolis_core::images::ImageStoreError;
 
 pub use containerd::{ContainerdConfig, ContainerdStore};
-pub use metropolis_core::archive::normalize_reference;
+pub use metropolis_archive::normalize_reference;
 pub use oci::{
     ANNOTATION_CONTAINERD_NAME, ANNOTATION_REF_NAME, OciLayoutOptions, OciLayoutStore, StoredImage,
 };

@@ -44,7 +44,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use metropolis_core::archive::{Descriptor, Digest, ImportPlan, MEDIA_TYPE_OCI_INDEX};
+use metropolis_archive::{Descriptor, Digest, ImportPlan, MEDIA_TYPE_OCI_INDEX};
 use metropolis_core::images::{ImageImport, ImageStore, ImageStoreError};
 use serde_json::{Map, Value, json};
 

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures::channel::{mpsc, oneshot};
 use futures::future::BoxFuture;
 use futures::{FutureExt, SinkExt, StreamExt};
-use metropolis_core::archive::{BlobSource, Digest, ImportPlan, Output};
+use metropolis_archive::{BlobSource, Digest, ImportPlan, Output};
 use metropolis_core::images::{ImageImport, ImageStoreError};
 
 use super::writeback::Writeback;

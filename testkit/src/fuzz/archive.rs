@@ -11,7 +11,8 @@
 //! `MemberStart`, `MemberData`*, `MemberEnd`, indexes increase, paths are
 //! normalised, relative, without `..` and unique, the end's digest and
 //! size are those of the data streamed); errors are sticky and
-//! map to InvalidArgument or ResourceExhausted; an accepted archive's plan
+//! map to InvalidArgument or ResourceExhausted (through the service
+//! layer's `archive_code`); an accepted archive's plan
 //! is consistent (every blob's member index had a `MemberEnd` with that
 //! digest and size, blob digests unique, every image's manifest is a blob
 //! or a synthesized blob, synthesized blobs hash to their digests); and
@@ -22,9 +23,10 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use metropolis_core::archive::{
+use metropolis_archive::{
     ArchiveError, ArchiveLimits, ArchiveValidator, Digest, ImportPlan, Output,
 };
+use metropolis_core::images::archive_code;
 use sha2::Digest as _;
 
 use super::input::Input;
@@ -181,7 +183,7 @@ fn feed(archive: &Bytes, sizes: impl Iterator<Item = usize>, limits: ArchiveLimi
                 Err(e.clone()),
                 "error not sticky"
             );
-            let code = e.to_status().code();
+            let code = archive_code(&e);
             assert!(
                 matches!(
                     code,
@@ -212,7 +214,7 @@ fn feed(archive: &Bytes, sizes: impl Iterator<Item = usize>, limits: ArchiveLimi
             check_plan(plan, &checker.members);
         }
         Err(e) => {
-            let code = e.to_status().code();
+            let code = archive_code(e);
             assert!(
                 matches!(
                     code,

@@ -45,10 +45,10 @@ use std::task::{Context, Poll, Waker};
 use bytes::{Buf, Bytes, BytesMut};
 use futures::future::BoxFuture;
 use http_body::Frame;
-use metropolis_core::archive::{ArchiveLimits, ArchiveValidator, ImportPlan, Output};
+use metropolis_archive::{ArchiveLimits, ArchiveValidator, ImportPlan, Output};
 use metropolis_core::curator::{NODES_PREFIX, api_node, decode_record};
 use metropolis_core::identity::{Identity, NodeId};
-use metropolis_core::images::{ImageImport, ImageStore, ImageStoreError};
+use metropolis_core::images::{ImageImport, ImageStore, ImageStoreError, archive_code};
 use metropolis_core::logtree::{Entry, EntryKind, LogTreeConfig, Query, Severity};
 use metropolis_core::ports::{
     CertIssuer, IssuedCertificate, IssuedKubeconfig, KubeconfigError, KubeconfigIssuer,
@@ -972,7 +972,7 @@ impl World {
                 let result = result.and_then(|()| v.handle_eof().map(|_| ()));
                 pre(match result {
                     Result::Ok(()) => Ok,
-                    Err(e) => e.code(),
+                    Err(e) => archive_code(&e),
                 })
             }
             Method::Missing | Method::NoService => pre(Unimplemented),

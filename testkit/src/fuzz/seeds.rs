@@ -11,7 +11,7 @@
 //! `fuzz/run.sh` hands them to libFuzzer as a second corpus directory,
 //! and the replay test runs them too.
 
-use metropolis_core::archive::Digest;
+use metropolis_archive::Digest;
 use metropolis_proto::metropolis::node::core::curator::proto::private as p;
 use metropolis_proto::prelude::{agent, common, curator, debug};
 use prost::Message;

@@ -18,10 +18,10 @@ use metropolis_proto::prelude::debug::node_debug_service_server::{
 };
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::archive::ArchiveLimits;
 use crate::images::ImageStore;
 use crate::ports::{KubeconfigIssuer, MonotonicClock, Timer};
 use crate::trace::{Target, TraceBuffers, TraceError, Tracefs};
+use metropolis_archive::ArchiveLimits;
 
 pub use closer::{Closable, Closer};
 pub use kubeconfig::{MAX_GROUPS, MAX_NAME_LEN, SYSTEM_MASTERS};

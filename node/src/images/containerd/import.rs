@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use metropolis_core::archive::{Digest, ImportPlan, Output, SynthesizedBlob};
+use metropolis_archive::{Digest, ImportPlan, Output, SynthesizedBlob};
 use metropolis_core::images::{ImageImport, ImageStoreError};
 use metropolis_proto::containerd::types;
 
@@ -15,7 +15,7 @@ use super::Inner;
 use super::api::Api;
 use super::labels::gc_labels;
 use super::write::{BlobWrite, Written};
-use metropolis_core::archive::normalize_reference;
+use metropolis_archive::normalize_reference;
 
 /// Committed writes whose answer is awaited, at most, before the next
 /// member's bytes are taken (containerd syncs each blob at its commit;

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use metropolis_core::archive::{
+use metropolis_archive::{
     Descriptor, MEDIA_TYPE_DOCKER_CONFIG, MEDIA_TYPE_DOCKER_MANIFEST, MEDIA_TYPE_OCI_CONFIG,
     MEDIA_TYPE_OCI_MANIFEST,
 };
@@ -59,7 +59,7 @@ fn is_layer(media_type: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use metropolis_core::archive::{
+    use metropolis_archive::{
         Digest, MEDIA_TYPE_OCI_INDEX, MEDIA_TYPE_OCI_LAYER, MEDIA_TYPE_OCI_LAYER_GZIP,
     };
 

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
 use futures::{SinkExt, StreamExt};
-use metropolis_core::archive::Digest;
+use metropolis_archive::Digest;
 use metropolis_core::images::ImageStoreError;
 use metropolis_proto::containerd::services::content::v1::{WriteAction, WriteContentRequest};
 use metropolis_transport::runtime::SharedRuntime;

@@ -1,6 +1,12 @@
 //! Validation of image archives (Docker v1.1/v1.2, OCI image layout v1),
 //! as a sans-IO machine fed with bytes: the archive half of
-//! `NodeDebugService.LoadImage`.
+//! `NodeDebugService.LoadImage`, and what `metroctl load-image` reads the
+//! images' names with.
+//!
+//! The crate does no IO, reads no clock and knows no protocol: its errors
+//! say what is wrong with the archive, and which status a service answers
+//! with is the service's to say (`metropolis_core::images` maps them to
+//! gRPC codes).
 //!
 //! [`ArchiveValidator`] reads an uncompressed tar streamed in chunks of any
 //! size. While it reads, it streams every regular member out
@@ -73,6 +79,8 @@
 //!   Archives with `repositories` but no `manifest.json` (v1.0, random
 //!   layer ids, no digests to check) are rejected as unknown.
 
+#![forbid(unsafe_code)]
+
 mod docker;
 mod error;
 mod layout;
@@ -92,6 +100,3 @@ pub use plan::{
     MEDIA_TYPE_OCI_LAYER_ZSTD, MEDIA_TYPE_OCI_MANIFEST, SynthesizedBlob,
 };
 pub use validator::{ArchiveLimits, ArchiveValidator, Output};
-
-#[cfg(test)]
-mod tests;

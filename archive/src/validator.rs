@@ -136,9 +136,9 @@ struct Current {
 /// outputs.
 ///
 /// ```
-/// use metropolis_core::archive::{ArchiveLimits, ArchiveValidator, Output};
+/// use metropolis_archive::{ArchiveLimits, ArchiveValidator, Output};
 /// # fn store(_: Output) {}
-/// # fn run(chunks: Vec<bytes::Bytes>) -> Result<(), metropolis_core::archive::ArchiveError> {
+/// # fn run(chunks: Vec<bytes::Bytes>) -> Result<(), metropolis_archive::ArchiveError> {
 /// let mut validator = ArchiveValidator::new(ArchiveLimits::default());
 /// for chunk in chunks {
 ///     validator.handle_data(chunk)?;

@@ -23,8 +23,13 @@ pub enum TruncatedAt {
 }
 
 /// Why an archive is rejected. Every variant names the offending member,
-/// field or offset in its `Display`; [`ArchiveError::code`] maps it to a
-/// gRPC status code.
+/// field or offset in its `Display`. The variants say what happened, not
+/// what a protocol makes of it: the limits passed are
+/// [`ArchiveTooLarge`](Self::ArchiveTooLarge),
+/// [`TooManyMembers`](Self::TooManyMembers),
+/// [`JsonTooLarge`](Self::JsonTooLarge) and
+/// [`MetadataTooLarge`](Self::MetadataTooLarge); every other variant is a
+/// malformed or inconsistent archive.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ArchiveError {
@@ -104,19 +109,17 @@ pub enum ArchiveError {
         /// The path.
         path: String,
     },
-    /// The archive is larger than the configured limit. ResourceExhausted.
+    /// The archive is larger than the configured limit.
     ArchiveTooLarge {
         /// The limit in bytes.
         limit: u64,
     },
     /// The archive has more members than the configured limit.
-    /// ResourceExhausted.
     TooManyMembers {
         /// The limit.
         limit: usize,
     },
     /// A JSON document (or an extension header) is larger than the cap.
-    /// ResourceExhausted.
     JsonTooLarge {
         /// The member.
         member: String,
@@ -126,7 +129,7 @@ pub enum ArchiveError {
         limit: usize,
     },
     /// A JSON document was needed but not kept, because the total budget
-    /// for buffered metadata was spent. ResourceExhausted.
+    /// for buffered metadata was spent.
     MetadataTooLarge {
         /// The member.
         member: String,
@@ -251,25 +254,6 @@ pub enum ArchiveError {
         /// The descriptor at which the limit was passed.
         field: String,
     },
-}
-
-impl ArchiveError {
-    /// The gRPC status code: ResourceExhausted for limits, InvalidArgument
-    /// for everything else (a bad archive).
-    pub fn code(&self) -> tonic::Code {
-        match self {
-            ArchiveError::ArchiveTooLarge { .. }
-            | ArchiveError::TooManyMembers { .. }
-            | ArchiveError::JsonTooLarge { .. }
-            | ArchiveError::MetadataTooLarge { .. } => tonic::Code::ResourceExhausted,
-            _ => tonic::Code::InvalidArgument,
-        }
-    }
-
-    /// A gRPC status with [`code`](Self::code) and this error's message.
-    pub fn to_status(&self) -> tonic::Status {
-        tonic::Status::new(self.code(), self.to_string())
-    }
 }
 
 impl fmt::Display for TruncatedAt {
