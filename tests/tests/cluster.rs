@@ -383,8 +383,14 @@ async fn a_paused_leader_steps_down_and_writes_nothing() {
             .lines()
             .filter(|l| l.contains("curator role changed"))
             .collect();
-        let led = roles.iter().filter(|l| l.contains("changed: leader")).count();
-        if roles.last().is_some_and(|l| l.contains("changed: follower")) {
+        let led = roles
+            .iter()
+            .filter(|l| l.contains("changed: leader"))
+            .count();
+        if roles
+            .last()
+            .is_some_and(|l| l.contains("changed: follower"))
+        {
             assert_eq!(led, 1, "the paused instance led again:\n{log}");
             break;
         }

@@ -72,7 +72,6 @@ use crate::call::{server_stream, unary};
 use crate::commit_check::CommitCheck;
 use crate::curator_calls::{UPDATE, WATCH, number, numbered, update, watch_all};
 use crate::hash::TraceHash;
-use metropolis_testkit::linearizable::{self, Op, OpKind};
 use crate::model_store;
 use crate::rng::Rng;
 use crate::runtime::{NodeClock, Runtime};
@@ -89,6 +88,7 @@ use metropolis_core::service::metrics::Metrics;
 use metropolis_core::service::node::{NodeOptions, NodePorts, assemble};
 use metropolis_core::store::KeyRange;
 use metropolis_proto::prelude::{common, curator, storage};
+use metropolis_testkit::linearizable::{self, Op, OpKind};
 use metropolis_testkit::store::MemKv;
 use prost::Message;
 
