@@ -228,10 +228,9 @@ mod tests {
         let p256 = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
         let ec_private_key = &p256.serialize_der()[29..];
         assert_eq!(ec_private_key[..2], [0x30, 0x6b]);
-        use base64::Engine as _;
-        let sec1 = format!(
-            "-----BEGIN EC PRIVATE KEY-----\n{}\n-----END EC PRIVATE KEY-----\n",
-            base64::engine::general_purpose::STANDARD.encode(ec_private_key)
+        let sec1 = pem::encode_config(
+            &pem::Pem::new("EC PRIVATE KEY", ec_private_key),
+            pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
         );
         assert!(matches!(
             PrivateKeyDer::from_pem_slice(sec1.as_bytes()),

@@ -314,15 +314,11 @@ fn check_issued(der: &[u8], ca: &ClusterCa, id: &str, groups: &[String]) -> Resu
     Ok(cert.validity().not_after.timestamp())
 }
 
+/// `der` as a PEM block labelled `label`, with `\n` line endings (as
+/// rcgen writes its own).
 fn pem_encode(label: &str, der: &[u8]) -> String {
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for chunk in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(chunk).expect("base64 is ASCII"));
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
+    let config = pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF);
+    pem::encode_config(&pem::Pem::new(label, der), config)
 }
 
 /// A kubeconfig file (the subset of fields this module writes).
@@ -503,6 +499,17 @@ mod tests {
     fn issuer(dir: &Path, validity: Duration) -> DebugKubeconfigs {
         let ca = KubernetesCa::load_or_generate(dir).unwrap();
         DebugKubeconfigs::new(ca, "https://10.0.0.1:6443".into(), validity)
+    }
+
+    /// The PEM the kubeconfig carries is laid out as before the pem
+    /// crate wrote it: 64 characters a line, `\n` endings.
+    #[test]
+    fn pem_blocks_keep_their_layout() {
+        let a = "A".repeat(64);
+        assert_eq!(
+            pem_encode("CERTIFICATE", &[0; 100]),
+            format!("-----BEGIN CERTIFICATE-----\n{a}\n{a}\nAAAAAA==\n-----END CERTIFICATE-----\n")
+        );
     }
 
     #[test]
