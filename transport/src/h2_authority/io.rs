@@ -15,7 +15,7 @@ use super::rewrite::Rewriter;
 /// Reads land in hyper's buffer directly; bytes the rewriter holds back
 /// (frame heads split across reads, header blocks) are copied once more.
 #[derive(Debug)]
-pub struct RewriteAuthority<T> {
+pub(crate) struct RewriteAuthority<T> {
     inner: T,
     rewriter: Rewriter,
     eof: bool,
@@ -31,12 +31,8 @@ impl<T> RewriteAuthority<T> {
         }
     }
 
-    /// The wrapped IO.
-    pub fn get_ref(&self) -> &T {
-        &self.inner
-    }
-
     /// Whether a header block was re-encoded on this connection.
+    #[cfg(test)]
     pub fn has_rewritten(&self) -> bool {
         self.rewriter.has_rewritten()
     }

@@ -8,8 +8,8 @@
 //! PROTOCOL_ERROR before the service sees it (hyperium/h2#487), and has no
 //! option against it. grpc-go and grpc-js send `localhost`, which h2 takes.
 //!
-//! [`RewriteAuthority`] wraps a local-socket connection's IO in front of
-//! hyper, and its sans-IO [`Rewriter`] edits what the client sends:
+//! `RewriteAuthority` wraps a local-socket connection's IO in front of
+//! hyper, and its sans-IO `Rewriter` edits what the client sends:
 //!
 //! - The preface and every frame pass through byte for byte, except
 //!   header blocks (HEADERS plus CONTINUATION frames). Each block is
@@ -43,7 +43,7 @@
 //! Anything malformed or over the bounds goes to h2 as it came, for h2 to
 //! refuse as it would (the rewriter then stops following the stream):
 //! a bad preface; a header frame over 16384 bytes, on stream 0, or a
-//! block over [`MAX_BLOCK`] bytes; a CONTINUATION out of place; padding
+//! block over `MAX_BLOCK` bytes; a CONTINUATION out of place; padding
 //! longer than its frame; a PUSH_PROMISE; a block that does not decode or
 //! whose header list exceeds [`MAX_LIST`] bytes. Once a block was
 //! re-encoded, h2 could decode a client's broken block with its
@@ -62,7 +62,7 @@
 //! machine, this crate at opt-level 3.) Other frames pass in place when
 //! a read holds whole frames; bytes behind a held-back header block in
 //! the same read are copied once more. Memory: the block under way, at
-//! most [`MAX_BLOCK`] bytes and released after a large one, and the
+//! most `MAX_BLOCK` bytes and released after a large one, and the
 //! mirrored dynamic table, at most 4 KiB.
 
 mod hpack;
@@ -74,12 +74,14 @@ mod rewrite;
 #[allow(clippy::unwrap_used)]
 mod test_support;
 
+// The decoder and the server's settings it assumes are public for the
+// end-to-end test (tests/tests/h2_authority.rs), which reads h2's answers
+// with it; the rewriter is this crate's own (`listen.rs`).
 pub use hpack::{DecodeError, Decoder, Field};
-pub use io::RewriteAuthority;
-pub use rewrite::Rewriter;
+pub(crate) use io::RewriteAuthority;
 
 /// What replaces a refused `:authority`.
-pub const REPLACEMENT: &[u8] = b"localhost";
+pub(crate) const REPLACEMENT: &[u8] = b"localhost";
 
 /// The server's SETTINGS_HEADER_TABLE_SIZE: hyper sends none, so the
 /// protocol default; the most a client's dynamic table may hold.
@@ -93,7 +95,7 @@ pub const MAX_FRAME_SIZE: usize = 16384;
 /// collects: more than h2 takes (one HEADERS and at most six
 /// CONTINUATION frames of 16384 bytes with the server's 64 KiB header
 /// list limit).
-pub const MAX_BLOCK: usize = 8 * (9 + MAX_FRAME_SIZE);
+pub(crate) const MAX_BLOCK: usize = 8 * (9 + MAX_FRAME_SIZE);
 
 /// The largest decoded header list the rewriter handles: four times the
 /// server's header list limit, where h2 ends the connection too.

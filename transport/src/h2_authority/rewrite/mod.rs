@@ -55,7 +55,7 @@ struct Block {
 /// what the client sent with [`Rewriter::scan`]; what h2 should read is
 /// the leading bytes `scan` passes, then [`Rewriter::pending`].
 #[derive(Debug)]
-pub struct Rewriter {
+pub(crate) struct Rewriter {
     state: State,
     /// A frame head under way, and how many of its bytes came.
     head: [u8; 9],
@@ -102,14 +102,9 @@ impl Rewriter {
     }
 
     /// Whether a header block was re-encoded on this connection.
+    #[cfg(test)]
     pub fn has_rewritten(&self) -> bool {
         self.rewriting
-    }
-
-    /// Whether the rewriter stopped following the stream (it passes
-    /// everything through from now on).
-    pub fn is_blind(&self) -> bool {
-        self.state == State::Blind
     }
 
     /// Takes in `input`, the next bytes from the client. Returns how many
