@@ -623,14 +623,14 @@ pub enum CertIdentityError {
     },
     /// The common name is neither [`OWNER_COMMON_NAME`] nor a node ID.
     UnknownSubject {
-        /// The common name found (cut as [`cut`](crate::quote::cut) does).
+        /// The common name found (cut as [`crate::quote::cut`] does).
         common_name: String,
     },
     /// The common name `owner` comes with another organization than
     /// [`OWNER_ORGANIZATION`], or none, or several.
     OwnerOrganization {
         /// The organizations found: the first 4, each cut as
-        /// [`cut`](crate::quote::cut) does.
+        /// [`crate::quote::cut`] does.
         found: Vec<String>,
     },
     /// The common name starts like a node ID but is not one.
@@ -640,7 +640,7 @@ pub enum CertIdentityError {
         /// The node ID in the common name.
         node_id: NodeId,
         /// The dotted OID of the key's algorithm (cut as
-        /// [`cut`](crate::quote::cut) does).
+        /// [`crate::quote::cut`] does).
         algorithm: String,
     },
     /// A node certificate's common name names another node than its key.
@@ -653,7 +653,7 @@ pub enum CertIdentityError {
     /// An owner certificate's key is not Ed25519.
     OwnerKeyNotEd25519 {
         /// The dotted OID of the key's algorithm (cut as
-        /// [`cut`](crate::quote::cut) does).
+        /// [`crate::quote::cut`] does).
         algorithm: String,
     },
     /// An owner certificate lacks the client-auth extended key usage.

@@ -28,7 +28,8 @@ use tokio::sync::watch;
 use super::exec::Exec;
 use super::{EtcdStore, GrantedLease};
 
-/// A running election driver; see the [module docs](self).
+/// A running election driver; see the [crate
+/// documentation](crate#leases-and-the-election).
 pub struct ElectionDriver {
     leadership: SharedLeadership,
     roles: watch::Receiver<Role>,

@@ -1,4 +1,4 @@
-//! The embedded store over a simulated disk ([`crate::disk`]), crashed in
+//! The embedded store over a simulated disk ([`metropolis_testkit::disk`]), crashed in
 //! the middle of its writes.
 //!
 //! One seed runs several lives of one store directory. In each, the store

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The longest a client process may run before it is killed.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(90);
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(90);
 /// How much of a client's standard error a failure quotes (its tail).
 const STDERR_TAIL: usize = 1500;
 

@@ -1,7 +1,7 @@
 //! Client connections to a curator, on any [`Runtime`](crate::runtime::Runtime):
 //! over the local UNIX socket, over mutual TLS, or over plain TCP (the
 //! debug service), each as a [`Channel`] for the tonic-generated clients;
-//! and the [`Dialer`](crate::connect::Dialer) a follower reaches its leader
+//! and the [`Dialer`] a follower reaches its leader
 //! with.
 
 use std::path::Path;
@@ -88,7 +88,7 @@ async fn handshake(runtime: &SharedRuntime, target: &str, io: Io) -> Result<Chan
 pub trait Dialer: Send + Sync + 'static {
     /// Connects to the leader `node_id` at `address` (`host:port`) with
     /// `config`, refusing a server whose certificate is not that curator
-    /// instance's ([`check_leader`](metropolis_transport::connect::check_leader)).
+    /// instance's ([`check_leader`]).
     fn dial(
         &self,
         node_id: String,

@@ -48,7 +48,7 @@ impl ServeOptions {
 /// How long a connection closed for idleness may take to drain (its peer
 /// answering the GOAWAY's PING) before it is dropped: this, or the idle
 /// timeout when shorter.
-const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(10);
+pub const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(10);
 
 /// Serves `router` on one connection whose peer is `peer` (an
 /// [`Identity`](metropolis_core::identity::Identity) converts into one), until the

@@ -1,4 +1,4 @@
-//! The node's listeners, on any [`Runtime`]: the local UNIX socket (the
+//! The node's listeners, on any [`Runtime`](crate::runtime::Runtime): the local UNIX socket (the
 //! caller is this node), TCP with TLS 1.3 (the caller is whoever its client
 //! certificate says) and plain TCP for the debug service. The accept loop
 //! and its limits are [`edge`](crate::edge)'s, each connection is served

@@ -1,8 +1,9 @@
 //! The one seam between the node and an async runtime.
 //!
-//! Everything that serves or dials (the listeners in [`listen`](crate::listen),
-//! the connectors in [`connect`](crate::connect), the node's start and run
-//! loop in [`serving`](crate::serving)) is written once against
+//! Everything that serves or dials (the listeners in
+//! [`listen`](crate::listen), the connectors in
+//! [`connect`](crate::connect), and above this crate the node's start and
+//! run loop, `metropolis_node::serving`) is written once against
 //! [`Runtime`]. A runtime crate implements it in one small file: spawning
 //! a task, its timer, registering a bound socket, connecting, TLS over its
 //! own IO traits, and the termination signals. Nothing else in the node

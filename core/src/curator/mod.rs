@@ -9,7 +9,7 @@ use bytes::Bytes;
 use metropolis_proto::prelude::{curator, storage};
 use prost::Message;
 
-pub use validate::{StatusError, validate_status};
+pub use validate::{MAX_STATUS_BYTES, StatusError, validate_status};
 
 use crate::identity::NodeId;
 use crate::store::KeyValue;

@@ -18,7 +18,8 @@ pub enum StatusError {
     Missing,
     /// `status.external_address` is not an IPv4 or IPv6 address.
     BadAddress(String),
-    /// The encoded status is larger than [`MAX_STATUS_BYTES`].
+    /// The encoded status is larger than
+    /// [`MAX_STATUS_BYTES`](crate::curator::MAX_STATUS_BYTES).
     TooLarge(usize),
 }
 

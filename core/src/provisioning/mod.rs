@@ -27,7 +27,7 @@ mod agent;
 mod heartbeat;
 mod machine_id;
 mod report;
-mod root_device;
+pub mod root_device;
 mod server;
 
 pub use agent::{

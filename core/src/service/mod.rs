@@ -15,7 +15,7 @@ mod curator_http;
 pub mod debug;
 pub mod elected;
 pub mod forward;
-mod group_commit;
+pub mod group_commit;
 mod health;
 mod introspection;
 pub mod maintenance;

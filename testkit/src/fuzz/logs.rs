@@ -38,7 +38,7 @@ pub const DNS: [&str; 8] = [
 ];
 
 /// A DN string: from [`DNS`] (selector below 240) or read from the input.
-fn dn_string(input: &mut Input) -> String {
+pub fn dn_string(input: &mut Input) -> String {
     let sel = input.u8();
     if sel < 240 {
         DNS[usize::from(sel) % DNS.len()].to_string()

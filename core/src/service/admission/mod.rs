@@ -3,7 +3,7 @@
 //! every request message being received on a listener at once.
 //!
 //! The [`Router`](super::Router) wraps every request body it passes on (to
-//! a service here, or to the leader) in an [`AdmittedBody`], which reads the
+//! a service here, or to the leader) in an `AdmittedBody`, which reads the
 //! gRPC message prefixes as the data frames arrive. A message declaring
 //! more than its method's limit ends the body with OutOfRange before any of
 //! it is buffered; a message the shared budget cannot cover ends it with

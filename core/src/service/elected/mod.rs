@@ -7,7 +7,7 @@
 //!   observers, actions and timers to the election port.
 //! - Its [`Routing`] implementation routes every call through the machine
 //!   ([`Router::with_routing`](super::Router::with_routing)).
-//! - [`FencedStore`] is the [`KvStore`] the services of an elected
+//! - [`FencedStore`] is the [`KvStore`](crate::ports::KvStore) the services of an elected
 //!   instance write through: every transaction carries the leader's fence.
 
 pub mod driver;

@@ -3,7 +3,7 @@
 //! [`Registry`] and serves (the daemon's `--metrics-listen`).
 //!
 //! [`Metrics`] is one handle on every family: the routers record their
-//! calls ([`rpc`]), the watch cache its streams, the provisioning service
+//! calls, the watch cache its streams, the provisioning service
 //! its heartbeats, a [`MeteredKv`] the store requests it passes on, a
 //! [`MeteredLeases`] the election's lease requests, an elected instance
 //! its role changes. Durations are read from the

@@ -7,7 +7,7 @@
 //!    machine's record in etcd;
 //! 2. **etcd**: as many loops sending the equivalent fenced transaction
 //!    for the machine's record straight to etcd
-//!    ([`fenced_direct`](super::fenced_direct)).
+//!    ([`super::fenced_direct`]).
 //!
 //! Both count acknowledged heartbeats only.
 

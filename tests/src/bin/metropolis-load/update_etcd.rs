@@ -6,7 +6,7 @@
 //!    clients of a connection updating that connection's node, as in
 //!    `update-tls`);
 //! 2. **etcd**: as many loops sending the equivalent fenced transaction
-//!    for the node's record straight to etcd ([`fenced_direct`](super::fenced_direct)).
+//!    for the node's record straight to etcd ([`super::fenced_direct`]).
 //!
 //! Both count acknowledged updates only. The loops of a node share its
 //! key in both phases, so both see the same races.
