@@ -1,6 +1,11 @@
-//! The runtime-neutral half of `metropolisd`: its configuration, the data
-//! directory (store, PKI, owner credential) and the services built on them.
-//! Each runtime crate adds listeners, signals and its executor.
+//! What `metropolisd` decides before it serves, on any runtime: its
+//! configuration ([`Config`], the flags; [`crate::settings`] reads them
+//! from the command line, the environment and a file), the data directory
+//! ([`Layout`]: store, PKI, owner credential), and [`NodeServices`], the
+//! services built on them with their host ports, plus the daemon's
+//! logging ([`init_logging`]). [`crate::serving`] starts the listeners and
+//! runs the daemon on a [`Runtime`](metropolis_transport::runtime::Runtime);
+//! the runtime crates only implement that trait.
 //!
 //! On first start with an empty data directory it creates the cluster CA,
 //! this node's Ed25519 identity and certificate (and an ECDSA P-256 server
