@@ -35,7 +35,8 @@ use x509_parser::extensions::{GeneralName, ParsedExtension};
 use x509_parser::oid_registry::OID_SIG_ED25519;
 
 /// The longest error message accepted: messages quote names from the
-/// certificate, cut (`identity`'s quoting keeps 80 characters).
+/// certificate, cut to [`QUOTE_CHARS`](metropolis_core::quote::QUOTE_CHARS)
+/// characters.
 pub const MAX_MESSAGE: usize = 2048;
 
 fn strings<'a>(
