@@ -15,34 +15,17 @@ use std::time::{Duration, Instant};
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
     GetMachineRequest, Machine, machine_management_client::MachineManagementClient,
 };
-use metropolis_proto::prelude::{agent, debug as api};
 use metropolis_tests::loop_device::LoopDevice;
 use metropolis_tests::provisioning::{report, submit};
 use metropolis_tests::registry::Registry;
 use metropolis_tests::{AgentProcess, Daemon, EnrolledMachine, RuntimeKind, against_both_runtimes};
 use metropolis_transport::grpc::Channel;
-use prost::Message;
 
 const MACHINE: &str = "3b241101-e2bb-4255-8caf-4136c566a962";
 
 fn request(registry: &str, repo: &str, tag: &str, digest: &str, root: &std::path::Path) -> Vec<u8> {
-    agent::OsInstallationRequest {
-        generation: 0,
-        r#type: Some(agent::os_installation_request::Type::Metropolis(
-            agent::MetropolisInstallationRequest {
-                os_image: Some(api::OsImageRef {
-                    scheme: "http".into(),
-                    host: registry.into(),
-                    repository: repo.into(),
-                    tag: tag.into(),
-                    digest: digest.into(),
-                }),
-                node_parameters: None,
-                root_device: root.display().to_string(),
-            },
-        )),
-    }
-    .encode_to_vec()
+    let root = root.display().to_string();
+    metropolis_tests::provisioning::metropolis_request(registry, repo, tag, digest, &root)
 }
 
 async fn machine(op: &mut MachineManagementClient<Channel>) -> Machine {
