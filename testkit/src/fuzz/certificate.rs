@@ -60,29 +60,30 @@ fn ed25519_key(cert: &X509Certificate<'_>) -> Option<[u8; 32]> {
     <[u8; 32]>::try_from(spki.subject_public_key.data.as_ref()).ok()
 }
 
-fn has_curator_uri(cert: &X509Certificate<'_>) -> bool {
+/// Whether some subject alternative name extension of `cert` holds a
+/// name `wanted` accepts.
+fn has_san(cert: &X509Certificate<'_>, wanted: impl Fn(&GeneralName<'_>) -> bool) -> bool {
     cert.extensions()
         .iter()
         .any(|ext| match ext.parsed_extension() {
-            ParsedExtension::SubjectAlternativeName(san) => san
-                .general_names
-                .iter()
-                .any(|n| matches!(n, GeneralName::URI(uri) if *uri == CURATOR_URI)),
+            ParsedExtension::SubjectAlternativeName(san) => san.general_names.iter().any(&wanted),
             _ => false,
         })
 }
 
+fn has_curator_uri(cert: &X509Certificate<'_>) -> bool {
+    has_san(
+        cert,
+        |n| matches!(n, GeneralName::URI(uri) if *uri == CURATOR_URI),
+    )
+}
+
 /// Whether some extension of `cert` names `dns` as a DNS name.
 fn has_dns_name(cert: &X509Certificate<'_>, dns: &str) -> bool {
-    cert.extensions()
-        .iter()
-        .any(|ext| match ext.parsed_extension() {
-            ParsedExtension::SubjectAlternativeName(san) => san
-                .general_names
-                .iter()
-                .any(|n| matches!(n, GeneralName::DNSName(name) if *name == dns)),
-            _ => false,
-        })
+    has_san(
+        cert,
+        |n| matches!(n, GeneralName::DNSName(name) if *name == dns),
+    )
 }
 
 /// Whether some extended key usage extension of `cert` passes `usage`.

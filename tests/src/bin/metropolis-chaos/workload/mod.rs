@@ -158,6 +158,17 @@ where
 }
 
 impl Workload {
+    /// Follows `view` as `watcher` until the workload stops.
+    fn watch(&mut self, view: client::NodeView, watcher: Watcher, ids: &[String], clock: Clock) {
+        self.others.push(tokio::spawn(watch_loop(
+            view,
+            ids.to_vec(),
+            clock,
+            watcher.clone_parts(),
+        )));
+        self.watchers.push(watcher);
+    }
+
     /// Adds `nodes` nodes and [`AGENTS`] machines as the owner (whose
     /// credential is in `owner_dir`), then starts everything.
     pub async fn start(
@@ -260,24 +271,12 @@ impl Workload {
             let node_id =
                 NodeId::parse(id).map_err(|e| format!("the ID of node {i}, {id}: {e}"))?;
             let view = config((i + 1) % N, false, tls.clone(), 100 + i as u64)?.watch_node(node_id);
-            w.others.push(tokio::spawn(watch_loop(
-                view,
-                ids.clone(),
-                clock,
-                watcher.clone_parts(),
-            )));
-            w.watchers.push(watcher);
+            w.watch(view, watcher, &ids, clock);
         }
         for j in 0..N {
             let watcher = Watcher::new(format!("nodes@curator-{j}"), WatchKind::Nodes);
             let view = config(j, false, owner_tls.clone(), 200 + j as u64)?.watch_nodes();
-            w.others.push(tokio::spawn(watch_loop(
-                view,
-                ids.clone(),
-                clock,
-                watcher.clone_parts(),
-            )));
-            w.watchers.push(watcher);
+            w.watch(view, watcher, &ids, clock);
         }
         for (a, (machine_id, tls)) in agents.into_iter().enumerate() {
             let client = config(a, true, tls, 300 + a as u64)?;
