@@ -351,6 +351,20 @@ async fn metropolis_identities_are_refused(runtime: RuntimeKind) {
     );
 }
 
+/// Waits up to 5 s for `d`'s log to contain `text`: the daemon answers on
+/// its listeners (bound first) a moment before it logs what it serves.
+async fn logs_soon(d: &Daemon, text: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !d.log().contains(text) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{text:?} not logged:\n{}",
+            d.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A debug listener beyond loopback needs --debug-listen-non-loopback:
 /// refused without it (naming both flags), served with it, with a warning
 /// that says the service is reachable from the network.
@@ -375,11 +389,7 @@ async fn non_loopback_debug_listen_needs_the_opt_in(runtime: RuntimeKind) {
     );
 
     let d = Daemon::start_debug_on(&data, runtime, "0.0.0.0", &["--debug-listen-non-loopback"]);
-    assert!(
-        d.log().contains("REACHABLE FROM THE NETWORK"),
-        "{}",
-        d.log()
-    );
+    logs_soon(&d, "REACHABLE FROM THE NETWORK").await;
     d.debug_client()
         .await
         .get_debug_kubeconfig(debug::GetDebugKubeconfigRequest {
@@ -392,7 +402,7 @@ async fn non_loopback_debug_listen_needs_the_opt_in(runtime: RuntimeKind) {
     // On loopback, the opt-in changes nothing but the flag being allowed.
     let other = dir.path().join("other");
     let d = Daemon::start_debug(&other, runtime, &["--debug-listen-non-loopback"]);
-    assert!(d.log().contains("UNAUTHENTICATED"), "{}", d.log());
+    logs_soon(&d, "UNAUTHENTICATED").await;
     assert!(
         !d.log().contains("REACHABLE FROM THE NETWORK"),
         "{}",
