@@ -4,11 +4,12 @@
 //!
 //! Kubernetes takes the user from the subject's common name and the groups
 //! from *each* organization attribute. rcgen keeps one value per attribute
-//! type, so the groups are first written under placeholder attribute types
-//! (2.5.4.64 + i, same encoded length as organizationName 2.5.4.10), then
-//! renamed to organizationName in the to-be-signed bytes, which are signed
-//! again with the CA key. The result is parsed back and its signature,
-//! subject and issuer checked before it is handed out.
+//! type, so rcgen builds the certificate without a subject, and the
+//! subject (one organization attribute per group, then the common name) is
+//! set on the decoded to-be-signed certificate with `x509-cert`, which is
+//! encoded again and signed with the CA key. The result is parsed back with
+//! x509-parser and its signature, subject and issuer checked before it is
+//! handed out.
 
 use std::path::Path;
 use std::time::Duration;
@@ -18,10 +19,16 @@ use std::time::SystemTime;
 use base64::Engine as _;
 use metropolis_core::ports::{IssuedKubeconfig, KubeconfigError, KubeconfigIssuer};
 use rcgen::{
-    DistinguishedName, DnType, DnValue, ExtendedKeyUsagePurpose, KeyPair, PKCS_ECDSA_P256_SHA256,
-    SigningKey,
+    DistinguishedName, ExtendedKeyUsagePurpose, KeyPair, PKCS_ECDSA_P256_SHA256, SigningKey,
 };
 use serde::{Deserialize, Serialize};
+use x509_cert::Certificate;
+use x509_cert::attr::AttributeTypeAndValue;
+use x509_cert::der::asn1::{BitString, SetOfVec};
+use x509_cert::der::oid::ObjectIdentifier;
+use x509_cert::der::oid::db::rfc4519::{COMMON_NAME, ORGANIZATION_NAME};
+use x509_cert::der::{Any, Decode, Encode, Tag};
+use x509_cert::name::{Name, RdnSequence, RelativeDistinguishedName};
 
 use super::{ClusterCa, PkiError, files};
 
@@ -42,7 +49,9 @@ pub const DEFAULT_KUBECONFIG_VALIDITY: Duration = Duration::from_secs(24 * 3600)
 /// Debug certificates are valid from this long before issuance.
 const BACKDATE: Duration = Duration::from_secs(300);
 
-/// Most groups the placeholder scheme can carry (2.5.4.64 ..= 2.5.4.127).
+/// Most groups one debug kubeconfig may carry. A bound on the request (each
+/// group is an attribute of the certificate's subject, which a client sends
+/// on every connection), far above what a debugging session needs.
 pub const MAX_KUBECONFIG_GROUPS: usize = 64;
 
 /// The CA that signs debug kubeconfigs.
@@ -137,19 +146,12 @@ impl KubernetesCa {
                 format!("at most {MAX_KUBECONFIG_GROUPS} groups are supported"),
             ));
         }
+        let subject = client_subject(id, groups)?;
         let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)
             .map_err(PkiError::crypto("generate a client key"))?;
-        let mut dn = DistinguishedName::new();
-        for (i, group) in groups.iter().enumerate() {
-            let arc = 64 + u64::try_from(i).expect("at most 64 groups");
-            dn.push(
-                DnType::CustomDnType(vec![2, 5, 4, arc]),
-                DnValue::Utf8String(group.clone()),
-            );
-        }
-        dn.push(DnType::CommonName, DnValue::Utf8String(id.to_owned()));
+        // The subject is set below: rcgen cannot write it.
         let params = self.ca.leaf_params_valid_for(
-            dn,
+            DistinguishedName::new(),
             Vec::new(),
             vec![ExtendedKeyUsagePurpose::ClientAuth],
             validity,
@@ -158,7 +160,7 @@ impl KubernetesCa {
         let cert = params
             .signed_by(&key, self.ca.issuer())
             .map_err(PkiError::crypto("sign a client certificate"))?;
-        let der = rename_groups(cert.der(), |tbs| self.ca.issuer().key().sign(tbs))?;
+        let der = with_subject(cert.der(), subject, |tbs| self.ca.issuer().key().sign(tbs))?;
         let not_after = check_issued(&der, &self.ca, id, groups)?;
         let pem = pem_encode("CERTIFICATE", &der);
         Ok((pem, key.serialize_pem(), not_after))
@@ -201,91 +203,62 @@ impl std::fmt::Display for SharedCa {
 
 impl std::error::Error for SharedCa {}
 
-/// Reads one DER header at `at`: (tag, header length, content length).
-fn tlv(der: &[u8], at: usize) -> Option<(u8, usize, usize)> {
-    let tag = *der.get(at)?;
-    let first = *der.get(at + 1)?;
-    if first < 0x80 {
-        return Some((tag, 2, usize::from(first)));
+/// The subject of a client certificate: O=each of `groups` in order, each
+/// in a relative distinguished name of its own, then CN=`id`; all
+/// UTF8String.
+fn client_subject(id: &str, groups: &[String]) -> Result<Name, PkiError> {
+    let mut rdns = Vec::with_capacity(groups.len() + 1);
+    for group in groups {
+        rdns.push(rdn(ORGANIZATION_NAME, group, "groups")?);
     }
-    let n = usize::from(first & 0x7f);
-    if n == 0 || n > 4 {
-        return None;
-    }
-    let mut len = 0usize;
-    for i in 0..n {
-        len = (len << 8) | usize::from(*der.get(at + 2 + i)?);
-    }
-    Some((tag, 2 + n, len))
+    rdns.push(rdn(COMMON_NAME, id, "id")?);
+    Ok(RdnSequence(rdns))
 }
 
-fn push_len(out: &mut Vec<u8>, len: usize) {
-    if len < 0x80 {
-        out.push(u8::try_from(len).expect("checked below 0x80"));
-        return;
-    }
-    let bytes = len.to_be_bytes();
-    let skip = bytes.iter().take_while(|b| **b == 0).count();
-    out.push(0x80 | u8::try_from(bytes.len() - skip).expect("at most 8 length bytes"));
-    out.extend_from_slice(&bytes[skip..]);
+/// A relative distinguished name of one attribute, `oid` = `value`
+/// (UTF8String); `field` names the request field in errors.
+fn rdn(
+    oid: ObjectIdentifier,
+    value: &str,
+    field: &str,
+) -> Result<RelativeDistinguishedName, PkiError> {
+    let invalid = |e: x509_cert::der::Error| {
+        PkiError::invalid(
+            field,
+            format!("{value:?} cannot be a subject attribute: {e}"),
+        )
+    };
+    let value = Any::new(Tag::Utf8String, value.as_bytes()).map_err(invalid)?;
+    let set = SetOfVec::try_from(vec![AttributeTypeAndValue { oid, value }]).map_err(invalid)?;
+    Ok(RelativeDistinguishedName(set))
 }
 
-/// Renames the placeholder attribute types of the subject to
-/// organizationName and signs the to-be-signed bytes again with `sign`.
-fn rename_groups(
+/// The certificate `der` with its subject replaced by `subject`: the
+/// to-be-signed certificate is decoded, given the subject, encoded again
+/// and signed with `sign` (the issuer's key, whose algorithm the
+/// certificate already names).
+fn with_subject(
     der: &[u8],
+    subject: Name,
     sign: impl FnOnce(&[u8]) -> Result<Vec<u8>, rcgen::Error>,
 ) -> Result<Vec<u8>, PkiError> {
-    let bad = || PkiError::invalid("issued client certificate", "unexpected DER layout");
-    // Certificate ::= SEQUENCE { tbsCertificate, signatureAlgorithm, signature }
-    let (_, cert_hdr, _) = tlv(der, 0).ok_or_else(bad)?;
-    let tbs_at = cert_hdr;
-    let (_, tbs_hdr, tbs_len) = tlv(der, tbs_at).ok_or_else(bad)?;
-    let alg_at = tbs_at + tbs_hdr + tbs_len;
-    let (_, alg_hdr, alg_len) = tlv(der, alg_at).ok_or_else(bad)?;
-    let mut tbs = der.get(tbs_at..alg_at).ok_or_else(bad)?.to_vec();
-    let alg = der
-        .get(alg_at..alg_at + alg_hdr + alg_len)
-        .ok_or_else(bad)?;
-
-    // Locate the subject: the tbs fields are [0] version, serial,
-    // signature, issuer, validity, subject.
-    let mut at = tbs_hdr;
-    for _ in 0..5 {
-        let (_, h, l) = tlv(&tbs, at).ok_or_else(bad)?;
-        at += h + l;
-    }
-    let (_, subject_hdr, subject_len) = tlv(&tbs, at).ok_or_else(bad)?;
-    let end = at + subject_hdr + subject_len;
-    let mut rdn = at + subject_hdr;
-    while rdn < end {
-        // RelativeDistinguishedName ::= SET { SEQUENCE { OID, value } }
-        let (_, set_hdr, set_len) = tlv(&tbs, rdn).ok_or_else(bad)?;
-        let (_, atv_hdr, _) = tlv(&tbs, rdn + set_hdr).ok_or_else(bad)?;
-        let oid_at = rdn + set_hdr + atv_hdr;
-        if let Some([0x06, 0x03, 0x55, 0x04, arc]) = tbs.get(oid_at..oid_at + 5)
-            && (64..=127).contains(arc)
-        {
-            tbs[oid_at + 4] = 0x0a; // organizationName (2.5.4.10)
-        }
-        rdn += set_hdr + set_len;
-    }
-
+    let origin = "issued client certificate";
+    let invalid =
+        |what: &str, e: x509_cert::der::Error| PkiError::invalid(origin, format!("{what}: {e}"));
+    let mut cert = Certificate::from_der(der).map_err(|e| invalid("cannot be decoded", e))?;
+    cert.tbs_certificate.subject = subject;
+    let tbs = cert
+        .tbs_certificate
+        .to_der()
+        .map_err(|e| invalid("cannot encode the to-be-signed certificate", e))?;
     let signature = sign(&tbs).map_err(PkiError::crypto("sign a client certificate"))?;
-    let mut bits = vec![0x03];
-    push_len(&mut bits, signature.len() + 1);
-    bits.push(0);
-    bits.extend_from_slice(&signature);
-    let mut out = vec![0x30];
-    push_len(&mut out, tbs.len() + alg.len() + bits.len());
-    out.extend_from_slice(&tbs);
-    out.extend_from_slice(alg);
-    out.extend_from_slice(&bits);
-    Ok(out)
+    cert.signature =
+        BitString::from_bytes(&signature).map_err(|e| invalid("cannot encode the signature", e))?;
+    cert.to_der().map_err(|e| invalid("cannot be encoded", e))
 }
 
-/// Parses an issued certificate back and checks it: signed by `ca`, CN and
-/// O as asked. Returns its expiry.
+/// Parses an issued certificate back and checks it: signed by `ca`, issued
+/// under `ca`'s subject, CN and O as asked. Returns its expiry.
 fn check_issued(der: &[u8], ca: &ClusterCa, id: &str, groups: &[String]) -> Result<i64, PkiError> {
     let origin = "issued client certificate";
     let (_, cert) = x509_parser::parse_x509_certificate(der)
@@ -295,6 +268,12 @@ fn check_issued(der: &[u8], ca: &ClusterCa, id: &str, groups: &[String]) -> Resu
         .map_err(|e| PkiError::invalid("Kubernetes CA", format!("cannot be parsed: {e}")))?;
     cert.verify_signature(Some(ca_cert.public_key()))
         .map_err(|e| PkiError::invalid(origin, format!("signature does not verify: {e}")))?;
+    if cert.issuer().as_raw() != ca_cert.subject().as_raw() {
+        return Err(PkiError::invalid(
+            origin,
+            "its issuer is not the Kubernetes CA's subject byte for byte",
+        ));
+    }
     let cn: Vec<_> = cert
         .subject()
         .iter_common_name()
@@ -494,7 +473,7 @@ fn unix_now_secs() -> i64 {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use rcgen::PublicKeyData;
+    use rcgen::{DnType, PublicKeyData};
 
     fn issuer(dir: &Path, validity: Duration) -> DebugKubeconfigs {
         let ca = KubernetesCa::load_or_generate(dir).unwrap();
@@ -585,6 +564,100 @@ mod tests {
             issuer.issue_kubeconfig("bob", &too_many),
             Err(KubeconfigError::Invalid(_))
         ));
+    }
+
+    /// Each group is an organization attribute of its own, in order and
+    /// verbatim (RFC 4514 specials, non-ASCII, empty), before the common
+    /// name; the certificate chains to the CA and names it as issuer.
+    #[test]
+    fn every_group_is_an_organization_attribute_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = KubernetesCa::load_or_generate(dir.path()).unwrap();
+        let groups: Vec<String> = ["system:masters", "a,b+c=d", "ünïcode \\ \"q\"", "", "ops"]
+            .map(String::from)
+            .to_vec();
+        let (cert_pem, _, not_after) = ca
+            .issue_client("carol", &groups, Duration::from_secs(60))
+            .unwrap();
+        let (_, pem) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes()).unwrap();
+        let cert = pem.parse_x509().unwrap();
+        let ca_der = ca.ca.cert_der();
+        let (_, ca_cert) = x509_parser::parse_x509_certificate(&ca_der).unwrap();
+        cert.verify_signature(Some(ca_cert.public_key())).unwrap();
+        assert_eq!(cert.issuer().as_raw(), ca_cert.subject().as_raw());
+        let attrs: Vec<_> = cert
+            .subject()
+            .iter()
+            .map(|rdn| {
+                let mut it = rdn.iter();
+                let attr = it.next().unwrap();
+                assert!(it.next().is_none(), "one attribute per RDN");
+                assert_eq!(
+                    attr.attr_value().tag(),
+                    x509_parser::asn1_rs::Tag::Utf8String
+                );
+                (
+                    attr.attr_type().to_id_string(),
+                    attr.as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        let mut expected: Vec<_> = groups
+            .iter()
+            .map(|g| ("2.5.4.10".to_owned(), g.clone()))
+            .collect();
+        expected.push(("2.5.4.3".to_owned(), "carol".to_owned()));
+        assert_eq!(attrs, expected);
+        assert_eq!(cert.validity().not_after.timestamp(), not_after);
+        // Apart from the subject (and so the signature), the certificate is
+        // what rcgen wrote: client authentication only, not a CA.
+        assert!(!cert.is_ca());
+        let eku = cert.extended_key_usage().unwrap().unwrap().value;
+        assert!(eku.client_auth && !eku.server_auth);
+    }
+
+    /// x509-cert encodes a decoded rcgen certificate to the same bytes,
+    /// so replacing the subject changes nothing else.
+    #[test]
+    fn x509_cert_reencodes_rcgen_certificates_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = KubernetesCa::load_or_generate(dir.path()).unwrap();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, "dave");
+        let params = ca
+            .ca
+            .leaf_params_valid_for(
+                dn,
+                Vec::new(),
+                vec![ExtendedKeyUsagePurpose::ClientAuth],
+                DEFAULT_KUBECONFIG_VALIDITY,
+                BACKDATE,
+            )
+            .unwrap();
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let cert = params.signed_by(&key, ca.ca.issuer()).unwrap();
+        let decoded = Certificate::from_der(cert.der()).unwrap();
+        assert_eq!(decoded.to_der().unwrap(), cert.der().as_ref());
+        let subject = decoded.tbs_certificate.subject.clone();
+        // The same subject and a fresh signature: only the signature
+        // differs (ECDSA signatures are randomized).
+        let again =
+            with_subject(cert.der(), subject, |tbs| ca.ca.issuer().key().sign(tbs)).unwrap();
+        let again = Certificate::from_der(&again).unwrap();
+        assert_eq!(again.tbs_certificate, decoded.tbs_certificate);
+        assert_eq!(again.signature_algorithm, decoded.signature_algorithm);
+    }
+
+    /// An Ed25519 CA (as the cluster CA is) signs client certificates as
+    /// well as the generated ECDSA one.
+    #[test]
+    fn an_ed25519_ca_issues_client_certificates() {
+        let ed = ClusterCa::generate().unwrap();
+        let ca = configured(&ed.cert_pem(), &ed.key_pem());
+        let groups = vec!["g1".to_string(), "g2".to_string()];
+        // issue_client checks the signature, issuer and subject itself.
+        ca.issue_client("erin", &groups, Duration::from_secs(60))
+            .unwrap();
     }
 
     /// A CA certificate for `key`, self-signed or signed by `issuer`.
