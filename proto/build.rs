@@ -50,8 +50,13 @@ fn main() -> BuildResult {
 
     std::fs::write(out.join("authorization.rs"), authorization_table(&pool)?)?;
 
+    // Services only with the `grpc` feature: the messages alone need no
+    // tonic.
+    let grpc = std::env::var_os("CARGO_FEATURE_GRPC").is_some();
     tonic_prost_build::configure()
         .build_transport(false)
+        .build_client(grpc)
+        .build_server(grpc)
         .include_file("mod.rs")
         .bytes(".")
         .compile_fds(fds)?;
@@ -61,6 +66,7 @@ fn main() -> BuildResult {
     containerd.open_files(CONTAINERD_PROTOS)?;
     tonic_prost_build::configure()
         .build_transport(false)
+        .build_client(grpc)
         .build_server(false)
         .include_file("containerd.rs")
         .bytes(".")

@@ -33,10 +33,10 @@ use std::time::Duration;
 use clap::Parser;
 use metropolis_core::ports::MonotonicClock;
 use metropolis_core::provisioning::{AgentConfig, AgentLoop, MachineId, RebootAfter};
-use metropolis_core::service::agent_driver::{AgentStopped, drive_agent};
 use metropolis_node::clock::ProcessClock;
 use metropolis_node::daemon::LogFormat;
 use metropolis_node::exit::{self, Exit};
+use metropolis_service::agent_driver::{AgentStopped, drive_agent};
 pub mod disk;
 pub mod efivars;
 #[doc(hidden)]

@@ -1,4 +1,4 @@
-//! What the agent's driver (`metropolis_core::service::agent_driver`)
+//! What the agent's driver (`metropolis_service::agent_driver`)
 //! reaches on a real machine: heartbeats over mutual TLS on tokio through
 //! `metropolis-client` (the endpoints in turn, retried within one
 //! heartbeat's deadline), the
@@ -15,11 +15,11 @@ use futures::channel::oneshot;
 use futures::future::BoxFuture;
 use metropolis_client::{Backoff, CallError, Client, ClientConfig, ClientError};
 use metropolis_core::ports::Timer;
-use metropolis_core::service::agent_driver::AgentPorts;
 use metropolis_core::time::Instant;
 use metropolis_node::clock::ProcessClock;
 use metropolis_proto::prelude::agent;
 use metropolis_runtime_tokio::rt::TokioRuntime;
+use metropolis_service::agent_driver::AgentPorts;
 
 use crate::hardware::gather_hardware_report;
 use crate::install::{Installer, Progress, install_encoded_request};

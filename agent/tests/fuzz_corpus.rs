@@ -3,7 +3,7 @@
 //! `fuzz/seeds/<target>/` and `fuzz/regressions/<target>/` of
 //! `bmaas_agent::fuzz::TARGETS` goes through the harness the cargo-fuzz
 //! target runs (the replay is the test kit's, shared with the core's
-//! targets: `core/tests/fuzz_corpus.rs`). A panic in any of them fails the
+//! targets: `service/tests/fuzz_corpus.rs`). A panic in any of them fails the
 //! test, naming the target and the file.
 //!
 //! `generate_seeds` (ignored) writes `bmaas_agent::fuzz::seeds()` into

@@ -5,7 +5,7 @@
 //!
 //! The crate does no IO, reads no clock and knows no protocol: its errors
 //! say what is wrong with the archive, and which status a service answers
-//! with is the service's to say (`metropolis_core::images` maps them to
+//! with is the service's to say (`metropolis_service::status::debug` maps them to
 //! gRPC codes).
 //!
 //! [`ArchiveValidator`] reads an uncompressed tar streamed in chunks of any

@@ -218,7 +218,7 @@ fn zero_padding_after_the_end_marker_is_accepted() {
 }
 
 /// Errors say what happened; which gRPC code each becomes is the
-/// service layer's (`metropolis_core::images::archive_code`).
+/// service layer's (`metropolis_service::status::debug::archive_code`).
 #[test]
 fn errors_say_what_happened() {
     let e = ArchiveError::ArchiveTooLarge { limit: 1 };

@@ -8,7 +8,7 @@ use x509_parser::oid_registry::OID_SIG_ED25519;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 /// Why a client certificate is not a valid agent certificate. Display says
-/// what is wrong; the service answers Unauthenticated with it.
+/// what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AgentCertError {

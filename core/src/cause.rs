@@ -67,11 +67,6 @@ mod tests {
             describe(&e),
             "peer closed connection without sending TLS close_notify"
         );
-        let status = tonic::Status::from_error(Box::new(e));
-        assert_eq!(
-            describe(&status),
-            "peer closed connection without sending TLS close_notify"
-        );
     }
 
     #[test]

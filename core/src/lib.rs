@@ -1,5 +1,7 @@
-//! Sans-IO state machines of the Metropolis control plane, and the
-//! runtime-agnostic gRPC service layer built on them.
+//! Sans-IO state machines of the Metropolis control plane, and the ports
+//! their drivers reach the world through. The gRPC service layer built on
+//! them is `metropolis-service`; this crate names no gRPC, HTTP,
+//! reflection or metrics crate.
 //!
 //! Every machine here is a plain struct driven by its owner: inputs through
 //! `handle_*` methods (with the current [`time::Instant`] when time
@@ -31,13 +33,11 @@ pub(crate) use canary_planted;
 pub mod curator;
 pub mod hex;
 pub mod identity;
-pub mod images;
 pub mod leadership;
 pub mod logtree;
 pub mod ports;
 pub mod provisioning;
 pub mod quote;
-pub mod service;
 pub mod store;
 pub mod time;
 pub mod trace;

@@ -1,5 +1,5 @@
 //! The election driver on etcd: core's
-//! [`ElectionDriver`](metropolis_core::service::elected::driver::ElectionDriver)
+//! [`ElectionDriver`](metropolis_service::elected::driver::ElectionDriver)
 //! over this crate's store and leases, with the store's tokio runtime for
 //! its timers and tasks.
 //!
@@ -16,13 +16,13 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use metropolis_core::leadership::{ConfigError, Leadership, LeadershipConfig, Role};
 use metropolis_core::ports::{self, MonotonicClock, Spawner, Timer};
-use metropolis_core::service::elected::SharedLeadership;
-use metropolis_core::service::elected::driver::{ElectionDriver as Driver, ElectionPorts};
-use metropolis_core::service::forward::{Connector, Upstream};
-use metropolis_core::service::metrics::{MeteredLeases, Metrics};
 use metropolis_core::store::{LeaseId, StoreError};
 use metropolis_core::time::Instant;
 use metropolis_node::clock::ProcessClock;
+use metropolis_service::elected::SharedLeadership;
+use metropolis_service::elected::driver::{ElectionDriver as Driver, ElectionPorts};
+use metropolis_service::forward::{Connector, Upstream};
+use metropolis_service::metrics::{MeteredLeases, Metrics};
 use tokio::sync::watch;
 
 use super::exec::Exec;

@@ -7,10 +7,10 @@ use std::time::Duration;
 use metropolis_core::curator::{CLUSTER_PREFIX, NODES_PREFIX};
 use metropolis_core::leadership::Leadership;
 use metropolis_core::ports::MonotonicClock;
-use metropolis_core::service::MACHINES_PREFIX;
-use metropolis_core::service::elected::SharedLeadership;
 use metropolis_node::clock::ProcessClock;
 use metropolis_node::cluster::{Elected, ElectionHandle, StartElection};
+use metropolis_service::MACHINES_PREFIX;
+use metropolis_service::elected::SharedLeadership;
 use metropolis_transport::upstream::LeaderConnector;
 
 use metropolis_core::quote::quoted;

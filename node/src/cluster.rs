@@ -10,9 +10,9 @@ use std::time::Duration;
 use metropolis_core::identity::NodeId;
 use metropolis_core::leadership::LeadershipConfig;
 use metropolis_core::ports::KvStore;
-use metropolis_core::service::GroupCommitOptions;
-use metropolis_core::service::elected::SharedLeadership;
-use metropolis_core::service::metrics::Metrics;
+use metropolis_service::GroupCommitOptions;
+use metropolis_service::elected::SharedLeadership;
+use metropolis_service::metrics::Metrics;
 
 use futures::future::BoxFuture;
 
@@ -195,7 +195,7 @@ impl ClusterFlags {
 #[derive(Clone)]
 pub struct Elected {
     /// The shared store (etcd), unfenced: the services write through a
-    /// [`FencedStore`](metropolis_core::service::elected::FencedStore)
+    /// [`FencedStore`](metropolis_service::elected::FencedStore)
     /// over it.
     pub store: Arc<dyn KvStore>,
     /// The leadership machine the runtime's election driver feeds.

@@ -21,23 +21,23 @@ use std::sync::Arc;
 use clap::{Parser, ValueEnum};
 use metropolis_archive::ArchiveLimits;
 use metropolis_core::identity::{NodeId, is_curator_certificate};
-use metropolis_core::images::ImageStore;
 use metropolis_core::logtree::LogTreeConfig;
 use metropolis_core::ports::KubeconfigIssuer;
 use metropolis_core::ports::{CertIssuer, KvStore, WallClock};
-use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub, TraceWait};
-use metropolis_core::service::node::{NodeOptions, NodePorts, NodeServiceSet};
-use metropolis_core::service::{HealthMonitor, Readiness, Router, WatchCache, WatchCacheOptions};
 use metropolis_core::trace::Tracefs;
+use metropolis_service::debug::{DebugPorts, DebugService, LogHub, TraceWait};
+use metropolis_service::images::ImageStore;
+use metropolis_service::node::{NodeOptions, NodePorts, NodeServiceSet};
+use metropolis_service::{HealthMonitor, Readiness, Router, WatchCache, WatchCacheOptions};
 
 use crate::cluster::{ClusterFlags, Elected, StartElection};
 use crate::images::{ContainerdConfig, ContainerdStore, OciLayoutOptions, OciLayoutStore};
 use crate::metrics::NodeMetrics;
-use metropolis_core::service::metrics::{MeteredKv, Metrics};
 use metropolis_pki::{
     CA_KEY_FILE, ClientAuth, ClusterCa, Credentials, DebugKubeconfigs, KubernetesCa, P256Status,
     load_or_issue_p256, node_server_config, upgrade_key_file,
 };
+use metropolis_service::metrics::{MeteredKv, Metrics};
 use metropolis_store::{EmbeddedStore, StoreMetrics, StoreOptions};
 use metropolis_transport::connect::Dialer;
 use metropolis_transport::peer::PeerClassifier;
@@ -782,7 +782,7 @@ impl NodeServices {
             }
             None => store,
         };
-        let assembled = metropolis_core::service::node::assemble(
+        let assembled = metropolis_service::node::assemble(
             NodePorts {
                 store,
                 leadership,

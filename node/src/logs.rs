@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use metropolis_core::logtree::{Dn, Entry, EntryKind, Severity};
-use metropolis_core::service::debug::LogHub;
+use metropolis_service::debug::LogHub;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::Context;
@@ -14,15 +14,17 @@ use tracing_subscriber::layer::Context;
 /// Which DN a `tracing` target (a module path) logs under. The first
 /// matching prefix wins; targets matching none log under `root.other`.
 pub const DN_BY_TARGET: &[(&str, &str)] = &[
+    ("metropolis_service::agent_callback", "root.agentcallback"),
     (
-        "metropolis_core::service::agent_callback",
-        "root.agentcallback",
+        "metropolis_service::debug::trace_stream",
+        "root.debug.trace",
     ),
-    ("metropolis_core::service::debug", "root.debug"),
+    ("metropolis_service::debug", "root.debug"),
+    ("metropolis_service::images", "root.debug.images"),
     ("metropolis_core::trace", "root.debug.trace"),
     ("metropolis_node::tracefs", "root.debug.trace"),
     ("metropolis_node::images", "root.debug.images"),
-    ("metropolis_core::service", "root.curator"),
+    ("metropolis_service", "root.curator"),
     ("metropolis_core::store", "root.store"),
     ("metropolis_store", "root.store"),
     ("metropolis_pki", "root.pki"),
@@ -150,16 +152,13 @@ mod tests {
 
     #[test]
     fn targets_map_to_component_dns() {
+        assert_eq!(dn_for_target("metropolis_service::curator"), "root.curator");
         assert_eq!(
-            dn_for_target("metropolis_core::service::curator"),
-            "root.curator"
-        );
-        assert_eq!(
-            dn_for_target("metropolis_core::service::agent_callback"),
+            dn_for_target("metropolis_service::agent_callback"),
             "root.agentcallback"
         );
         assert_eq!(
-            dn_for_target("metropolis_core::service::debug::kubeconfig"),
+            dn_for_target("metropolis_service::debug::kubeconfig"),
             "root.debug"
         );
         assert_eq!(dn_for_target("metropolis_store::writer"), "root.store");
@@ -181,7 +180,7 @@ mod tests {
         let subscriber = tracing_subscriber::registry().with(LogTreeLayer::new(hub.clone()));
         tracing::subscriber::with_default(subscriber, || {
             tracing::warn!(target: "metropolis_store::wal", offset = 42, "torn tail cut");
-            tracing::info!(target: "metropolis_core::service::curator", "two\nlines");
+            tracing::info!(target: "metropolis_service::curator", "two\nlines");
         });
         let request = debug::GetLogsRequest {
             dn: "root".into(),

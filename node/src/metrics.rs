@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use metropolis_core::ports::MonotonicClock;
-use metropolis_core::service::ProvisioningService;
-use metropolis_core::service::metrics::Metrics;
 use metropolis_core::time::Instant;
+use metropolis_service::ProvisioningService;
+use metropolis_service::metrics::Metrics;
 use metropolis_store::StoreMetrics;
 use metropolis_transport::exposition::{Format, Render};
 use prometheus_client::metrics::info::Info;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use metropolis_archive::{ArchiveLimits, Digest};
-use metropolis_core::images::load_image;
 use metropolis_node::images::{OciLayoutOptions, OciLayoutStore};
+use metropolis_service::images::load_image;
 use metropolis_testkit::archives::*;
 use tonic::Code;
 

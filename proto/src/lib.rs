@@ -8,13 +8,17 @@
 //! - [`authorization`] is the per-method policy read from the
 //!   `metropolis.proto.ext.authorization` option at build time.
 //! - [`wire`] holds the pre-encoded Watch event.
-//! - [`json`] parses messages from their protobuf JSON mapping.
+//! - `json` (feature `json`) parses messages from their protobuf JSON
+//!   mapping.
 //! - [`containerd`]: clients of the part of containerd's API the
 //!   containerd image store calls (`containerd/README.md`); not in
 //!   [`FILE_DESCRIPTOR_SET`].
 //!
-//! Generated code carries no transport: clients and servers are generic
-//! over the HTTP/2 service, so the crate works on any async runtime.
+//! Features: `grpc` adds the tonic clients and servers (without it the
+//! crate is the messages only, what `metropolis-core` builds against);
+//! `json` adds the JSON parser. Generated code carries no transport:
+//! clients and servers are generic over the HTTP/2 service, so the crate
+//! works on any async runtime.
 
 #![allow(missing_docs, clippy::all, clippy::unwrap_used)]
 
@@ -27,6 +31,7 @@ include!(concat!(env!("OUT_DIR"), "/containerd.rs"));
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptor.bin"));
 
 pub mod authorization;
+#[cfg(feature = "json")]
 pub mod json;
 pub mod wire;
 

@@ -1,5 +1,5 @@
 //! One curator over the embedded store, as `metropolisd` runs without
-//! `--etcd` (`core::service::node::assemble` with no leadership over
+//! `--etcd` (`metropolis_service::node::assemble` with no leadership over
 //! `metropolis_store::EmbeddedStore`), on the test kit's simulated disk,
 //! the store's writer a task of the curator's node on that node's clock
 //! (`EmbeddedStore::open_stepped` and `metropolis_store::drive`).
@@ -36,10 +36,10 @@ use futures::StreamExt;
 use metropolis_core::curator::{NODE_RECORD_SCHEMA, NODES_PREFIX, node_key};
 use metropolis_core::identity::{Identity, NodeId as CuratorNodeId};
 use metropolis_core::ports::{KvStore, MonotonicClock, Timer};
-use metropolis_core::service::metrics::Metrics;
-use metropolis_core::service::node::{NodeOptions, NodePorts, assemble};
 use metropolis_core::store::{Op, Txn};
 use metropolis_proto::prelude::{curator, storage};
+use metropolis_service::metrics::Metrics;
+use metropolis_service::node::{NodeOptions, NodePorts, assemble};
 use metropolis_store::{EmbeddedStore, StoreHealth, StoreOptions, StoreWriter, WriterStep};
 use metropolis_testkit::disk::{DiskFault, SimDisk};
 use prost::Message;

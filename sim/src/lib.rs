@@ -4,7 +4,7 @@
 //! One `u64` seed drives a whole run of a [`World`]:
 //!
 //! - [`cluster`]: two to five curators assembled as the daemon assembles
-//!   them (`core::service::node::assemble`) with the daemon's election
+//!   them (`metropolis_service::node::assemble`) with the daemon's election
 //!   driver, over the store model as etcd with its network and member
 //!   faults ([`store_faults`], [`model_store`]), serving real encoded gRPC
 //!   ([`call`], [`upstream`]) across links that are cut ([`links`]) to

@@ -47,10 +47,10 @@ use futures::StreamExt;
 use metropolis_core::identity::Identity;
 use metropolis_core::logtree::LogTreeConfig;
 use metropolis_core::ports::{MonotonicClock, Timer};
-use metropolis_core::service::Router;
-use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub, TraceWait};
 use metropolis_core::trace::{FailureKind, TracePipe, Tracefs, TracefsFailure, WriteMode};
 use metropolis_proto::prelude::debug;
+use metropolis_service::Router;
+use metropolis_service::debug::{DebugPorts, DebugService, LogHub, TraceWait};
 use metropolis_testkit::tracefs::{FakeBuffer, FakePort, FakeTracefs};
 use prost::Message;
 

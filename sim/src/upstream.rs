@@ -24,8 +24,8 @@ use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
 use metropolis_core::identity::NodeId as CuratorId;
 use metropolis_core::ports::{MonotonicClock, Timer};
-use metropolis_core::service::Router;
-use metropolis_core::service::forward::{Connector, CuratorPeer, Upstream};
+use metropolis_service::Router;
+use metropolis_service::forward::{Connector, CuratorPeer, Upstream};
 use tonic::body::Body;
 
 use crate::links::{LINK_TIMEOUT, Links};

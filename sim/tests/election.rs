@@ -1,5 +1,5 @@
 //! The election driver the daemon ships
-//! (`metropolis_core::service::elected::driver`) run by the deterministic
+//! (`metropolis_service::elected::driver`) run by the deterministic
 //! runtime over the store model: three curator instances with clocks of
 //! their own (offsets, drift), leaders crashed at seeded times and
 //! restarted. Checked after every step: never two instances leading with
@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use metropolis_core::leadership::{Leadership, LeadershipConfig, Role};
 use metropolis_core::ports::MonotonicClock;
-use metropolis_core::service::elected::SharedLeadership;
-use metropolis_core::service::elected::driver::{ElectionDriver, ElectionPorts};
+use metropolis_service::elected::SharedLeadership;
+use metropolis_service::elected::driver::{ElectionDriver, ElectionPorts};
 use metropolis_sim::model_store;
 use metropolis_sim::rng::Rng;
 use metropolis_sim::runtime::{NodeClock, Runtime};

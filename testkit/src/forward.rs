@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use http::{Request, Response};
-use metropolis_core::service::forward::{Connector, Upstream};
+use metropolis_service::forward::{Connector, Upstream};
 use tonic::body::Body;
 
 /// Connects to no leader: every forwarded call fails with "unreachable".

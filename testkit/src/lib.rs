@@ -25,7 +25,7 @@
 //!   fault campaign's on real processes (`metropolis-chaos`).
 //! - [`fuzz`]: the fuzz targets' harnesses over these doubles, run by the
 //!   cargo-fuzz crate (`fuzz/`) and replayed on stable by
-//!   `core/tests/fuzz_corpus.rs`.
+//!   `service/tests/fuzz_corpus.rs`.
 //!
 //! Nothing here reads a clock, opens a socket, reads the environment or
 //! spawns a thread (the layout checks read only the directory they are
@@ -35,10 +35,10 @@
 //! `metropolis-store`, `metropolis-proto` and crates core already uses,
 //! never on a runtime or the host crate (see `README.md`).
 //!
-//! Core's own unit tests (inside `core/src/`) cannot use this crate: it
-//! links the non-test build of core, whose types differ from those of the
-//! unit-test build. Tests that need these doubles are integration tests
-//! (`core/tests/`).
+//! The unit tests of core and service (inside their `src/`) cannot use
+//! this crate: it links their non-test builds, whose types differ from
+//! those of the unit-test builds. Tests that need these doubles are
+//! integration tests (`service/tests/`).
 
 #![forbid(unsafe_code)]
 

@@ -3,9 +3,9 @@
 
 use std::net::SocketAddr;
 
-use metropolis_core::service::Router;
 use metropolis_runtime_smol::rt::SmolRuntime;
 use metropolis_runtime_tokio::rt::TokioRuntime;
+use metropolis_service::Router;
 use metropolis_transport::connect;
 use metropolis_transport::grpc::Channel;
 use metropolis_transport::listen;

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use metropolis_core::service::Router;
 use metropolis_pki::{ClientAuth, ClusterCa, server_config};
 use metropolis_proto::metropolis::node::core::curator::proto::private::GetMachineRequest;
 use metropolis_proto::prelude::agent::{
@@ -20,6 +19,7 @@ use metropolis_proto::prelude::agent::{
 };
 use metropolis_proto::prelude::debug as api;
 use metropolis_runtime_tokio::rt::TokioRuntime;
+use metropolis_service::Router;
 use metropolis_tests::{AgentProcess, Daemon, EnrolledMachine, RuntimeKind};
 use metropolis_transport::edge::EdgeLimits;
 use metropolis_transport::listen;

@@ -16,10 +16,10 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use metropolis_core::service::elected::election::Leader;
 use metropolis_etcd::EtcdStore;
 use metropolis_node::cluster::DEFAULT_ELECTION_PREFIX;
 use metropolis_proto::prelude::{common, curator, storage::LeaderElectionValue};
+use metropolis_service::elected::election::Leader;
 use metropolis_tests::cluster::{Curators, LEASE_TTL_S, share_ca, start_elected};
 use metropolis_tests::etcd::Etcd;
 use metropolis_tests::{Daemon, RuntimeKind, curator, watch_nodes};

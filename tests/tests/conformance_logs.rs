@@ -31,8 +31,6 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use metropolis_core::logtree::{Dn, Entry, EntryKind, LogTreeConfig, Severity};
-use metropolis_core::service::Router;
-use metropolis_core::service::debug::{DebugService, LogHub};
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
     AddMachineRequest, machine_management_client::MachineManagementClient,
 };
@@ -43,6 +41,8 @@ use metropolis_proto::prelude::debug::{
     self, get_logs_request::BacklogMode as B, get_logs_request::StreamMode,
     node_debug_service_client::NodeDebugServiceClient,
 };
+use metropolis_service::Router;
+use metropolis_service::debug::{DebugService, LogHub};
 use metropolis_tests::plain_server::PlainServer;
 use metropolis_tests::{AgentKey, Daemon, RuntimeKind, against_both_runtimes};
 use metropolis_transport::grpc::Channel;

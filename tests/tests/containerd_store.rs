@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use metropolis_archive::ArchiveLimits;
-use metropolis_core::images::load_image;
 use metropolis_node::images::{ContainerdConfig, ContainerdStore};
 use metropolis_runtime_tokio::rt::TokioRuntime;
+use metropolis_service::images::load_image;
 use metropolis_testkit::archives::*;
 use metropolis_tests::containerd::Containerd;
 use metropolis_transport::runtime::SharedRuntime;

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use metropolis_core::logtree::{Dn, Entry, EntryKind, LogTreeConfig, Severity};
-use metropolis_core::service::Router;
-use metropolis_core::service::debug::{DebugService, LogHub};
 use metropolis_proto::prelude::common::{self, log_entry, log_filter};
 use metropolis_proto::prelude::debug::{
     self, get_logs_request::BacklogMode, get_logs_request::StreamMode,
     node_debug_service_client::NodeDebugServiceClient,
 };
+use metropolis_service::Router;
+use metropolis_service::debug::{DebugService, LogHub};
 use metropolis_tests::plain_server::PlainServer;
 use metropolis_tests::{Daemon, RuntimeKind, against_both_runtimes};
 use metropolis_transport::grpc::Channel;

@@ -372,7 +372,7 @@ async fn a_branch_etcd_refuses_is_refused_with_etcds_reason() {
 /// refuses are sent again one by one, and every update commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_larger_than_etcds_max_txn_ops_still_commit() {
-    use metropolis_core::service::{GroupCommit, GroupCommitOptions};
+    use metropolis_service::{GroupCommit, GroupCommitOptions};
     let etcd_server = Etcd::start_with(
         1,
         metropolis_tests::etcd::EtcdOptions {

@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::executor::block_on;
 use futures::future::{Either, select};
-use metropolis_core::trace::{
-    InstanceName, Target, TraceBuffers, TraceError, TraceStream, Tracefs, run_session,
-};
+use metropolis_core::trace::{InstanceName, Target, TraceBuffers, TraceError, Tracefs};
 use metropolis_node::tracefs::{DEFAULT_ROOT, HostTracefs};
 use metropolis_proto::prelude::debug;
+use metropolis_service::debug::{TraceStream, run_session};
+use metropolis_service::status::debug::trace_code;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 const WAIT: Duration = Duration::from_secs(5);
@@ -143,7 +143,7 @@ fn a_second_global_session_is_refused() {
         run_session(port(), &buffers, Target::Global, &request("nop", &[])).expect("first session");
     let err = run_session(port(), &buffers, Target::Global, &request("blk", &[]))
         .expect_err("second session on the global buffer");
-    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(trace_code(&err), tonic::Code::FailedPrecondition);
     assert!(
         err.to_string().contains("a trace is already in progress"),
         "{err}"
@@ -166,7 +166,7 @@ fn a_refused_tracer_is_invalid_argument_and_restores() {
         set("tracing_on", "1");
         let err = run_session(port(), &buffers, Target::Global, &request(tracer, &[]))
             .expect_err("the kernel refuses this tracer");
-        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+        assert_eq!(trace_code(&err), tonic::Code::InvalidArgument, "{err}");
         assert!(matches!(err, TraceError::TracerRefused { .. }), "{err:?}");
         assert!(err.to_string().contains(&format!("{tracer:?}")), "{err}");
         assert_eq!(read("current_tracer"), "nop");
@@ -210,7 +210,11 @@ fn invalid_names_are_refused_and_nothing_is_written() {
         ] {
             let err =
                 run_session(port(), &buffers, Target::Global, &req).expect_err("invalid request");
-            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{value:?}: {err}");
+            assert_eq!(
+                trace_code(&err),
+                tonic::Code::InvalidArgument,
+                "{value:?}: {err}"
+            );
         }
         assert!(InstanceName::new(value).is_err(), "instance name {value:?}");
     }
@@ -249,7 +253,7 @@ fn invalid_names_are_refused_and_nothing_is_written() {
     for value in bad {
         let err = run_session(fake.clone(), &buffers, Target::Global, &request(value, &[]))
             .expect_err("invalid request");
-        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert_eq!(trace_code(&err), tonic::Code::InvalidArgument);
     }
     assert_eq!(snapshot(), before);
     // A valid one starts (trace_pipe is a plain file: it ends at once).
@@ -327,7 +331,7 @@ fn an_existing_instance_is_left_alone() {
         &request("nop", &[]),
     )
     .expect_err("existing instance");
-    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(trace_code(&err), tonic::Code::FailedPrecondition);
     assert!(matches!(err, TraceError::InstanceExists { .. }), "{err:?}");
     assert!(
         dir.exists(),
@@ -346,7 +350,7 @@ fn a_missing_tracefs_is_a_clear_error() {
     for target in [Target::Global, instance] {
         let err = run_session(missing.clone(), &buffers, target, &request("nop", &[]))
             .expect_err("no tracefs");
-        assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err}");
+        assert_eq!(trace_code(&err), tonic::Code::FailedPrecondition, "{err}");
         assert!(matches!(err, TraceError::TracefsMissing { .. }), "{err:?}");
         let msg = err.to_string();
         assert!(

@@ -16,13 +16,13 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
-use metropolis_core::service::RemoteAddr;
-use metropolis_core::service::forward::CuratorPeer;
+use metropolis_service::RemoteAddr;
+use metropolis_service::forward::CuratorPeer;
 
 use crate::edge::{EdgeLimits, SharedTimer, TimerHandle};
 use crate::peer::Peer;
 use crate::wake_flag::WakeFlag;
-use metropolis_core::service::Router;
+use metropolis_service::Router;
 use tonic::body::Body;
 
 /// Limits applied to every served connection.
@@ -364,7 +364,7 @@ impl tonic::codegen::Service<Request<Body>> for Channel {
 }
 
 /// A channel to the leader is where a follower forwards calls.
-impl metropolis_core::service::forward::Upstream for Channel {
+impl metropolis_service::forward::Upstream for Channel {
     fn send(&self, request: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, String>> {
         let mut sender = self.sender.clone();
         Box::pin(async move {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use metropolis_core::identity::{Identity, NodeId};
-use metropolis_core::service::Router;
+use metropolis_service::Router;
 
 use crate::edge::{ConnectionTask, EdgeLimits, SharedTimer, accept_until, with_timeout};
 use crate::grpc::{ServeOptions, serve_connection};
@@ -127,7 +127,7 @@ pub async fn serve_tls(
 
 /// Serves `router` over plain TCP (HTTP/2 without TLS) until `shutdown`;
 /// every caller is unauthenticated, and its socket address reaches the
-/// services as [`RemoteAddr`](metropolis_core::service::RemoteAddr) (for
+/// services as [`RemoteAddr`](metropolis_service::RemoteAddr) (for
 /// the debug service's audit log). Only for the debug service, which is
 /// unauthenticated by contract.
 pub async fn serve_plain(

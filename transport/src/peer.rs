@@ -86,7 +86,7 @@ pub struct Peer {
     /// on-behalf-of identity).
     pub curator: Option<NodeId>,
     /// Its socket address, when the listener passes it on to the services
-    /// (as [`RemoteAddr`](metropolis_core::service::RemoteAddr) in each
+    /// (as [`RemoteAddr`](metropolis_service::RemoteAddr) in each
     /// call's extensions).
     pub addr: Option<SocketAddr>,
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use http::{Request, Response};
-use metropolis_core::service::forward::{Connector, Upstream};
+use metropolis_service::forward::{Connector, Upstream};
 use tonic::body::Body;
 
 use crate::connect::ConnectError;

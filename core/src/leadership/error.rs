@@ -1,14 +1,15 @@
 //! Why a request could not be served or forwarded, and why a
 //! configuration is unusable.
 //!
-//! Every [`LeadershipError`] is Unavailable: the client may retry (against
-//! this instance or another) and the request may then succeed.
+//! After every [`LeadershipError`] the client may retry (against this
+//! instance or another) and the request may then succeed.
 
 use std::fmt;
 
-/// Why a request ends without being served or forwarded. All of them are
-/// Unavailable ([`LeadershipError::code`]); the messages are part of the
-/// contract (docs/spec/semantics.md, "Leadership and forwarding").
+/// Why a request ends without being served or forwarded. Each is worth a
+/// retry (the service layer answers them all alike,
+/// `metropolis_service::status::leadership`); the messages are part of
+/// the contract (docs/spec/semantics.md, "Leadership and forwarding").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LeadershipError {
@@ -27,23 +28,6 @@ pub enum LeadershipError {
     ShuttingDown,
 }
 
-impl LeadershipError {
-    /// The gRPC status code: Unavailable for every variant.
-    pub fn code(&self) -> tonic::Code {
-        match self {
-            LeadershipError::BackendSwitched
-            | LeadershipError::NoLeader
-            | LeadershipError::LostLeadership
-            | LeadershipError::ShuttingDown => tonic::Code::Unavailable,
-        }
-    }
-
-    /// The gRPC status: [`LeadershipError::code`] and the display message.
-    pub fn to_status(&self) -> tonic::Status {
-        tonic::Status::new(self.code(), self.to_string())
-    }
-}
-
 impl fmt::Display for LeadershipError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -56,12 +40,6 @@ impl fmt::Display for LeadershipError {
 }
 
 impl std::error::Error for LeadershipError {}
-
-impl From<LeadershipError> for tonic::Status {
-    fn from(e: LeadershipError) -> tonic::Status {
-        e.to_status()
-    }
-}
 
 /// A [`LeadershipConfig`](super::LeadershipConfig) the machine cannot run
 /// with.

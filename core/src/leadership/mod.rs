@@ -12,7 +12,7 @@
 //!   revision" as a value the service layer attaches to its store
 //!   transactions ([`Fence::guard`]) and reads back ([`Fence::check`]).
 //! - [`LeadershipError`]: why a request ends without being served or
-//!   forwarded; all Unavailable.
+//!   forwarded (every reason is one a client retries).
 //!
 //! For the election port (etcd: a lease, a campaign and an observation
 //! under the election prefix):
@@ -61,17 +61,24 @@
 //! For the service layer, per RPC:
 //!
 //! ```no_run
-//! use metropolis_core::leadership::{FenceCheck, Leadership, RequestId, Route};
+//! use metropolis_core::leadership::{FenceCheck, Leadership, LeadershipError, RequestId, Route};
 //! use metropolis_core::ports::KvStore;
-//! use metropolis_core::store::Txn;
+//! use metropolis_core::store::{StoreError, Txn};
 //! use metropolis_core::time::Instant;
+//!
+//! /// Why a write did not happen; the service layer answers each with its
+//! /// status (`metropolis_service::status`).
+//! enum WriteError {
+//!     Leadership(LeadershipError),
+//!     Store(StoreError),
+//! }
 //!
 //! /// One write of a request the machine routed to be served here. The
 //! /// request was registered with `machine.handle_request(now, deadline)`,
 //! /// and `machine.poll_event()` said `Event::Routed { request, route }`;
 //! /// `Route::Forward` calls the leader on the caller's behalf instead,
 //! /// `Route::Wait` waits for the next route, `Route::Reject(e)` ends the
-//! /// call with `e`'s status. `Event::Cancelled` ends it the same way.
+//! /// call with `e`. `Event::Cancelled` ends it the same way.
 //! async fn serve_write(
 //!     machine: &mut Leadership,
 //!     now: Instant,
@@ -79,20 +86,22 @@
 //!     route: Route,
 //!     store: &dyn KvStore,
 //!     txn: Txn,
-//! ) -> Result<(), tonic::Status> {
+//! ) -> Result<(), WriteError> {
 //!     match route {
 //!         Route::Serve => {
-//!             let fence = machine.write_fence(now, id)?;
+//!             let fence = machine
+//!                 .write_fence(now, id)
+//!                 .map_err(WriteError::Leadership)?;
 //!             let response = store
 //!                 .txn(fence.guard(txn))
 //!                 .await
-//!                 .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+//!                 .map_err(WriteError::Store)?;
 //!             if fence.check(&response) == FenceCheck::Lost {
 //!                 // An Event::Cancelled (lost leadership) follows.
 //!                 machine.handle_fence_failed(now, id);
 //!             }
 //!         }
-//!         Route::Reject(e) => return Err(e.into()),
+//!         Route::Reject(e) => return Err(WriteError::Leadership(e)),
 //!         _ => {}
 //!     }
 //!     machine.handle_request_finished(now, id);

@@ -73,36 +73,28 @@ pub struct Query {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum QueryError {
-    /// `dn` is not a valid DN. InvalidArgument.
+    /// `dn` is not a valid DN.
     InvalidDn(DnError),
-    /// `backlog_mode` is `BACKLOG_INVALID` or unknown. InvalidArgument.
+    /// `backlog_mode` is `BACKLOG_INVALID` or unknown.
     InvalidBacklogMode(i32),
-    /// `backlog_count` is <= 0 with `BACKLOG_COUNT`. InvalidArgument.
+    /// `backlog_count` is <= 0 with `BACKLOG_COUNT`.
     NonPositiveBacklogCount(i64),
-    /// More than [`MAX_FILTERS`] filters. InvalidArgument.
+    /// More than [`MAX_FILTERS`] filters.
     TooManyFilters(usize),
-    /// `filters[index]` has no filter set. InvalidArgument.
+    /// `filters[index]` has no filter set.
     EmptyFilter {
         /// Index in `filters`.
         index: usize,
     },
-    /// Both `OnlyRaw` and `OnlyLeveled` are given. InvalidArgument.
+    /// Both `OnlyRaw` and `OnlyLeveled` are given.
     ConflictingKindFilters,
     /// `filters[index]` has an invalid `minimum` severity.
-    /// InvalidArgument.
     InvalidMinimumSeverity {
         /// Index in `filters`.
         index: usize,
         /// The value given.
         value: i32,
     },
-}
-
-impl QueryError {
-    /// The gRPC status code for this error.
-    pub fn code(&self) -> tonic::Code {
-        tonic::Code::InvalidArgument
-    }
 }
 
 impl fmt::Display for QueryError {

@@ -69,7 +69,7 @@ struct Subscription {
 /// 1. Feed every log entry to [`LogTree::handle_entry`], in the order they
 ///    were logged; it returns the entry's global sequence number.
 /// 2. For a `GetLogs` call: validate with [`Query::from_request`] (errors
-///    end the call with [`QueryError::code`](super::QueryError::code)), then call
+///    end the call, as a [`QueryError`](super::QueryError)), then call
 ///    [`LogTree::open`] (or [`LogTree::backlog`] and, for
 ///    [`Stream::Unbuffered`], [`LogTree::subscribe`] with no
 ///    `handle_entry` in between, i.e. under one lock). The backlog then

@@ -6,8 +6,8 @@ use metropolis_proto::prelude::agent;
 
 use super::{MachineId, MachineIdError};
 
-/// Why a heartbeat is refused before anything of it is recorded
-/// (InvalidArgument). Displays naming the field.
+/// Why a heartbeat is refused before anything of it is recorded.
+/// Displays naming the field.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HeartbeatError {

@@ -66,8 +66,8 @@ struct Registry {
 /// (clone the handle; clones share the set). A session claims its buffer
 /// before it writes anything and releases it once its teardown is done, so
 /// a second session on the same buffer gets
-/// [`TraceError::AlreadyInProgress`] (FailedPrecondition, "a trace is
-/// already in progress") instead of sharing a tracer.
+/// [`TraceError::AlreadyInProgress`] ("a trace is already in progress")
+/// instead of sharing a tracer.
 ///
 /// It only knows this process's sessions: another program using tracefs
 /// at the same time is not detected (an existing instance directory is,

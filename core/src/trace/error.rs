@@ -1,20 +1,21 @@
-//! Why a trace session failed, and the gRPC code of each reason.
+//! Why a trace session failed.
 //!
-//! The mapping, and why:
+//! | error | what happened |
+//! | --- | --- |
+//! | [`TraceError::Invalid`] | the request itself is bad |
+//! | [`TraceError::TracerRefused`] | the kernel refused the tracer the client named |
+//! | [`TraceError::FilterRefused`] | the kernel refused a pattern (matches no function) |
+//! | [`TraceError::AlreadyInProgress`] | the buffer is in use; retrying immediately will not help |
+//! | [`TraceError::TracefsMissing`] | tracefs is not mounted: an operator must mount it |
+//! | [`TraceError::NotPermitted`] | read-only tracefs, no permission or kernel lockdown: the node's configuration, not the caller's identity |
+//! | [`TraceError::FileMissing`] | the kernel lacks the feature (e.g. no `set_graph_function`) |
+//! | [`TraceError::InstanceExists`] | a directory of that name is left in tracefs |
+//! | [`TraceError::Busy`] | another program reads the buffer's `trace_pipe` |
+//! | [`TraceError::Io`] | an unexpected I/O failure, possibly transient |
+//! | [`TraceError::PipeFailed`] | reading `trace_pipe` failed mid-stream |
 //!
-//! | error | code | why |
-//! | --- | --- | --- |
-//! | [`TraceError::Invalid`] | InvalidArgument | the request itself is bad |
-//! | [`TraceError::TracerRefused`] | InvalidArgument | the kernel refused the tracer the client named |
-//! | [`TraceError::FilterRefused`] | InvalidArgument | the kernel refused a pattern (matches no function) |
-//! | [`TraceError::AlreadyInProgress`] | FailedPrecondition | the buffer is in use; retrying immediately will not help |
-//! | [`TraceError::TracefsMissing`] | FailedPrecondition | tracefs is not mounted: an operator must mount it |
-//! | [`TraceError::NotPermitted`] | FailedPrecondition | read-only tracefs, no permission or kernel lockdown: the node's configuration, not the caller's identity (so not PermissionDenied) |
-//! | [`TraceError::FileMissing`] | FailedPrecondition | the kernel lacks the feature (e.g. no `set_graph_function`) |
-//! | [`TraceError::InstanceExists`] | FailedPrecondition | a directory of that name is left in tracefs |
-//! | [`TraceError::Busy`] | FailedPrecondition | another program reads the buffer's `trace_pipe` |
-//! | [`TraceError::Io`] | Unavailable | an unexpected I/O failure, possibly transient |
-//! | [`TraceError::PipeFailed`] | Unavailable | reading `trace_pipe` failed mid-stream |
+//! Which status each becomes is the service layer's to say
+//! (`metropolis_service::status::debug::trace_code`).
 
 use std::fmt;
 
@@ -23,23 +24,20 @@ use super::port::TracefsFailure;
 use super::validate::{Field, InstanceName, ValidationError};
 
 /// Why a trace session could not start, or ended other than by the
-/// caller's cancel. [`TraceError::code`] gives the gRPC code (see the
-/// module docs for the table).
+/// caller's cancel (see the module docs for the table).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TraceError {
     /// A request field (or the instance name) failed validation; nothing
-    /// was written. InvalidArgument.
+    /// was written.
     Invalid(ValidationError),
     /// Another session of this process holds the buffer.
-    /// FailedPrecondition.
     AlreadyInProgress {
         /// The buffer.
         target: Target,
     },
     /// Writing the tracer to `current_tracer` was refused by the kernel
     /// (not built in, or forbidden, e.g. `function` under lockdown).
-    /// InvalidArgument.
     TracerRefused {
         /// The tracer requested.
         tracer: String,
@@ -47,7 +45,7 @@ pub enum TraceError {
         failure: TracefsFailure,
     },
     /// The kernel refused a filter pattern (typically: it matches no
-    /// traceable function). InvalidArgument.
+    /// traceable function).
     FilterRefused {
         /// Which pattern.
         field: Field,
@@ -56,14 +54,13 @@ pub enum TraceError {
         /// The host's report.
         failure: TracefsFailure,
     },
-    /// There is no tracefs at the configured root. FailedPrecondition.
+    /// There is no tracefs at the configured root.
     TracefsMissing {
         /// The host's report (names the root).
         failure: TracefsFailure,
     },
     /// A tracefs file could not be opened for writing or a directory not
     /// created: read-only tracefs, no permission, kernel lockdown.
-    /// FailedPrecondition.
     NotPermitted {
         /// The file, relative to the tracefs root.
         file: String,
@@ -71,7 +68,7 @@ pub enum TraceError {
         failure: TracefsFailure,
     },
     /// A tracefs file the request needs does not exist: the kernel lacks
-    /// the feature. FailedPrecondition.
+    /// the feature.
     FileMissing {
         /// The file, relative to the tracefs root.
         file: String,
@@ -79,60 +76,31 @@ pub enum TraceError {
         failure: TracefsFailure,
     },
     /// The instance directory exists already (left by a crashed session
-    /// or used by another program); it is left alone. FailedPrecondition.
+    /// or used by another program); it is left alone.
     InstanceExists {
         /// The instance.
         instance: InstanceName,
     },
     /// The kernel reported the buffer busy (another program has its
-    /// `trace_pipe` open). FailedPrecondition.
+    /// `trace_pipe` open).
     Busy {
         /// The file, relative to the tracefs root.
         file: String,
         /// The host's report.
         failure: TracefsFailure,
     },
-    /// Any other failure of a tracefs operation. Unavailable.
+    /// Any other failure of a tracefs operation.
     Io {
         /// The file or directory, relative to the tracefs root.
         file: String,
         /// The host's report.
         failure: TracefsFailure,
     },
-    /// Reading `trace_pipe` failed while the session ran. Unavailable.
+    /// Reading `trace_pipe` failed while the session ran.
     PipeFailed {
         /// The host's report.
         failure: TracefsFailure,
     },
-}
-
-impl TraceError {
-    /// The gRPC status code for this error.
-    pub fn code(&self) -> tonic::Code {
-        match self {
-            TraceError::Invalid(_)
-            | TraceError::TracerRefused { .. }
-            | TraceError::FilterRefused { .. } => tonic::Code::InvalidArgument,
-            TraceError::AlreadyInProgress { .. }
-            | TraceError::TracefsMissing { .. }
-            | TraceError::NotPermitted { .. }
-            | TraceError::FileMissing { .. }
-            | TraceError::InstanceExists { .. }
-            | TraceError::Busy { .. } => tonic::Code::FailedPrecondition,
-            TraceError::Io { .. } | TraceError::PipeFailed { .. } => tonic::Code::Unavailable,
-        }
-    }
-
-    /// The gRPC status: [`TraceError::code`] and the display message.
-    pub fn to_status(&self) -> tonic::Status {
-        tonic::Status::new(self.code(), self.to_string())
-    }
-}
-
-impl From<TraceError> for tonic::Status {
-    fn from(e: TraceError) -> tonic::Status {
-        e.to_status()
-    }
 }
 
 impl From<ValidationError> for TraceError {

@@ -67,7 +67,7 @@ fn pattern_or_clear(patterns: &[String], i: usize) -> &str {
 /// 3. `trace` ← truncated: empties the ring buffer, so the stream starts
 ///    with this session's events, not what was recorded before;
 /// 4. `current_tracer` ← the tracer (a refusal is
-///    [`TraceError::TracerRefused`], InvalidArgument naming it);
+///    [`TraceError::TracerRefused`], naming it);
 /// 5. `set_ftrace_filter`: the patterns, the first with a truncating open
 ///    (which empties the filter) and the rest appended; with no patterns,
 ///    one truncating empty write clears it, meaning every function. If that

@@ -156,7 +156,7 @@ impl fmt::Display for Problem {
 }
 
 /// A request value that failed validation: which field, what was wrong,
-/// and (an excerpt of) the value. InvalidArgument.
+/// and (an excerpt of) the value.
 ///
 /// Displays as e.g. `function_filter[2]: contains a newline (got "a\nb")`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The node's image stores behind `NodeDebugService.LoadImage`
-//! (implementations of [`metropolis_core::images::ImageStore`]):
+//! (implementations of [`metropolis_service::images::ImageStore`]):
 //!
 //! - [`OciLayoutStore`]: the embedded default, an OCI image layout in a
 //!   directory (`<data-dir>/images`);
@@ -28,7 +28,7 @@ mod staging;
 mod writeback;
 
 use metropolis_archive::{Descriptor, ImportPlan};
-use metropolis_core::images::ImageStoreError;
+use metropolis_service::images::ImageStoreError;
 
 pub use containerd::{ContainerdConfig, ContainerdStore};
 pub use metropolis_archive::normalize_reference;

@@ -45,7 +45,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use metropolis_archive::{Descriptor, Digest, ImportPlan, MEDIA_TYPE_OCI_INDEX};
-use metropolis_core::images::{ImageImport, ImageStore, ImageStoreError};
+use metropolis_service::images::{ImageImport, ImageStore, ImageStoreError};
 use serde_json::{Map, Value, json};
 
 use super::staging::{self, Committer, Staged, unavailable};

@@ -18,7 +18,7 @@ use futures::channel::{mpsc, oneshot};
 use futures::future::BoxFuture;
 use futures::{FutureExt, SinkExt, StreamExt};
 use metropolis_archive::{BlobSource, Digest, ImportPlan, Output};
-use metropolis_core::images::{ImageImport, ImageStoreError};
+use metropolis_service::images::{ImageImport, ImageStoreError};
 
 use super::writeback::Writeback;
 

@@ -31,8 +31,8 @@ use futures::future::BoxFuture;
 use metropolis_core::identity::Identity;
 use metropolis_core::ports::{MonotonicClock, Timer};
 use metropolis_core::provisioning::{AgentConfig, AgentLoop, offered_request};
-use metropolis_core::service::agent_driver::{AgentPorts, drive_agent};
 use metropolis_proto::prelude::{agent, storage as machines};
+use metropolis_service::agent_driver::{AgentPorts, drive_agent};
 use prost::Message;
 
 const HEARTBEAT: &str = "/cloud.bmaas.server.api.AgentCallback/Heartbeat";

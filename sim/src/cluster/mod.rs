@@ -1,5 +1,5 @@
 //! Two to five curators (the seed draws how many) assembled as the
-//! daemon assembles them (`core::service::node::assemble`: routers, fenced and grouped writes,
+//! daemon assembles them (`metropolis_service::node::assemble`: routers, fenced and grouped writes,
 //! the watch cache, registration) with the daemon's election driver, run
 //! by the deterministic runtime over the store model. Clients' calls and
 //! followers' forwarded calls are real encoded gRPC into the real
@@ -82,12 +82,12 @@ use metropolis_core::curator::{NODE_RECORD_SCHEMA, NODES_PREFIX, node_key};
 use metropolis_core::identity::{Identity, NodeId};
 use metropolis_core::leadership::{Leadership, LeadershipConfig};
 use metropolis_core::ports::{MonotonicClock, Timer};
-use metropolis_core::service::elected::SharedLeadership;
-use metropolis_core::service::elected::driver::{ElectionDriver, ElectionPorts};
-use metropolis_core::service::metrics::Metrics;
-use metropolis_core::service::node::{NodeOptions, NodePorts, assemble};
 use metropolis_core::store::KeyRange;
 use metropolis_proto::prelude::{common, curator, storage};
+use metropolis_service::elected::SharedLeadership;
+use metropolis_service::elected::driver::{ElectionDriver, ElectionPorts};
+use metropolis_service::metrics::Metrics;
+use metropolis_service::node::{NodeOptions, NodePorts, assemble};
 use metropolis_testkit::linearizable::{self, Op, OpKind};
 use metropolis_testkit::store::MemKv;
 use prost::Message;

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use metropolis_archive::{
     ArchiveError, ArchiveLimits, ArchiveValidator, Digest, ImportPlan, Output,
 };
-use metropolis_core::images::archive_code;
+use metropolis_service::status::debug::archive_code;
 use sha2::Digest as _;
 
 use super::input::Input;

@@ -29,10 +29,10 @@ use std::sync::Arc;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use metropolis_core::leadership::{Event, Leadership, LeadershipConfig, RequestId, Role, Route};
-use metropolis_core::service::elected::election::{Election, Observation};
 use metropolis_core::store::StoreError;
 use metropolis_core::time::Instant;
 use metropolis_proto::prelude::storage::LeaderElectionValue;
+use metropolis_service::elected::election::{Election, Observation};
 use prost::Message;
 
 use super::input::Input;

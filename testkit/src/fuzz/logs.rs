@@ -26,8 +26,8 @@ use metropolis_core::logtree::{
     Backlog, Dn, DnError, Entry, EntryKind, KindFilter, LogTree, LogTreeConfig, Query, QueryError,
     Sequenced, Severity, Stream, SubscriptionId,
 };
-use metropolis_core::service::debug::{LogHub, LogStream};
 use metropolis_proto::prelude::{common, debug};
+use metropolis_service::debug::{LogHub, LogStream};
 
 use super::input::Input;
 use crate::exec::poll_next;
@@ -372,7 +372,10 @@ impl World {
         let query = match validated {
             Ok(q) => q,
             Err(e) => {
-                assert_eq!(e.code(), tonic::Code::InvalidArgument);
+                assert_eq!(
+                    metropolis_service::status::debug::log_query(&e).code(),
+                    tonic::Code::InvalidArgument
+                );
                 let status = hub.expect_err("the hub accepted an invalid request");
                 assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status}");
                 return;

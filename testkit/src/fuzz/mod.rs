@@ -5,7 +5,7 @@
 //! Two crates run them: the cargo-fuzz crate (`fuzz/`, a workspace of its
 //! own, built with libFuzzer on `RUSTC_BOOTSTRAP=1`), whose targets are
 //! one line each (`fuzz_target!(|data| metropolis_testkit::fuzz::rpc::run(data))`),
-//! and the stable replay test `core/tests/fuzz_corpus.rs`, which runs
+//! and the stable replay test `service/tests/fuzz_corpus.rs`, which runs
 //! every file of `fuzz/corpus/<target>/`, `fuzz/seeds/<target>/` and
 //! `fuzz/regressions/<target>/` through the same code ([`TARGETS`]).
 //! They therefore use only what the test kit depends on: no `arbitrary`,

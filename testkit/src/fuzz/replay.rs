@@ -1,5 +1,5 @@
 //! The stable replay of checked-in fuzz inputs, shared by the crates whose
-//! harnesses they are (`core/tests/fuzz_corpus.rs` for this kit's
+//! harnesses they are (`service/tests/fuzz_corpus.rs` for this kit's
 //! [`TARGETS`](super::TARGETS), `agent/tests/fuzz_corpus.rs` for the
 //! agent's): every file of `fuzz/corpus/<target>/` (the minimised corpus),
 //! `fuzz/seeds/<target>/` (the seeds) and `fuzz/regressions/<target>/`

@@ -48,19 +48,20 @@ use http_body::Frame;
 use metropolis_archive::{ArchiveLimits, ArchiveValidator, ImportPlan, Output};
 use metropolis_core::curator::{NODES_PREFIX, api_node, decode_record};
 use metropolis_core::identity::{Identity, NodeId};
-use metropolis_core::images::{ImageImport, ImageStore, ImageStoreError, archive_code};
 use metropolis_core::logtree::{Entry, EntryKind, LogTreeConfig, Query, Severity};
 use metropolis_core::ports::{
     CertIssuer, IssuedCertificate, IssuedKubeconfig, KubeconfigError, KubeconfigIssuer,
 };
 use metropolis_core::provisioning::MachineRecord;
-use metropolis_core::service::debug::{DebugPorts, DebugService, LogHub};
-use metropolis_core::service::{
-    CuratorService, MACHINES_PREFIX, ProvisioningService, Router, WatchCache, WatchCacheOptions,
-};
 use metropolis_core::store::{KeyRange, Op, Txn};
 use metropolis_core::trace::TraceSpec;
 use metropolis_proto::prelude::{agent, common, curator, debug};
+use metropolis_service::debug::{DebugPorts, DebugService, LogHub};
+use metropolis_service::images::{ImageImport, ImageStore, ImageStoreError};
+use metropolis_service::status::debug::archive_code;
+use metropolis_service::{
+    CuratorService, MACHINES_PREFIX, ProvisioningService, Router, WatchCache, WatchCacheOptions,
+};
 use prost::Message;
 use tonic::Code;
 

@@ -4,7 +4,7 @@
 //! every RPC in meaningful sequences, trace scenarios with failures and
 //! cancels, log and agent scenarios.
 //!
-//! `cargo test -p metropolis-core --test fuzz_corpus -- --ignored
+//! `cargo test -p metropolis-service --test fuzz_corpus -- --ignored
 //! generate_seeds` writes them to `fuzz/seeds/<target>/<name>`. They are
 //! kept apart from the minimised corpus (a merge would drop those that add
 //! no coverage of their own, though each is a scenario worth replaying):

@@ -34,9 +34,11 @@ use std::task::Poll;
 
 use metropolis_core::trace::{
     Action, FailureKind, InstanceName, State, StepFailure, Target, TraceBuffers, TraceError,
-    TraceSession, TraceSpec, TracefsFailure, run_session,
+    TraceSession, TraceSpec, TracefsFailure,
 };
 use metropolis_proto::prelude::debug;
+use metropolis_service::debug::run_session;
+use metropolis_service::status::debug::trace_code;
 use prost::Message;
 
 use super::input::Input;
@@ -180,7 +182,7 @@ fn run_machine(sc: &Scenario, script: &mut Input) -> Option<Record> {
         Ok(s) => s,
         Err(e) => {
             assert!(matches!(e, TraceError::Invalid(_)), "{e}");
-            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert_eq!(trace_code(&e), tonic::Code::InvalidArgument);
             return None;
         }
     };
@@ -237,7 +239,7 @@ fn run_machine(sc: &Scenario, script: &mut Input) -> Option<Record> {
                 s.handle_cancel();
                 assert_eq!(s.poll_event(), None, "an event after the end");
                 assert_eq!(s.state(), State::Finished);
-                r.error = s.error().map(|e| (e.code(), e.to_string()));
+                r.error = s.error().map(|e| (trace_code(e), e.to_string()));
                 r.teardown_failures = Some(s.teardown_failures().to_vec());
                 r.fs = fs;
                 return Some(r);
@@ -266,11 +268,11 @@ fn run_service(sc: &Scenario, script: &mut Input) -> Option<Record> {
             );
             if let TraceError::Invalid(_) = e {
                 assert!(port.fs().log.is_empty(), "a write for an invalid request");
-                assert_eq!(e.code(), tonic::Code::InvalidArgument);
+                assert_eq!(trace_code(&e), tonic::Code::InvalidArgument);
                 assert!(TraceSpec::from_request(&sc.request).is_err());
                 return None;
             }
-            r.error = Some((e.code(), e.to_string()));
+            r.error = Some((trace_code(&e), e.to_string()));
         }
         Ok(mut stream) => {
             assert!(buffers.is_claimed(&target), "running without a claim");
@@ -331,7 +333,7 @@ fn run_service(sc: &Scenario, script: &mut Input) -> Option<Record> {
                         );
                         let e = second.expect_err("a second session on a claimed buffer");
                         assert!(matches!(e, TraceError::AlreadyInProgress { .. }), "{e}");
-                        assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+                        assert_eq!(trace_code(&e), tonic::Code::FailedPrecondition);
                         assert_eq!(port.fs().log.len(), before, "the second session wrote");
                     }
                     _ => {

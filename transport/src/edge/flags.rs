@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use clap::Args;
-use metropolis_core::service::RequestLimits;
-use metropolis_core::service::admission::{DEFAULT_IN_FLIGHT_BYTES, DEFAULT_MAX_MESSAGE_BYTES};
+use metropolis_service::RequestLimits;
+use metropolis_service::admission::{DEFAULT_IN_FLIGHT_BYTES, DEFAULT_MAX_MESSAGE_BYTES};
 
 use super::EdgeLimits;
 

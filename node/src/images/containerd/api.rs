@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use metropolis_core::images::ImageStoreError;
 use metropolis_proto::containerd::services::content::v1 as content;
 use metropolis_proto::containerd::services::images::v1 as images;
 use metropolis_proto::containerd::services::leases::v1 as leases;
 use metropolis_proto::containerd::types;
+use metropolis_service::images::ImageStoreError;
 use metropolis_transport::grpc::Channel;
 use metropolis_transport::runtime::SharedRuntime;
 use tonic::metadata::AsciiMetadataValue;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use metropolis_archive::{Digest, ImportPlan, Output, SynthesizedBlob};
-use metropolis_core::images::{ImageImport, ImageStoreError};
 use metropolis_proto::containerd::types;
+use metropolis_service::images::{ImageImport, ImageStoreError};
 
 use super::Inner;
 use super::api::Api;

@@ -49,7 +49,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use metropolis_core::images::{ImageImport, ImageStore, ImageStoreError};
+use metropolis_service::images::{ImageImport, ImageStore, ImageStoreError};
 use metropolis_transport::runtime::SharedRuntime;
 use tonic::metadata::AsciiMetadataValue;
 

@@ -14,8 +14,8 @@ use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
 use futures::{SinkExt, StreamExt};
 use metropolis_archive::Digest;
-use metropolis_core::images::ImageStoreError;
 use metropolis_proto::containerd::services::content::v1::{WriteAction, WriteContentRequest};
+use metropolis_service::images::ImageStoreError;
 use metropolis_transport::runtime::SharedRuntime;
 
 use super::api::{Api, failed};

@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::Stream;
-use metropolis_core::service::Router;
 use metropolis_pki::{ClientAuth, Credentials, server_config};
 use metropolis_proto::prelude::curator;
 use metropolis_proto::prelude::curator::curator_server::{Curator, CuratorServer};
 use metropolis_runtime_tokio::rt::TokioRuntime;
+use metropolis_service::Router;
 use metropolis_transport::listen;
 use metropolis_transport::peer::PeerClassifier;
 use metropolis_transport::shutdown::shutdown_pair;

@@ -8,12 +8,12 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use metropolis_core::logtree::{Dn, Entry, EntryKind, LogTreeConfig, Severity};
-use metropolis_core::service::Router;
-use metropolis_core::service::debug::{DebugService, LogHub};
 use metropolis_proto::prelude::debug::{
     self, get_logs_request::BacklogMode, get_logs_request::StreamMode,
     node_debug_service_client::NodeDebugServiceClient,
 };
+use metropolis_service::Router;
+use metropolis_service::debug::{DebugService, LogHub};
 use metropolis_tests::RuntimeKind;
 use metropolis_tests::plain_server::PlainServer;
 use metropolis_transport::grpc::Channel;

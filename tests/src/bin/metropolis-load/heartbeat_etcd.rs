@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metropolis_core::provisioning::MachineId;
-use metropolis_core::service::machine_key;
+use metropolis_service::machine_key;
 
 use super::daemon::Target;
 use super::fanout_etcd::start_elected;

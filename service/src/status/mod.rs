@@ -1,0 +1,123 @@
+//! Where the machines' errors become gRPC statuses.
+//!
+//! The machines in `metropolis-core` say what happened ([`AuthzError`],
+//! [`LeadershipError`], [`StoreError`], a trace or log query refused, …);
+//! which status code a client sees for it is decided here, once per
+//! service:
+//!
+//! - this module: what every service answers alike, because the router
+//!   and the store answer for all of them (authorization, leadership and
+//!   forwarding, the store);
+//! - [`debug`]: `NodeDebugService` (trace sessions, log queries, image
+//!   imports, kubeconfigs).
+//!
+//! The codes are part of the contract (docs/spec/semantics.md); the
+//! messages are the errors' own `Display`.
+
+pub mod debug;
+
+use metropolis_core::identity::AuthzError;
+use metropolis_core::leadership::LeadershipError;
+use metropolis_core::store::StoreError;
+use tonic::{Code, Status};
+
+/// A call refused by its method's authorization rule: Unauthenticated
+/// without a client certificate, PermissionDenied for a caller missing a
+/// permission.
+pub fn authz(e: &AuthzError) -> Status {
+    let code = match e {
+        AuthzError::Unauthenticated => Code::Unauthenticated,
+        AuthzError::PermissionDenied { .. } => Code::PermissionDenied,
+        // A refusal added later names a caller that may not call.
+        _ => Code::PermissionDenied,
+    };
+    Status::new(code, e.to_string())
+}
+
+/// The code of a call ended by leadership: Unavailable for every reason
+/// (the role ended, no leader, the fence refused a write, shutting down),
+/// so a client retries, here or at another instance.
+pub fn leadership_code(e: &LeadershipError) -> Code {
+    match e {
+        LeadershipError::BackendSwitched
+        | LeadershipError::NoLeader
+        | LeadershipError::LostLeadership
+        | LeadershipError::ShuttingDown => Code::Unavailable,
+        // A reason added later is, like these, a retry elsewhere.
+        _ => Code::Unavailable,
+    }
+}
+
+/// A call ended by leadership, with [`leadership_code`] and the message
+/// the contract names.
+pub fn leadership(e: &LeadershipError) -> Status {
+    Status::new(leadership_code(e), e.to_string())
+}
+
+/// A store failure: Internal for a transaction the store refused (sent
+/// again it would fail again: the store's limits and this instance's
+/// disagree, docs/operations.md "Transactions to etcd"), Unavailable for
+/// anything else (compacted, unreachable, shutting down), which a retry
+/// may overcome.
+pub fn store(e: StoreError) -> Status {
+    match e {
+        StoreError::Refused(_) => Status::internal(e.to_string()),
+        e => Status::unavailable(format!("{e}; request can be retried")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_leadership_error_is_unavailable_with_its_message() {
+        for e in [
+            LeadershipError::BackendSwitched,
+            LeadershipError::NoLeader,
+            LeadershipError::LostLeadership,
+            LeadershipError::ShuttingDown,
+        ] {
+            let status = leadership(&e);
+            assert_eq!(status.code(), Code::Unavailable);
+            assert_eq!(status.message(), e.to_string());
+        }
+    }
+
+    #[test]
+    fn a_cause_is_described_through_the_status_carrying_it() {
+        #[derive(Debug)]
+        struct Wrapper(std::io::Error);
+        impl std::fmt::Display for Wrapper {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "transport error: {:?}", self.0)
+            }
+        }
+        impl std::error::Error for Wrapper {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let io = std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "peer closed connection without sending TLS close_notify",
+        );
+        let status = Status::from_error(Box::new(Wrapper(io)));
+        assert_eq!(
+            metropolis_core::cause::describe(&status),
+            "peer closed connection without sending TLS close_notify"
+        );
+    }
+
+    #[test]
+    fn authorization_refusals_keep_their_two_codes() {
+        let status = authz(&AuthzError::Unauthenticated);
+        assert_eq!(status.code(), Code::Unauthenticated);
+        assert_eq!(status.message(), AuthzError::Unauthenticated.to_string());
+        let denied = AuthzError::PermissionDenied {
+            identity: metropolis_core::identity::Identity::Owner,
+            missing: vec![metropolis_proto::metropolis::proto::ext::Permission::DeleteNode],
+        };
+        assert_eq!(authz(&denied).code(), Code::PermissionDenied);
+    }
+}
