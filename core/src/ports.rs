@@ -158,10 +158,32 @@ pub struct IssuedCertificate {
     pub ca_pem: String,
 }
 
+/// Why the cluster CA did not issue a node certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CertIssueError {
+    /// Building, signing or encoding the certificate failed; the reason
+    /// is the issuer's, for an operator.
+    Signing(String),
+}
+
+impl std::fmt::Display for CertIssueError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CertIssueError::Signing(why) => write!(f, "issuing the node certificate failed: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for CertIssueError {}
+
 /// Issues node certificates from the cluster CA.
 pub trait CertIssuer: Send + Sync + 'static {
     /// Issues a node certificate for the Ed25519 `public_key`.
-    fn issue_node_certificate(&self, public_key: &[u8; 32]) -> Result<IssuedCertificate, String>;
+    fn issue_node_certificate(
+        &self,
+        public_key: &[u8; 32],
+    ) -> Result<IssuedCertificate, CertIssueError>;
 }
 
 /// Wall-clock time, for what operators read as dates (last heartbeat).
@@ -188,11 +210,11 @@ pub struct IssuedKubeconfig {
 #[non_exhaustive]
 pub enum KubeconfigError {
     /// No Kubernetes CA is configured; the message says how to configure
-    /// one (FailedPrecondition).
+    /// one.
     NotConfigured(String),
-    /// The request cannot be honoured as asked (InvalidArgument).
+    /// The request cannot be honoured as asked; the message says why.
     Invalid(String),
-    /// Signing or encoding failed (Internal).
+    /// Signing or encoding failed; the message says why.
     Failed(String),
 }
 

@@ -373,11 +373,12 @@ impl CertIssuer for Issuer {
     fn issue_node_certificate(
         &self,
         public_key: &[u8; 32],
-    ) -> Result<metropolis_core::ports::IssuedCertificate, String> {
+    ) -> Result<metropolis_core::ports::IssuedCertificate, metropolis_core::ports::CertIssueError>
+    {
         let cert = self
             .0
             .issue_node_for_key(public_key, &[])
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| metropolis_core::ports::CertIssueError::Signing(e.to_string()))?;
         Ok(metropolis_core::ports::IssuedCertificate {
             certificate_pem: cert,
             ca_pem: self.0.cert_pem(),

@@ -281,7 +281,7 @@ impl node_management_server::NodeManagement for CuratorService {
         let id = NodeId::from_public_key(&key);
         let cert = issuer
             .issue_node_certificate(&key)
-            .map_err(Status::internal)?;
+            .map_err(|e| crate::status::cert_issue(&e))?;
         if !self
             .register_node(
                 &id,

@@ -18,6 +18,7 @@ pub mod debug;
 
 use metropolis_core::identity::AuthzError;
 use metropolis_core::leadership::LeadershipError;
+use metropolis_core::ports::CertIssueError;
 use metropolis_core::store::StoreError;
 use tonic::{Code, Status};
 
@@ -52,6 +53,15 @@ pub fn leadership_code(e: &LeadershipError) -> Code {
 /// the contract names.
 pub fn leadership(e: &LeadershipError) -> Status {
     Status::new(leadership_code(e), e.to_string())
+}
+
+/// A node certificate the cluster CA did not issue: Internal (the
+/// request was valid; the CA failed).
+pub fn cert_issue(e: &CertIssueError) -> Status {
+    match e {
+        CertIssueError::Signing(why) => Status::internal(why.clone()),
+        e => Status::internal(e.to_string()),
+    }
 }
 
 /// A store failure: Internal for a transaction the store refused (sent

@@ -487,7 +487,10 @@ const NOW_UNIX_MS: i64 = 1_700_000_000_000;
 struct FakeIssuer;
 
 impl CertIssuer for FakeIssuer {
-    fn issue_node_certificate(&self, public_key: &[u8; 32]) -> Result<IssuedCertificate, String> {
+    fn issue_node_certificate(
+        &self,
+        public_key: &[u8; 32],
+    ) -> Result<IssuedCertificate, metropolis_core::ports::CertIssueError> {
         Ok(IssuedCertificate {
             certificate_pem: format!("CERT {}", NodeId::from_public_key(public_key)),
             ca_pem: "CA".into(),
