@@ -19,7 +19,9 @@ use metropolis_core::time::Instant;
 use metropolis_node::clock::ProcessClock;
 use metropolis_proto::prelude::agent;
 use metropolis_runtime_tokio::rt::TokioRuntime;
-use metropolis_service::agent_driver::AgentPorts;
+use metropolis_service::agent_driver::{
+    AgentPorts, HeartbeatError, InstallError, PersistError, RebootError,
+};
 
 use crate::hardware::gather_hardware_report;
 use crate::install::{Installer, Progress, install_encoded_request};
@@ -100,7 +102,7 @@ impl AgentPorts for MachinePorts {
     fn heartbeat(
         &self,
         request: agent::HeartbeatRequest,
-    ) -> BoxFuture<'static, Result<Option<Bytes>, String>> {
+    ) -> BoxFuture<'static, Result<Option<Bytes>, HeartbeatError>> {
         let client = self.client.clone();
         let deadline = self.heartbeat_timeout;
         let refused = self.refused.clone();
@@ -116,32 +118,55 @@ impl AgentPorts for MachinePorts {
                     if let Some(tell) = tell {
                         let _ = tell.send(message.clone());
                     }
-                    Err(format!("InvalidArgument: {message}"))
+                    Err(HeartbeatError::Invalid { message })
                 }
-                Err(e @ CallError::DeadlineExceeded { .. }) => {
-                    Err(format!("{e} (--heartbeat-timeout)"))
-                }
-                Err(e) => Err(e.to_string()),
+                Err(CallError::Rejected {
+                    endpoint,
+                    code,
+                    message,
+                }) => Err(HeartbeatError::Refused {
+                    code,
+                    curator: Some(endpoint),
+                    message,
+                }),
+                Err(e @ CallError::DeadlineExceeded { .. }) => Err(HeartbeatError::Unanswered {
+                    reason: format!("{e} (--heartbeat-timeout)"),
+                }),
+                Err(e) => Err(HeartbeatError::Unanswered {
+                    reason: e.to_string(),
+                }),
             }
         }
         .boxed()
     }
 
-    fn reboot(&self, generation: i64) -> Result<(), String> {
+    fn reboot(&self, generation: i64) -> Result<(), RebootError> {
         tracing::info!(generation, method = ?self.reboot, "rebooting");
         // The connections end with the process; nothing more is sent.
-        reboot(&self.reboot)
+        reboot(&self.reboot).map_err(|reason| RebootError::Failed { reason })
     }
 
-    fn persist_last_acted(&self, generation: i64) -> Result<(), String> {
-        write_last_acted(&self.state_dir, generation)
-            .map_err(|e| format!("{}: {e}", self.state_dir.display()))
+    fn persist_last_acted(&self, generation: i64) -> Result<(), PersistError> {
+        write_last_acted(&self.state_dir, generation).map_err(|e| PersistError::Write {
+            place: self.state_dir.display().to_string(),
+            reason: e.to_string(),
+        })
     }
 
-    fn install(&self, generation: i64, request: Bytes) -> BoxFuture<'static, Result<(), String>> {
+    fn install(
+        &self,
+        generation: i64,
+        request: Bytes,
+    ) -> BoxFuture<'static, Result<(), InstallError>> {
         let installer = self.installer.clone();
         tokio::task::spawn_blocking(move || install(installer.as_ref(), generation, &request))
-            .map(|joined| joined.unwrap_or_else(|e| Err(format!("installer crashed: {e}"))))
+            .map(|joined| {
+                joined.unwrap_or_else(|e| {
+                    Err(InstallError::Crashed {
+                        reason: e.to_string(),
+                    })
+                })
+            })
             .boxed()
     }
 
@@ -150,14 +175,20 @@ impl AgentPorts for MachinePorts {
     }
 }
 
-fn install(installer: &dyn Installer, generation: i64, request: &Bytes) -> Result<(), String> {
+fn install(
+    installer: &dyn Installer,
+    generation: i64,
+    request: &Bytes,
+) -> Result<(), InstallError> {
     let mut log = ProgressLog::new();
     let mut progress = |p: &Progress| {
         if let Some(line) = log.line(p, std::time::Instant::now()) {
             tracing::info!(generation, "installing: {line}");
         }
     };
-    install_encoded_request(installer, request, &mut progress).map_err(|e| e.to_string())
+    install_encoded_request(installer, request, &mut progress).map_err(|e| InstallError::Failed {
+        reason: e.to_string(),
+    })
 }
 
 /// Sleeps on tokio until an instant of the process's clock.

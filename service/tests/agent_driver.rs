@@ -19,7 +19,9 @@ use futures::future::BoxFuture;
 use metropolis_core::ports::MonotonicClock;
 use metropolis_core::provisioning::{AgentConfig, AgentLoop, RebootAfter};
 use metropolis_proto::prelude::agent;
-use metropolis_service::agent_driver::{AgentPorts, AgentStopped, drive_agent};
+use metropolis_service::agent_driver::{
+    AgentPorts, AgentStopped, HeartbeatError, InstallError, PersistError, RebootError, drive_agent,
+};
 use metropolis_testkit::clock::ManualClock;
 use metropolis_testkit::exec::poll_once;
 use metropolis_testkit::leases::ManualTimer;
@@ -32,7 +34,7 @@ const INTERVAL: Duration = Duration::from_secs(10);
 /// recorded in order.
 #[derive(Default)]
 struct Script {
-    answers: Mutex<VecDeque<Result<Option<Bytes>, String>>>,
+    answers: Mutex<VecDeque<Result<Option<Bytes>, HeartbeatError>>>,
     events: Mutex<Vec<String>>,
     install_done: Arc<AtomicBool>,
     persist_fails: bool,
@@ -53,7 +55,7 @@ impl AgentPorts for Script {
     fn heartbeat(
         &self,
         request: agent::HeartbeatRequest,
-    ) -> BoxFuture<'static, Result<Option<Bytes>, String>> {
+    ) -> BoxFuture<'static, Result<Option<Bytes>, HeartbeatError>> {
         let report = request.installation_report.map(|r| r.generation);
         self.note(format!(
             "heartbeat report={report:?} hardware={}",
@@ -63,16 +65,23 @@ impl AgentPorts for Script {
         Box::pin(async move { answer })
     }
 
-    fn persist_last_acted(&self, generation: i64) -> Result<(), String> {
+    fn persist_last_acted(&self, generation: i64) -> Result<(), PersistError> {
         self.note(format!("persist {generation}"));
         if self.persist_fails {
-            Err("disk full".to_string())
+            Err(PersistError::Write {
+                place: "/var/lib/agent".to_string(),
+                reason: "disk full".to_string(),
+            })
         } else {
             Ok(())
         }
     }
 
-    fn install(&self, generation: i64, _request: Bytes) -> BoxFuture<'static, Result<(), String>> {
+    fn install(
+        &self,
+        generation: i64,
+        _request: Bytes,
+    ) -> BoxFuture<'static, Result<(), InstallError>> {
         self.note(format!("install {generation}"));
         let done = self.install_done.clone();
         Box::pin(futures::future::poll_fn(move |_| {
@@ -88,10 +97,12 @@ impl AgentPorts for Script {
         agent::AgentHardwareReport::default()
     }
 
-    fn reboot(&self, generation: i64) -> Result<(), String> {
+    fn reboot(&self, generation: i64) -> Result<(), RebootError> {
         self.note(format!("reboot {generation}"));
         if self.reboot_fails {
-            Err("not permitted".to_string())
+            Err(RebootError::Failed {
+                reason: "not permitted".to_string(),
+            })
         } else {
             Ok(())
         }
@@ -211,7 +222,9 @@ fn a_failed_heartbeat_is_sent_again() {
         .answers
         .lock()
         .unwrap()
-        .push_back(Err("Unavailable: cut".to_string()));
+        .push_back(Err(HeartbeatError::Unanswered {
+            reason: "Unavailable: cut".to_string(),
+        }));
     let mut run = Run::new(script);
     assert!(run.poll().is_none());
     assert!(run.next_interval().is_none());
@@ -237,8 +250,12 @@ fn a_generation_that_cannot_be_persisted_stops_the_agent_uninstalled() {
     let mut run = Run::new(script);
     let stopped = run.poll().unwrap();
     assert!(
-        matches!(&stopped, AgentStopped::NotPersisted { generation: 4, error } if error == "disk full"),
+        matches!(&stopped, AgentStopped::NotPersisted { generation: 4, error: PersistError::Write { reason, .. } } if reason == "disk full"),
         "{stopped}"
+    );
+    assert_eq!(
+        stopped.to_string(),
+        "cannot persist generation 4, so not installing it: /var/lib/agent: disk full"
     );
     assert_eq!(
         run.script.events(),
@@ -266,7 +283,7 @@ fn the_driver_reboots_once_the_success_was_reported() {
         );
         if fails {
             assert!(
-                matches!(&stopped, AgentStopped::RebootFailed { generation: 5, error } if error == "not permitted"),
+                matches!(&stopped, AgentStopped::RebootFailed { generation: 5, error } if error.to_string() == "not permitted"),
                 "{stopped}"
             );
         } else {

@@ -32,7 +32,9 @@ use metropolis_core::identity::Identity;
 use metropolis_core::ports::{MonotonicClock, Timer};
 use metropolis_core::provisioning::{AgentConfig, AgentLoop, offered_request};
 use metropolis_proto::prelude::{agent, storage as machines};
-use metropolis_service::agent_driver::{AgentPorts, drive_agent};
+use metropolis_service::agent_driver::{
+    AgentPorts, HeartbeatError, InstallError, PersistError, RebootError, drive_agent,
+};
 use prost::Message;
 
 const HEARTBEAT: &str = "/cloud.bmaas.server.api.AgentCallback/Heartbeat";
@@ -445,7 +447,7 @@ impl AgentPorts for SimAgent {
     fn heartbeat(
         &self,
         request: agent::HeartbeatRequest,
-    ) -> BoxFuture<'static, Result<Option<Bytes>, String>> {
+    ) -> BoxFuture<'static, Result<Option<Bytes>, HeartbeatError>> {
         let target = self.rng.lock().unwrap().index(self.world.curators);
         let (world, out) = (self.world.clone(), self.out.clone());
         let identity = Identity::Agent(agent_key(self.m));
@@ -474,14 +476,14 @@ impl AgentPorts for SimAgent {
                 }
                 Err(code) => {
                     o.failures.push(code);
-                    Err(format!("{code:?}"))
+                    Err(heartbeat_error(code))
                 }
             }
         })
     }
 
     // Durable at once: the next incarnation starts from it.
-    fn persist_last_acted(&self, generation: i64) -> Result<(), String> {
+    fn persist_last_acted(&self, generation: i64) -> Result<(), PersistError> {
         let mut persisted = self.disk.lock().unwrap();
         assert!(
             *persisted < Some(generation),
@@ -492,7 +494,11 @@ impl AgentPorts for SimAgent {
         Ok(())
     }
 
-    fn install(&self, generation: i64, request: Bytes) -> BoxFuture<'static, Result<(), String>> {
+    fn install(
+        &self,
+        generation: i64,
+        request: Bytes,
+    ) -> BoxFuture<'static, Result<(), InstallError>> {
         let offered = offered_request(request).map(|(g, _)| g);
         assert_eq!(
             offered.ok(),
@@ -516,10 +522,31 @@ impl AgentPorts for SimAgent {
         agent::AgentHardwareReport::default()
     }
 
-    fn reboot(&self, generation: i64) -> Result<(), String> {
-        Err(format!(
-            "the simulated agents never reboot (generation {generation}): their loop has reboot_after Never"
-        ))
+    fn reboot(&self, generation: i64) -> Result<(), RebootError> {
+        Err(RebootError::Unsupported {
+            reason: format!(
+                "the simulated agents never reboot (generation {generation}): their loop has reboot_after Never"
+            ),
+        })
+    }
+}
+
+/// A simulated heartbeat's failure, from the code it ended with (the
+/// simulated calls keep no message): Unavailable, which the simulated
+/// network reports for a call that reached no curator (a node down, a
+/// cut link, a broken connection) as gRPC clients do, and which a curator
+/// answers when it cannot serve now, went unanswered; any other code is
+/// a curator's refusal.
+fn heartbeat_error(code: tonic::Code) -> HeartbeatError {
+    match code {
+        tonic::Code::Unavailable => HeartbeatError::Unanswered {
+            reason: format!("{code:?}"),
+        },
+        code => HeartbeatError::Refused {
+            code,
+            curator: None,
+            message: String::new(),
+        },
     }
 }
 
