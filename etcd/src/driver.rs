@@ -21,7 +21,7 @@ use metropolis_core::time::Instant;
 use metropolis_node::clock::ProcessClock;
 use metropolis_service::elected::SharedLeadership;
 use metropolis_service::elected::driver::{ElectionDriver as Driver, ElectionPorts};
-use metropolis_service::forward::{Connector, Upstream};
+use metropolis_service::forward::{Connector, ForwardError, Upstream};
 use metropolis_service::metrics::{MeteredLeases, Metrics};
 use tokio::sync::watch;
 
@@ -51,8 +51,10 @@ impl Upstream for Unreachable {
     fn send(
         &self,
         _: http::Request<tonic::body::Body>,
-    ) -> BoxFuture<'static, Result<http::Response<tonic::body::Body>, String>> {
-        let why = format!("{}: this instance does not forward calls", self.0);
+    ) -> BoxFuture<'static, Result<http::Response<tonic::body::Body>, ForwardError>> {
+        let why = ForwardError::NotForwarding {
+            leader: self.0.clone(),
+        };
         Box::pin(futures::future::ready(Err(why)))
     }
 }

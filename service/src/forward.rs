@@ -16,8 +16,9 @@ use futures::future::BoxFuture;
 use http::{HeaderValue, Request, Response};
 use tonic::body::Body;
 
-use metropolis_core::identity::{Identity, NodeId};
+use metropolis_core::identity::{Identity, NodeId, NodeIdError};
 use metropolis_core::leadership::LeadershipError;
+use metropolis_core::quote::cut;
 
 /// The header carrying the identity a call is forwarded on behalf of.
 pub const ON_BEHALF_OF: &str = "x-metropolis-on-behalf-of";
@@ -40,33 +41,133 @@ pub fn encode_identity(identity: &Identity) -> HeaderValue {
     HeaderValue::from_str(&text).expect("identity encodings are visible ASCII")
 }
 
+/// Why an [`ON_BEHALF_OF`] value names no identity. Caller input is kept
+/// cut to its first [`QUOTE_CHARS`](metropolis_core::quote::QUOTE_CHARS)
+/// characters (with `…` appended when it was longer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeIdentityError {
+    /// The value is not UTF-8.
+    NotUtf8,
+    /// `node:` is followed by something that is not a node ID.
+    Node(NodeIdError),
+    /// `agent:` is followed by 64 characters that are not all hexadecimal
+    /// digits.
+    AgentKey {
+        /// The characters after `agent:`.
+        hex: String,
+    },
+    /// The value has none of the forms [`encode_identity`] writes.
+    Unknown {
+        /// The value.
+        value: String,
+    },
+}
+
+impl std::fmt::Display for DecodeIdentityError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeIdentityError::NotUtf8 => f.write_str("not UTF-8"),
+            DecodeIdentityError::Node(e) => write!(f, "node: {e}"),
+            DecodeIdentityError::AgentKey { hex } => write!(f, "agent: {hex:?} is not hexadecimal"),
+            DecodeIdentityError::Unknown { value } => write!(f, "{value:?} is not an identity"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeIdentityError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DecodeIdentityError::Node(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 /// Decodes an [`ON_BEHALF_OF`] value; the error says what is wrong.
-pub fn decode_identity(value: &[u8]) -> Result<Identity, String> {
-    let text = std::str::from_utf8(value).map_err(|_| "not UTF-8".to_owned())?;
+pub fn decode_identity(value: &[u8]) -> Result<Identity, DecodeIdentityError> {
+    let text = std::str::from_utf8(value).map_err(|_| DecodeIdentityError::NotUtf8)?;
     match text.split_once(':') {
         None if text == "owner" => Ok(Identity::Owner),
         None if text == "unauthenticated" => Ok(Identity::Unauthenticated),
         Some(("node", id)) => NodeId::parse(id)
             .map(Identity::Node)
-            .map_err(|e| format!("node: {e}")),
+            .map_err(DecodeIdentityError::Node),
         Some(("agent", hex)) if hex.len() == 64 => {
+            let not_hex = || DecodeIdentityError::AgentKey { hex: cut(hex) };
+            let digits = hex.as_bytes();
+            if !digits.iter().all(u8::is_ascii_hexdigit) {
+                return Err(not_hex());
+            }
             let mut key = [0u8; 32];
-            for (i, byte) in key.iter_mut().enumerate() {
-                *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
-                    .map_err(|_| format!("agent: {hex:?} is not hexadecimal"))?;
+            for (byte, pair) in key.iter_mut().zip(digits.chunks_exact(2)) {
+                let pair = std::str::from_utf8(pair).map_err(|_| not_hex())?;
+                *byte = u8::from_str_radix(pair, 16).map_err(|_| not_hex())?;
             }
             Ok(Identity::Agent(key))
         }
-        _ => Err(format!("{text:?} is not an identity")),
+        _ => Err(DecodeIdentityError::Unknown { value: cut(text) }),
     }
 }
+
+/// Why a forwarded call got no response from the leader. Its `Display`
+/// is the transport's account, which the caller's status quotes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ForwardError {
+    /// No connection to the leader could be made (refused, unreachable,
+    /// timed out, its certificate refused, no such instance): the call
+    /// was not sent.
+    Connect {
+        /// Why, as the connector said.
+        reason: String,
+    },
+    /// The connection to the leader broke (or was found broken) before
+    /// the leader's response began: the call may have reached it.
+    Broken {
+        /// Why, as the HTTP/2 layer said.
+        reason: String,
+    },
+    /// The leader's response had begun and its stream broke before it
+    /// ended (found by the relay of the response's body, after
+    /// [`Upstream::send`] resolved): the call may have been served in
+    /// part.
+    StreamBroken {
+        /// Why, as the HTTP/2 layer said.
+        reason: String,
+    },
+    /// This instance forwards no calls (it only takes part in the
+    /// election).
+    NotForwarding {
+        /// The leader's address (`host:port`).
+        leader: String,
+    },
+}
+
+impl std::fmt::Display for ForwardError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ForwardError::Connect { reason }
+            | ForwardError::Broken { reason }
+            | ForwardError::StreamBroken { reason } => f.write_str(reason),
+            ForwardError::NotForwarding { leader } => {
+                write!(f, "{leader}: this instance does not forward calls")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ForwardError {}
 
 /// Where a follower sends the calls it forwards: a connection to the
 /// leader (the runtime's HTTP/2 client channel over mutual TLS).
 pub trait Upstream: Send + Sync + 'static {
     /// Sends one call and resolves with the leader's response (whose body
-    /// streams); an error means the leader could not be reached.
-    fn send(&self, request: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, String>>;
+    /// streams); an error says why the leader's response never began.
+    fn send(
+        &self,
+        request: Request<Body>,
+    ) -> BoxFuture<'static, Result<Response<Body>, ForwardError>>;
 }
 
 /// Makes [`Upstream`]s to a leader from its election value (node ID and
@@ -215,10 +316,7 @@ pub fn forward(
                 response.headers_mut().remove(http::header::CONTENT_LENGTH);
                 response
             }
-            Err(e) => tonic::Status::unavailable(format!(
-                "curator backend switched, request can be retried (leader unreachable: {e})"
-            ))
-            .into_http(),
+            Err(e) => crate::status::forward(&e).into_http(),
         }
     })
 }
@@ -233,10 +331,7 @@ pub(crate) fn on_behalf_of(request: &mut Request<Body>) -> Option<Result<Identit
             "{ON_BEHALF_OF} is accepted only from curator instances"
         ))));
     }
-    Some(
-        decode_identity(value.as_bytes())
-            .map_err(|e| tonic::Status::invalid_argument(format!("{ON_BEHALF_OF}: {e}"))),
-    )
+    Some(decode_identity(value.as_bytes()).map_err(|e| crate::status::on_behalf_of(&e)))
 }
 
 #[cfg(test)]
@@ -276,7 +371,7 @@ mod tests {
         fn send(
             &self,
             mut request: Request<Body>,
-        ) -> BoxFuture<'static, Result<Response<Body>, String>> {
+        ) -> BoxFuture<'static, Result<Response<Body>, ForwardError>> {
             assert!(
                 request.extensions().get::<Identity>().is_none(),
                 "extensions cleared"
@@ -425,8 +520,13 @@ mod tests {
     fn an_unreachable_leader_is_retryable() {
         struct Down;
         impl Upstream for Down {
-            fn send(&self, _: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, String>> {
-                Box::pin(futures::future::ready(Err("connection refused".to_owned())))
+            fn send(
+                &self,
+                _: Request<Body>,
+            ) -> BoxFuture<'static, Result<Response<Body>, ForwardError>> {
+                Box::pin(futures::future::ready(Err(ForwardError::Connect {
+                    reason: "connection refused".to_owned(),
+                })))
             }
         }
         let router = Router::new()
@@ -451,7 +551,10 @@ mod tests {
         /// A leader answering one five-byte message, its length stated.
         struct Sized;
         impl Upstream for Sized {
-            fn send(&self, _: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, String>> {
+            fn send(
+                &self,
+                _: Request<Body>,
+            ) -> BoxFuture<'static, Result<Response<Body>, ForwardError>> {
                 let response = Response::builder()
                     .header(http::header::CONTENT_TYPE, "application/grpc")
                     .header(http::header::CONTENT_LENGTH, "5")
@@ -496,5 +599,40 @@ mod tests {
         for bad in ["", "root", "node:x", "agent:zz", "agent:", "owner:1"] {
             assert!(decode_identity(bad.as_bytes()).is_err(), "{bad}");
         }
+        // 64 bytes that are not 64 hex digits: multibyte characters and
+        // signs included.
+        let multibyte = format!("agent:{}", "é".repeat(32));
+        let straddling = format!("agent:{}a", "€".repeat(21));
+        let signed = format!("agent:{}", "+f".repeat(32));
+        for bad in [multibyte, straddling, signed] {
+            let e = decode_identity(bad.as_bytes()).unwrap_err();
+            assert!(
+                matches!(e, DecodeIdentityError::AgentKey { .. }),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn identity_errors_say_what_is_wrong_quoting_a_bounded_prefix() {
+        assert_eq!(
+            decode_identity(&[0xff]).unwrap_err().to_string(),
+            "not UTF-8"
+        );
+        assert_eq!(
+            decode_identity(b"root").unwrap_err().to_string(),
+            "\"root\" is not an identity"
+        );
+        let zs = format!("agent:{}", "z".repeat(64));
+        assert_eq!(
+            decode_identity(zs.as_bytes()).unwrap_err().to_string(),
+            format!("agent: {:?} is not hexadecimal", "z".repeat(64))
+        );
+        let node = decode_identity(b"node:x").unwrap_err();
+        let parsed = NodeId::parse("x").unwrap_err();
+        assert_eq!(node.to_string(), format!("node: {parsed}"));
+        let long = "x".repeat(10_000);
+        let message = decode_identity(long.as_bytes()).unwrap_err().to_string();
+        assert!(message.len() < 100, "{message}");
     }
 }

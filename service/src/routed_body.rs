@@ -12,6 +12,7 @@ use http::HeaderMap;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use tonic::body::Body;
 
+use crate::forward::ForwardError;
 use metropolis_core::leadership::LeadershipError;
 
 /// A response body that ends with `grpc-status` trailers carrying the
@@ -84,11 +85,9 @@ impl HttpBody for RoutedBody {
             }
             Poll::Ready(Some(Err(e))) if this.forwarded => {
                 this.end();
-                let status = tonic::Status::unavailable(format!(
-                    "{} (the leader's stream broke: {})",
-                    LeadershipError::BackendSwitched,
-                    metropolis_core::cause::describe(&e)
-                ));
+                let status = crate::status::forward(&ForwardError::StreamBroken {
+                    reason: metropolis_core::cause::describe(&e),
+                });
                 let mut headers = HeaderMap::new();
                 let _ = status.add_header(&mut headers);
                 Poll::Ready(Some(Ok(Frame::trailers(headers))))

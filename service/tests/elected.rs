@@ -24,7 +24,9 @@ use metropolis_core::store::{CmpOp, Compare, CompareTarget, KeyRange, Op, OpResu
 use metropolis_core::time::Instant;
 use metropolis_proto::prelude::storage::LeaderElectionValue;
 use metropolis_service::elected::{FencedStore, SharedLeadership};
-use metropolis_service::forward::{Connector, Destination, Routed, Routing, Upstream};
+use metropolis_service::forward::{
+    Connector, Destination, ForwardError, Routed, Routing, Upstream,
+};
 use metropolis_service::{GroupCommit, GroupCommitOptions, GrpcService, Router};
 use metropolis_testkit::clock::ManualClock;
 use metropolis_testkit::exec::Tasks;
@@ -57,7 +59,7 @@ struct Connections(AtomicUsize);
 struct Nowhere;
 
 impl Upstream for Nowhere {
-    fn send(&self, _: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, String>> {
+    fn send(&self, _: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, ForwardError>> {
         Box::pin(futures::future::ready(Ok(tonic::Status::unimplemented(
             "the leader",
         )

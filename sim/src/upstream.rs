@@ -25,7 +25,7 @@ use http_body_util::{BodyExt, StreamBody};
 use metropolis_core::identity::NodeId as CuratorId;
 use metropolis_core::ports::{MonotonicClock, Timer};
 use metropolis_service::Router;
-use metropolis_service::forward::{Connector, CuratorPeer, Upstream};
+use metropolis_service::forward::{Connector, CuratorPeer, ForwardError, Upstream};
 use tonic::body::Body;
 
 use crate::links::{LINK_TIMEOUT, Links};
@@ -153,9 +153,11 @@ impl Upstream for SimUpstream {
     fn send(
         &self,
         mut request: Request<Body>,
-    ) -> BoxFuture<'static, Result<Response<Body>, String>> {
+    ) -> BoxFuture<'static, Result<Response<Body>, ForwardError>> {
         let Some(target) = self.target else {
-            return Box::pin(futures::future::ready(Err("no such curator".to_owned())));
+            return Box::pin(futures::future::ready(Err(ForwardError::Connect {
+                reason: "no such curator".to_owned(),
+            })));
         };
         request
             .extensions_mut()
@@ -197,17 +199,21 @@ pub fn deliver(
     target: NodeId,
     request: Request<Body>,
     delay: Duration,
-) -> BoxFuture<'static, Result<Response<Body>, String>> {
+) -> BoxFuture<'static, Result<Response<Body>, ForwardError>> {
     let links = routers.links().clone();
     if !links.up(from, target) {
         let caller = runtime.node(from);
         return Box::pin(async move {
             caller.sleep_until(caller.now() + LINK_TIMEOUT).await;
-            Err("connection timed out".to_owned())
+            Err(ForwardError::Connect {
+                reason: "connection timed out".to_owned(),
+            })
         });
     }
     let Some(router) = routers.get(target) else {
-        return Box::pin(futures::future::ready(Err("connection refused".to_owned())));
+        return Box::pin(futures::future::ready(Err(ForwardError::Connect {
+            reason: "connection refused".to_owned(),
+        })));
     };
     let node = runtime.node(target);
     let (head_tx, head_rx) = oneshot::channel();
@@ -247,7 +253,9 @@ pub fn deliver(
         let _ = futures::future::select(Box::pin(serve), reset_rx).await;
     });
     Box::pin(async move {
-        let parts = head_rx.await.map_err(|_| "connection reset".to_owned())?;
+        let parts = head_rx.await.map_err(|_| ForwardError::Broken {
+            reason: "connection reset".to_owned(),
+        })?;
         let state = (frames_rx, false, reset_tx);
         let frames = futures::stream::unfold(state, |(mut rx, ended, reset)| async move {
             if ended {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use http::{Request, Response};
-use metropolis_service::forward::{Connector, Upstream};
+use metropolis_service::forward::{Connector, ForwardError, Upstream};
 use tonic::body::Body;
 
 /// Connects to no leader: every forwarded call fails with "unreachable".
@@ -20,7 +20,9 @@ impl Connector for Unreachable {
 }
 
 impl Upstream for Unreachable {
-    fn send(&self, _: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, String>> {
-        Box::pin(futures::future::ready(Err("unreachable".to_owned())))
+    fn send(&self, _: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, ForwardError>> {
+        Box::pin(futures::future::ready(Err(ForwardError::Connect {
+            reason: "unreachable".to_owned(),
+        })))
     }
 }

@@ -365,18 +365,21 @@ impl tonic::codegen::Service<Request<Body>> for Channel {
 
 /// A channel to the leader is where a follower forwards calls.
 impl metropolis_service::forward::Upstream for Channel {
-    fn send(&self, request: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, String>> {
+    fn send(
+        &self,
+        request: Request<Body>,
+    ) -> BoxFuture<'static, Result<Response<Body>, metropolis_service::forward::ForwardError>> {
         let mut sender = self.sender.clone();
         Box::pin(async move {
             // The innermost cause: hyper's own message ("connection
             // error") says less than the I/O or TLS error under it.
+            let broken = |e: hyper::Error| metropolis_service::forward::ForwardError::Broken {
+                reason: metropolis_core::cause::describe(&e),
+            };
             futures::future::poll_fn(|cx| sender.poll_ready(cx))
                 .await
-                .map_err(|e| metropolis_core::cause::describe(&e))?;
-            let response = sender
-                .send_request(request)
-                .await
-                .map_err(|e| metropolis_core::cause::describe(&e))?;
+                .map_err(broken)?;
+            let response = sender.send_request(request).await.map_err(broken)?;
             Ok(response.map(Body::new))
         })
     }

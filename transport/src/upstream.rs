@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use http::{Request, Response};
-use metropolis_service::forward::{Connector, Upstream};
+use metropolis_service::forward::{Connector, ForwardError, Upstream};
 use tonic::body::Body;
 
 use crate::connect::ConnectError;
@@ -55,7 +55,10 @@ struct LazyUpstream {
 }
 
 impl Upstream for LazyUpstream {
-    fn send(&self, request: Request<Body>) -> BoxFuture<'static, Result<Response<Body>, String>> {
+    fn send(
+        &self,
+        request: Request<Body>,
+    ) -> BoxFuture<'static, Result<Response<Body>, ForwardError>> {
         let slot = self.channel.clone();
         let dial = self.dial.clone();
         let address = self.address.clone();
@@ -68,9 +71,12 @@ impl Upstream for LazyUpstream {
                 match &*slot {
                     Some(channel) => channel.clone(),
                     None => {
-                        let channel = dial(node_id.clone(), address.clone())
-                            .await
-                            .map_err(|e| e.to_string())?;
+                        let channel =
+                            dial(node_id.clone(), address.clone()).await.map_err(|e| {
+                                ForwardError::Connect {
+                                    reason: e.to_string(),
+                                }
+                            })?;
                         *slot = Some(channel.clone());
                         channel
                     }

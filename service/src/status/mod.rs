@@ -22,6 +22,8 @@ use metropolis_core::ports::CertIssueError;
 use metropolis_core::store::StoreError;
 use tonic::{Code, Status};
 
+use crate::forward::{DecodeIdentityError, ForwardError, ON_BEHALF_OF};
+
 /// A call refused by its method's authorization rule: Unauthenticated
 /// without a client certificate, PermissionDenied for a caller missing a
 /// permission.
@@ -53,6 +55,27 @@ pub fn leadership_code(e: &LeadershipError) -> Code {
 /// the contract names.
 pub fn leadership(e: &LeadershipError) -> Status {
     Status::new(leadership_code(e), e.to_string())
+}
+
+/// A call this instance forwarded that the leader did not answer in
+/// full: Unavailable, retryable like every change of leader ("curator
+/// backend switched, request can be retried"), naming what happened: the
+/// leader unreachable (its response never began) or its stream broken
+/// (the response cut short).
+pub fn forward(e: &ForwardError) -> Status {
+    let switched = LeadershipError::BackendSwitched;
+    match e {
+        ForwardError::StreamBroken { reason } => {
+            Status::unavailable(format!("{switched} (the leader's stream broke: {reason})"))
+        }
+        e => Status::unavailable(format!("{switched} (leader unreachable: {e})")),
+    }
+}
+
+/// A forwarded call whose [`ON_BEHALF_OF`] names no identity:
+/// InvalidArgument (the forwarding instance sent what no build writes).
+pub fn on_behalf_of(e: &DecodeIdentityError) -> Status {
+    Status::invalid_argument(format!("{ON_BEHALF_OF}: {e}"))
 }
 
 /// A node certificate the cluster CA did not issue: Internal (the
@@ -117,6 +140,42 @@ mod tests {
             metropolis_core::cause::describe(&status),
             "peer closed connection without sending TLS close_notify"
         );
+    }
+
+    #[test]
+    fn a_leader_out_of_reach_is_a_retryable_switch_naming_why() {
+        let e = ForwardError::Connect {
+            reason: "connection refused".into(),
+        };
+        let status = forward(&e);
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(
+            status.message(),
+            "curator backend switched, request can be retried (leader unreachable: connection refused)"
+        );
+        let e = ForwardError::StreamBroken {
+            reason: "stream error received: unexpected internal error encountered".into(),
+        };
+        assert_eq!(
+            forward(&e).message(),
+            "curator backend switched, request can be retried (the leader's stream broke: \
+             stream error received: unexpected internal error encountered)"
+        );
+        let e = ForwardError::NotForwarding {
+            leader: "10.0.0.2:7835".into(),
+        };
+        assert_eq!(
+            forward(&e).message(),
+            "curator backend switched, request can be retried (leader unreachable: \
+             10.0.0.2:7835: this instance does not forward calls)"
+        );
+    }
+
+    #[test]
+    fn an_undecodable_on_behalf_of_is_invalid_argument() {
+        let status = on_behalf_of(&DecodeIdentityError::NotUtf8);
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert_eq!(status.message(), "x-metropolis-on-behalf-of: not UTF-8");
     }
 
     #[test]
