@@ -28,9 +28,10 @@ use super::unary;
 
 use super::cas::UpdateQueues;
 use super::metrics::{AgentMetrics, Metrics};
+use crate::status::agent_callback as status;
 use metropolis_core::identity::Identity;
 use metropolis_core::ports::{KvStore, WallClock};
-use metropolis_core::provisioning::{MachineId, MachineRecord, RequestError, check_heartbeat};
+use metropolis_core::provisioning::{MachineId, MachineRecord, check_heartbeat};
 use metropolis_core::store::{KeyRange, KeyValue, Op, OpResult, Txn};
 
 /// Key prefix of machine records.
@@ -45,7 +46,7 @@ pub fn machine_key(machine_id: &MachineId) -> Bytes {
 
 /// `id` in canonical form, or InvalidArgument naming `machine_id`.
 fn check_machine_id(id: &str) -> Result<MachineId, Status> {
-    MachineId::parse(id).map_err(|e| Status::invalid_argument(e.to_string()))
+    MachineId::parse(id).map_err(|e| status::machine_id(&e))
 }
 
 /// Machines, agents and installation requests over a [`KvStore`].
@@ -77,12 +78,7 @@ async fn update_machine<T>(
 }
 
 fn decode(kv: &KeyValue) -> Result<MachineRecord, Status> {
-    MachineRecord::decode(&kv.value).map_err(|e| {
-        Status::internal(format!(
-            "machine record at {}: {e}",
-            String::from_utf8_lossy(&kv.key)
-        ))
-    })
+    MachineRecord::decode(&kv.value).map_err(|e| status::machine_record(&kv.key, &e))
 }
 
 impl ProvisioningService {
@@ -169,27 +165,26 @@ impl ProvisioningService {
         let checked = match caller {
             Identity::Agent(key) => check_heartbeat(&request)
                 .map(|id| (*key, id))
-                .map_err(|e| Status::invalid_argument(e.to_string())),
-            _ => Err(not_an_agent()),
+                .map_err(|e| status::heartbeat(&e)),
+            _ => Err(status::not_an_agent()),
         };
         let (store, queues) = (self.store.clone(), self.queues.clone());
         let now = self.clock.now_unix_ms();
         let metrics = self.metrics.clone();
         let beat = async move {
             let (key, id) = checked?;
-            let unknown = || Status::unauthenticated("machine id or public key unknown");
             let outcome = update_machine(store.as_ref(), &queues, &id, |record| {
                 if record.agent_public_key != key
                     && !crate::canary_planted!(AcceptUnregisteredAgentKey)
                 {
-                    return Err(unknown());
+                    return Err(status::unknown_agent());
                 }
                 Ok(record.handle_heartbeat(&request, now))
             })
             .await
             .map_err(|e| {
                 if e.code() == tonic::Code::NotFound {
-                    unknown()
+                    status::unknown_agent()
                 } else {
                     e
                 }
@@ -358,14 +353,7 @@ impl machine_management_server::MachineManagement for ProvisioningService {
                 record
                     .submit_request(&req.request, now)
                     .map(|r| r.generation)
-                    .map_err(|e| match e {
-                        // Not a request at all: the field is `request`.
-                        RequestError::Malformed(_) => {
-                            Status::invalid_argument(format!("request: {e}"))
-                        }
-                        // A field of the request: `request.<field>: …`.
-                        _ => Status::invalid_argument(format!("request.{e}")),
-                    })
+                    .map_err(|e| status::installation_request(&e))
             })
             .await?;
         tracing::info!(machine = %id, generation, "installation request submitted");
@@ -373,13 +361,6 @@ impl machine_management_server::MachineManagement for ProvisioningService {
             private::SubmitInstallationRequestResponse { generation },
         ))
     }
-}
-
-/// The answer to a Heartbeat from a caller without an agent certificate.
-fn not_an_agent() -> Status {
-    Status::unauthenticated(
-        "agents present a self-signed client certificate with their Ed25519 agent key",
-    )
 }
 
 /// The AgentCallback service as an HTTP/2 handler: `Heartbeat` through
@@ -419,7 +400,7 @@ impl GrpcService for AgentCallbackHttp {
             Some(Identity::Agent(_))
         );
         if super::router::method_name(request) == "Heartbeat" && !is_agent {
-            return Err(not_an_agent());
+            return Err(status::not_an_agent());
         }
         Ok(())
     }

@@ -121,7 +121,7 @@ impl WatchTarget {
             )),
             Some(Kind::NodeInCluster(n)) => NodeId::parse(&n.node_id)
                 .map(WatchTarget::Node)
-                .map_err(|e| Status::invalid_argument(format!("node_in_cluster.node_id: {e}"))),
+                .map_err(|e| crate::status::curator::node_id("node_in_cluster.node_id", &e)),
             Some(Kind::NodesInCluster(_)) => Ok(WatchTarget::AllNodes),
         }
     }
@@ -218,7 +218,7 @@ async fn write_status(
     let mut status = Some(status);
     let what = || format!("node {id}");
     let written = super::cas::update(store.as_ref(), &queues, key, what, |kv| {
-        let mut record = decode_record(kv).map_err(|e| Status::internal(e.to_string()))?;
+        let mut record = decode_record(kv).map_err(|e| crate::status::curator::node_record(&e))?;
         // Moved into the record for encoding and back out for a retry
         // after a lost compare-and-swap, instead of cloned per attempt.
         record.status = status.take();
@@ -258,7 +258,7 @@ fn check_status_update(
         }
     };
     let status =
-        validate_status(request.status).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        validate_status(request.status).map_err(|e| crate::status::curator::status_update(&e))?;
     Ok((id, status))
 }
 
@@ -281,7 +281,7 @@ impl node_management_server::NodeManagement for CuratorService {
         let id = NodeId::from_public_key(&key);
         let cert = issuer
             .issue_node_certificate(&key)
-            .map_err(|e| crate::status::cert_issue(&e))?;
+            .map_err(|e| crate::status::curator::cert_issue(&e))?;
         if !self
             .register_node(
                 &id,
@@ -307,7 +307,7 @@ impl node_management_server::NodeManagement for CuratorService {
     ) -> Result<Response<RemoveNodeResponse>, Status> {
         let req = request.into_inner();
         let id = NodeId::parse(&req.node_id)
-            .map_err(|e| Status::invalid_argument(format!("node_id: {e}")))?;
+            .map_err(|e| crate::status::curator::node_id("node_id", &e))?;
         let key = node_key(&id);
         let txn = Txn {
             success: vec![Op::Delete(KeyRange::Key(key))],

@@ -8,17 +8,29 @@
 //! - this module: what every service answers alike, because the router
 //!   and the store answer for all of them (authorization, leadership and
 //!   forwarding, the store);
+//! - [`curator`]: Curator and NodeManagement (node IDs, status updates,
+//!   stored node records, node certificates);
+//! - [`agent_callback`]: AgentCallback and MachineManagement (machine
+//!   IDs, heartbeats, installation requests, stored machine records,
+//!   callers that are no registered agent);
 //! - [`debug`]: `NodeDebugService` (trace sessions, log queries, image
 //!   imports, kubeconfigs).
 //!
+//! What a handler checks of the request itself (a key of the wrong
+//! length, a node updating another's status, a record not found) it
+//! answers where it checks; an error a machine or a port returns is
+//! mapped here.
+//!
 //! The codes are part of the contract (docs/spec/semantics.md); the
-//! messages are the errors' own `Display`.
+//! messages are the errors' own `Display`, with the request field they
+//! concern where the error does not name it.
 
+pub mod agent_callback;
+pub mod curator;
 pub mod debug;
 
 use metropolis_core::identity::AuthzError;
 use metropolis_core::leadership::LeadershipError;
-use metropolis_core::ports::CertIssueError;
 use metropolis_core::store::StoreError;
 use tonic::{Code, Status};
 
@@ -76,15 +88,6 @@ pub fn forward(e: &ForwardError) -> Status {
 /// InvalidArgument (the forwarding instance sent what no build writes).
 pub fn on_behalf_of(e: &DecodeIdentityError) -> Status {
     Status::invalid_argument(format!("{ON_BEHALF_OF}: {e}"))
-}
-
-/// A node certificate the cluster CA did not issue: Internal (the
-/// request was valid; the CA failed).
-pub fn cert_issue(e: &CertIssueError) -> Status {
-    match e {
-        CertIssueError::Signing(why) => Status::internal(why.clone()),
-        e => Status::internal(e.to_string()),
-    }
 }
 
 /// A store failure: Internal for a transaction the store refused (sent
