@@ -25,7 +25,8 @@ pub enum Canary {
     /// opened after a write may miss it.
     SkipReadYourWrites,
     /// An instance that is not the leader forwards a call that was
-    /// forwarded to it, instead of ending it Unavailable.
+    /// forwarded to it, instead of ending it with
+    /// [`LeadershipError::BackendSwitched`](crate::leadership::LeadershipError::BackendSwitched).
     ForwardForwarded,
     /// AgentCallback answers a heartbeat whose key is not the one
     /// registered for its machine.

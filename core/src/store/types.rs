@@ -216,8 +216,8 @@ pub enum StoreError {
     /// The store cannot be reached or failed (runtime stores only).
     Unavailable(String),
     /// The store refused the request as invalid without applying any of
-    /// it (etcd: InvalidArgument, e.g. more operations in one transaction
-    /// than its `--max-txn-ops`); sent again unchanged it fails again.
+    /// it (etcd, e.g., refuses more operations in one transaction than its
+    /// `--max-txn-ops`); sent again unchanged it fails again.
     Refused(String),
 }
 
