@@ -44,3 +44,6 @@ pub use services::{NodeServices, SystemClock};
 
 /// A daemon failure, with what to do about it.
 pub type DaemonError = Box<dyn std::error::Error + Send + Sync>;
+
+#[cfg(test)]
+mod tests;
