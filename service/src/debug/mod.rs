@@ -266,18 +266,11 @@ impl NodeDebugService for DebugService {
                         (wait, _) => wait.as_ref().map(|w| w.bound),
                     };
                     let e = TraceError::AlreadyInProgress { target };
-                    // Sessions share the global buffer unless the node
-                    // gives each its own instance.
-                    let hint = if t.per_session_instances {
-                        ""
-                    } else {
-                        "; sessions share the global trace buffer, one at a time: start the \
-                         node with --trace-instances to run several at once"
-                    };
-                    return Err(Status::failed_precondition(match waited {
-                        Some(bound) => format!("{e} (waited {bound:?} for it to end){hint}"),
-                        None => format!("{e}{hint}"),
-                    }));
+                    return Err(crate::status::debug::trace_in_progress(
+                        &e,
+                        waited,
+                        !t.per_session_instances,
+                    ));
                 }
                 started => break started.map_err(|e| crate::status::debug::trace(&e))?,
             }
@@ -298,14 +291,7 @@ impl NodeDebugService for DebugService {
         let parts = request.into_inner().map(|part| part.map(|p| p.data_part));
         crate::images::load_image(parts, store.as_ref(), self.inner.archive_limits.clone())
             .await
-            .map_err(|status| match status.code() {
-                // The node's flag is what lets a second load replace it.
-                tonic::Code::AlreadyExists => Status::already_exists(format!(
-                    "{}; start the node with --image-replace-tags to replace it",
-                    status.message()
-                )),
-                _ => status,
-            })?;
+            .map_err(crate::status::debug::image_load)?;
         Ok(Response::new(debug::LoadImageResponse {}))
     }
 }

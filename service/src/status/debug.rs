@@ -54,6 +54,27 @@ pub fn trace_ended(e: &TraceError, teardown: &[StepFailure]) -> Status {
     )
 }
 
+/// A trace that found its buffer taken (and, with `waited`, still taken
+/// after waiting that long for it): FailedPrecondition, since retrying at
+/// once will not help. With `shared_buffer` (the node gives sessions no
+/// instances of their own), the message says how to run several at once.
+pub fn trace_in_progress(
+    e: &TraceError,
+    waited: Option<std::time::Duration>,
+    shared_buffer: bool,
+) -> Status {
+    let hint = if shared_buffer {
+        "; sessions share the global trace buffer, one at a time: start the \
+         node with --trace-instances to run several at once"
+    } else {
+        ""
+    };
+    Status::failed_precondition(match waited {
+        Some(bound) => format!("{e} (waited {bound:?} for it to end){hint}"),
+        None => format!("{e}{hint}"),
+    })
+}
+
 /// A log query refused: every [`QueryError`] is a field of the request
 /// the caller can fix, InvalidArgument.
 pub fn log_query(e: &QueryError) -> Status {
@@ -96,6 +117,19 @@ pub fn image_store(e: &ImageStoreError) -> Status {
     Status::new(image_store_code(e), e.to_string())
 }
 
+/// The status a failed `LoadImage` ends with: the driver's, except that
+/// an image whose name is taken says which node flag lets a second load
+/// replace it.
+pub fn image_load(status: Status) -> Status {
+    match status.code() {
+        Code::AlreadyExists => Status::already_exists(format!(
+            "{}; start the node with --image-replace-tags to replace it",
+            status.message()
+        )),
+        _ => status,
+    }
+}
+
 /// A kubeconfig the issuer did not issue: FailedPrecondition on a node
 /// without Kubernetes credentials, InvalidArgument for a request it
 /// refuses, Internal for its own failure.
@@ -107,5 +141,66 @@ pub fn kubeconfig(e: KubeconfigError) -> Status {
             Status::internal(format!("issuing the kubeconfig failed: {m}"))
         }
         e => Status::internal(format!("issuing the kubeconfig failed: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use metropolis_core::trace::Target;
+
+    use super::*;
+
+    #[test]
+    fn a_taken_buffer_is_a_failed_precondition_with_its_wait_and_hint() {
+        let e = TraceError::AlreadyInProgress {
+            target: Target::Global,
+        };
+        let shared = trace_in_progress(&e, Some(Duration::from_secs(2)), true);
+        assert_eq!(shared.code(), Code::FailedPrecondition);
+        assert_eq!(
+            shared.message(),
+            format!(
+                "{e} (waited 2s for it to end); sessions share the global trace buffer, one \
+                 at a time: start the node with --trace-instances to run several at once"
+            )
+        );
+        let own = trace_in_progress(&e, None, false);
+        assert_eq!(own.message(), e.to_string());
+        assert_eq!(trace_code(&e), Code::FailedPrecondition);
+    }
+
+    #[test]
+    fn a_taken_image_name_names_the_flag_and_other_failures_pass_through() {
+        let taken = image_load(image_store(&ImageStoreError::AlreadyExists("a:1".into())));
+        assert_eq!(taken.code(), Code::AlreadyExists);
+        assert!(
+            taken
+                .message()
+                .ends_with("; start the node with --image-replace-tags to replace it"),
+            "{}",
+            taken.message()
+        );
+        let other = image_load(Status::unavailable("disk full"));
+        assert_eq!(
+            (other.code(), other.message()),
+            (Code::Unavailable, "disk full")
+        );
+    }
+
+    #[test]
+    fn kubeconfig_refusals_keep_their_codes() {
+        let cases = [
+            (
+                KubeconfigError::NotConfigured("x".into()),
+                Code::FailedPrecondition,
+            ),
+            (KubeconfigError::Invalid("x".into()), Code::InvalidArgument),
+            (KubeconfigError::Failed("x".into()), Code::Internal),
+        ];
+        for (e, code) in cases {
+            assert_eq!(kubeconfig(e).code(), code);
+        }
     }
 }
