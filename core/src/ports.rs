@@ -241,3 +241,16 @@ pub trait KubeconfigIssuer: Send + Sync + 'static {
         groups: &[String],
     ) -> Result<IssuedKubeconfig, KubeconfigError>;
 }
+
+/// A condition an instance needs to serve (a store that has not failed, a
+/// known leader), for the health service (`metropolis_service::health`).
+pub trait Readiness: Send + Sync + 'static {
+    /// `None` while the condition holds; otherwise why the instance cannot
+    /// serve.
+    fn unready(&self) -> Option<String>;
+
+    /// Keeps `waker` and wakes it, every time, after
+    /// [`unready`](Self::unready) may have changed. Called once per
+    /// monitor the condition joins.
+    fn subscribe(&self, waker: std::task::Waker);
+}

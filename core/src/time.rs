@@ -5,6 +5,16 @@
 use std::ops::{Add, Sub};
 use std::time::Duration;
 
+/// The buckets of every latency histogram the project exports (the
+/// service layer's and the embedded store's), in seconds: 100 µs to about
+/// 100 s, doubling (finer than Prometheus's default at the low end, where
+/// embedded commits and local calls are). Computed as prometheus-client's
+/// `exponential_buckets(0.0001, 2.0, 21)` computes them, so the `le`
+/// labels are the same to the last digit.
+pub fn latency_buckets() -> impl Iterator<Item = f64> {
+    (0..21u8).map(|i| 0.0001 * 2f64.powf(f64::from(i)))
+}
+
 /// A point on a monotonic timeline, as an offset from an arbitrary origin
 /// chosen by the driver (process start, simulation start).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

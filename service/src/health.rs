@@ -27,17 +27,10 @@ use super::elected::SharedLeadership;
 use metropolis_core::leadership::Role;
 use metropolis_core::quote::quoted;
 
-/// A condition this instance needs to serve.
-pub trait Readiness: Send + Sync + 'static {
-    /// `None` while the condition holds; otherwise why the instance cannot
-    /// serve.
-    fn unready(&self) -> Option<String>;
-
-    /// Keeps `waker` and wakes it, every time, after
-    /// [`unready`](Self::unready) may have changed. Called once per
-    /// monitor the condition joins.
-    fn subscribe(&self, waker: Waker);
-}
+/// A condition this instance needs to serve: the port the store and the
+/// leadership report through (core's, so that the store implements it
+/// without the service layer).
+pub use metropolis_core::ports::Readiness;
 
 /// An elected instance can serve while it leads or follows a known
 /// leader (calls are forwarded to it); not while no leader is known

@@ -143,13 +143,13 @@ use futures::FutureExt;
 use futures::channel::oneshot;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use metropolis_core::ports::Readiness;
 use metropolis_core::ports::{KvStore, MonotonicClock, WatchBatch};
 use metropolis_core::store::{
     CompactedHistory, KeyRange, KeyValue, LeaseId, LeaseInfo, MemStore, Op, Record, Revision,
     StoreError, Txn, TxnResponse, WatchId, encode_record, encode_txn_record, txn_record_len,
 };
 use metropolis_core::time::Instant;
-use metropolis_service::Readiness;
 
 pub use backup::{Backup, RestoreError, Restored, restore};
 pub use disk::{Disk, OsDisk};

@@ -27,7 +27,7 @@ impl Default for StoreMetrics {
             // 1 to 4,096 records.
             batch_records: Histogram::new(exponential_buckets(1.0, 2.0, 13)),
             written_bytes: Counter::default(),
-            sync: Histogram::new(metropolis_service::metrics::latency_buckets()),
+            sync: Histogram::new(metropolis_core::time::latency_buckets()),
             wal_bytes: Gauge::default(),
             snapshot_bytes: Gauge::default(),
             snapshots: Counter::default(),

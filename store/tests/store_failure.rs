@@ -16,8 +16,8 @@ use std::task::{Wake, Waker};
 
 use bytes::Bytes;
 use common::*;
+use metropolis_core::ports::Readiness;
 use metropolis_core::store::{KeyRange, Op, OpResult, StoreError, Txn};
-use metropolis_service::Readiness;
 use metropolis_store::{EmbeddedStore, StoreOptions};
 
 const CHILD_DIR: &str = "METROPOLIS_STORE_FAILURE_CHILD_DIR";

@@ -34,12 +34,7 @@ use metropolis_core::time::Instant;
 /// The clock durations are measured on.
 type Clock = Arc<dyn MonotonicClock>;
 
-/// Histogram buckets for latencies, in seconds: 100 µs to about 100 s,
-/// doubling (finer than Prometheus's default at the low end, where
-/// embedded commits and local calls are).
-pub fn latency_buckets() -> impl Iterator<Item = f64> {
-    prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 21)
-}
+pub use metropolis_core::time::latency_buckets;
 
 /// Every family of the service layer, and the clock that times them.
 /// Cloning shares the families.
@@ -268,6 +263,16 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
         text
+    }
+
+    #[test]
+    fn latency_buckets_are_prometheus_clients_exponential_buckets_to_the_bit() {
+        let ours: Vec<u64> = super::latency_buckets().map(f64::to_bits).collect();
+        let theirs: Vec<u64> =
+            prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 21)
+                .map(f64::to_bits)
+                .collect();
+        assert_eq!(ours, theirs);
     }
 
     #[test]
