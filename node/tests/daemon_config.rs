@@ -102,15 +102,29 @@ fn parse_listen_refuses_an_address_without_a_usable_port() {
         ("localhost:", "\"\" is not a port"),
         ("localhost:65536", "\"65536\" is not a port"),
         ("localhost:-1", "\"-1\" is not a port"),
-        // No host before the colon is refused, not resolved.
-        (":7835", "is not a port"),
         ("[::1]", "is not a port"),
+        // An unbracketed IPv6 address is not split at a guess.
+        (
+            "::1:7835",
+            "needs brackets before its port, as in [::1]:7835",
+        ),
     ];
     for (value, expected) in cases {
         let e = parse_listen(value).unwrap_err();
         assert!(e.contains(expected), "{value:?}: {e}");
         assert!(e.contains("expected IP:PORT"), "{value:?}: {e}");
     }
+}
+
+#[test]
+fn a_port_without_a_host_says_which_hosts_to_write() {
+    // Go's `:7835` means every address; the daemon asks which.
+    let e = parse_listen(":7835").unwrap_err();
+    assert_eq!(
+        e,
+        "no host before the port: write 0.0.0.0:7835 (every IPv4 address), [::]:7835 \
+         (every address) or 127.0.0.1:7835 (this machine only)"
+    );
 }
 
 #[test]

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 use metropolis_core::logtree::LogTreeConfig;
+use metropolis_core::quote::quoted;
 use metropolis_service::debug::LogHub;
 
 use super::{DaemonError, LogFormat};
@@ -286,8 +287,24 @@ pub fn parse_listen(value: &str) -> Result<SocketAddr, String> {
     let Some((host, port)) = value.rsplit_once(':') else {
         return Err(format!("no port: {expected}"));
     };
-    if host.is_empty() || port.parse::<u16>().is_err() {
-        return Err(format!("{port:?} is not a port (0-65535): {expected}"));
+    if port.parse::<u16>().is_err() {
+        return Err(format!(
+            "{} is not a port (0-65535): {expected}",
+            quoted(port)
+        ));
+    }
+    if host.is_empty() {
+        // Go's `:PORT` (every address) is not taken: the operator says
+        // which addresses.
+        return Err(format!(
+            "no host before the port: write 0.0.0.0:{port} (every IPv4 address), \
+             [::]:{port} (every address) or 127.0.0.1:{port} (this machine only)"
+        ));
+    }
+    if host.contains(':') && !host.starts_with('[') {
+        return Err(format!(
+            "an IPv6 address needs brackets before its port, as in [::1]:{port}: {expected}"
+        ));
     }
     use std::net::ToSocketAddrs;
     match value.to_socket_addrs() {
