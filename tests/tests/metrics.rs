@@ -98,6 +98,19 @@ fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
 const CURATOR: &str = "metropolis.node.core.curator.proto.api.Curator";
 const AGENT_CALLBACK: &str = "cloud.bmaas.server.api.AgentCallback";
 
+/// The CPU time of process `pid` so far, in seconds, read on its own from
+/// `/proc/<pid>/stat`: user plus system time (fields 14 and 15), in
+/// USER_HZ ticks, which Linux fixes at 100 per second.
+fn proc_cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces): the third on.
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 =
+        fields[14 - 3].parse::<u64>().unwrap() + fields[15 - 3].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
+}
+
 fn method<'a>(service: &'a str, method: &'a str, kind: &'a str) -> Vec<(&'a str, &'a str)> {
     vec![
         ("grpc_service", service),
@@ -259,8 +272,29 @@ async fn scrapes_after_traffic(d: &Daemon, metrics: &str, read: impl Fn() -> Vec
         );
     }
 
-    // The daemon's process, as every Prometheus client exports it.
-    assert!(value(&after, "process_cpu_seconds_total", &[]) > 0.0);
+    // The daemon's process, as every Prometheus client exports it. Its
+    // CPU time lies between what /proc says just before and just after a
+    // scrape; scraped again until the daemon has used a few ticks (one
+    // this young may not have used one yet, and 0 would prove nothing).
+    let pid = d.pid();
+    let mut cpu = (0.0, 0.0, 0.0);
+    for _ in 0..1000 {
+        let before = proc_cpu_seconds(pid);
+        let exported = value(&read(), "process_cpu_seconds_total", &[]);
+        cpu = (before, exported, proc_cpu_seconds(pid));
+        if before >= 0.03 {
+            break;
+        }
+    }
+    let (lower, exported, upper) = cpu;
+    assert!(
+        lower >= 0.03,
+        "the daemon used {lower} s of CPU in 1,000 scrapes"
+    );
+    assert!(
+        lower <= exported && exported <= upper,
+        "exported {exported} s, /proc said {lower} s before and {upper} s after"
+    );
     assert!(value(&after, "process_open_fds", &[]) >= 3.0);
     assert!(value(&after, "process_max_fds", &[]) >= value(&after, "process_open_fds", &[]));
     assert!(value(&after, "process_resident_memory_bytes", &[]) > 1e6);
