@@ -17,6 +17,7 @@ use metropolis_core::trace::{
 };
 use metropolis_service::debug::{TraceStream, run_session};
 use metropolis_service::status::debug::trace_code;
+use metropolis_testkit::fuzz::trace::expected_code;
 use metropolis_testkit::tracefs::{FakeBuffer, FakePort, FakeTracefs};
 
 /// Where proptest keeps this file's failing cases: next to it
@@ -217,27 +218,6 @@ fn run(sc: &Scenario) -> Record {
 
 fn is_write(a: &Action, name: &str, v: &str) -> bool {
     matches!(a, Action::Write { file, value, .. } if file.ends_with(name) && value == v)
-}
-
-/// The gRPC code a failed start action must give, derived independently.
-fn expected_code(action: &Action, failure: &TracefsFailure) -> tonic::Code {
-    use tonic::Code;
-    match failure.kind {
-        FailureKind::TracefsMissing
-        | FailureKind::NotFound
-        | FailureKind::NotPermitted
-        | FailureKind::Busy => Code::FailedPrecondition,
-        FailureKind::Exists if matches!(action, Action::Mkdir { .. }) => Code::FailedPrecondition,
-        FailureKind::Rejected
-            if matches!(action, Action::Write { file, value, .. }
-                if !value.is_empty() && (file.ends_with("current_tracer")
-                    || file.ends_with("set_ftrace_filter")
-                    || file.ends_with("set_graph_function"))) =>
-        {
-            Code::InvalidArgument
-        }
-        _ => Code::Unavailable,
-    }
 }
 
 /// Checks every property of one finished run.

@@ -127,8 +127,11 @@ fn tolerated(sc: &Scenario, a: &Action, f: &TracefsFailure) -> bool {
         && matches!(f.kind, FailureKind::NotFound | FailureKind::NotPermitted)
 }
 
-/// The code a failed start operation must give, derived independently.
-fn expected_code(action: &Action, failure: &TracefsFailure) -> tonic::Code {
+/// The code a failed start operation must give, derived independently of
+/// the service layer's mapping (`metropolis_service::status::debug`): the
+/// oracle of this harness and of the trace session's proptest
+/// (`service/tests/trace.rs`).
+pub fn expected_code(action: &Action, failure: &TracefsFailure) -> tonic::Code {
     use tonic::Code;
     match failure.kind {
         FailureKind::TracefsMissing
