@@ -80,13 +80,17 @@ fn blob(out: &Path, digest: &str) -> Vec<u8> {
     std::fs::read(out.join("blobs/sha256").join(&digest["sha256:".len()..])).unwrap()
 }
 
+/// The content of `frame`, checked to be one zstd frame that carries its
+/// content checksum (as the `zstd` program writes them), nothing after it.
 fn unzstd(frame: &[u8]) -> Vec<u8> {
-    let mut decoder = ruzstd::decoding::StreamingDecoder::new(frame).unwrap();
+    assert_eq!(frame[..4], 0xFD2F_B528u32.to_le_bytes(), "a zstd frame");
+    assert_ne!(frame[4] & 0x04, 0, "the frame carries its content checksum");
+    let mut decoder = zstd::stream::read::Decoder::with_buffer(frame)
+        .unwrap()
+        .single_frame();
     let mut out = Vec::new();
     decoder.read_to_end(&mut out).unwrap();
-    let mut rest = Vec::new();
-    decoder.into_inner().read_to_end(&mut rest).unwrap();
-    assert!(rest.is_empty(), "one frame, nothing after it");
+    assert!(decoder.finish().is_empty(), "one frame, nothing after it");
     out
 }
 

@@ -2,8 +2,6 @@
 //! more per selector: real manifests and indexes, responses as
 //! registries send them, framings, zstd blobs.
 
-use ruzstd::encoding::{CompressionLevel, compress_to_vec};
-
 use super::image_config::{
     CONFIG_MEDIA_TYPE, DISK_ARTIFACT, METROPOLIS_ARTIFACT, PAYLOAD_RAW, PAYLOAD_ZSTD,
 };
@@ -116,14 +114,11 @@ pub(crate) fn seeds() -> crate::fuzz::Seeds {
     let text: Vec<u8> = (0..3000u32)
         .map(|i| b"abcdefgh\n"[(i % 9) as usize] ^ (i / 700) as u8)
         .collect();
-    let mut blob = compress_to_vec(&text[..], CompressionLevel::Fastest);
+    let mut blob = super::fuzz::frame(&text, true);
     blob.extend_from_slice(&0x184D_2A5Au32.to_le_bytes());
     blob.extend_from_slice(&2u32.to_le_bytes());
     blob.extend_from_slice(b"zz");
-    blob.extend(compress_to_vec(
-        &text[..100],
-        CompressionLevel::Uncompressed,
-    ));
+    blob.extend(super::fuzz::frame(&text[..100], false));
     out.push(("zstd-frames", with(4, &[9], &blob)));
     out.push((
         "zstd-garbage",

@@ -91,10 +91,14 @@ impl<'a> FetchedImage<'a> {
         }
         let blob = BlobReader::new(&mut self.session, url, response, layer.size);
         let mut source = if layer.compressed {
-            Source::Zstd(Box::new(ZstdReader::new(BufReader::with_capacity(
-                256 * 1024,
-                blob,
-            ))))
+            let reader =
+                ZstdReader::new(BufReader::with_capacity(256 * 1024, blob)).map_err(|e| {
+                    InstallError::Decompress {
+                        digest: format!("{} (payload {name})", layer.digest),
+                        problem: e.to_string(),
+                    }
+                })?;
+            Source::Zstd(Box::new(reader))
         } else {
             Source::Raw(Box::new(blob))
         };

@@ -1,7 +1,7 @@
 //! One payload streamed into its layer blob: read once, hashed chunk by
 //! chunk as the config needs, compressed into one zstd frame (or copied),
 //! and the blob's own SHA-256 taken as it is written. Nothing is held in
-//! memory beyond a block of the compressor or the copy buffer.
+//! memory beyond the compressor's window or the copy buffer.
 
 use std::cell::Cell;
 use std::io::{self, Read, Write};
@@ -12,12 +12,16 @@ use sha2::{Digest, Sha256};
 
 use super::format::{Compression, Payload, digest_of};
 
+/// The zstd level layers are compressed at: the `zstd` program's default.
+const ZSTD_LEVEL: i32 = 3;
+
 /// Reads a payload, hashing each `chunk` bytes (SHA-256, base64 without
 /// padding) and counting them on a progress bar.
 ///
-/// A read error ends the stream (`Ok(0)`) and is kept in `error`: the
-/// zstd encoder panics on source errors, so it never sees one. Reading
-/// also ends when the sink failed (`stop`).
+/// A read error ends the stream (`Ok(0)`) and is kept in `error`, so that
+/// it is reported as the payload's, not as the blob's (the copy through
+/// the encoder would not tell them apart). Reading also ends when the
+/// sink failed (`stop`).
 struct ChunkReader<R> {
     inner: R,
     chunk: u64,
@@ -87,8 +91,8 @@ impl<R: Read> Read for ChunkReader<R> {
 }
 
 /// Writes the blob, taking its SHA-256 and length. A write error is kept
-/// and stops the reader (the zstd encoder panics on drain errors, so it
-/// never sees one); later writes are dropped.
+/// and stops the reader at its next read; later writes are dropped, and
+/// the error is reported by the flush after the copy.
 struct BlobWriter<W> {
     inner: W,
     hasher: Sha256,
@@ -175,11 +179,11 @@ pub fn encode<R: Read, W: Write>(
             io::copy(&mut reader, &mut writer).map_err(EncodeError::Write)?;
         }
         Compression::Zstd => {
-            use ruzstd::encoding::{CompressionLevel, FrameCompressor};
-            let mut compressor = FrameCompressor::new(CompressionLevel::Fastest);
-            compressor.set_source(&mut reader);
-            compressor.set_drain(&mut writer);
-            compressor.compress();
+            let mut encoder = zstd::stream::write::Encoder::new(&mut writer, ZSTD_LEVEL)
+                .map_err(EncodeError::Write)?;
+            encoder.include_checksum(true).map_err(EncodeError::Write)?;
+            io::copy(&mut reader, &mut encoder).map_err(EncodeError::Write)?;
+            encoder.finish().map_err(EncodeError::Write)?;
         }
     }
     writer.flush().map_err(EncodeError::Write)?;
