@@ -119,10 +119,15 @@ mod tests {
     use super::*;
 
     fn decompress(data: &[u8]) -> io::Result<Vec<u8>> {
+        decompress_by(data, 7, 1000)
+    }
+
+    /// Decompresses `data` read `capacity` bytes at a time into reads of
+    /// `read` bytes: small sizes exercise the frame state machine.
+    fn decompress_by(data: &[u8], capacity: usize, read: usize) -> io::Result<Vec<u8>> {
         let mut out = Vec::new();
-        // A small read size exercises the frame state machine.
-        let mut reader = ZstdReader::new(io::BufReader::with_capacity(7, data))?;
-        let mut buf = [0u8; 1000];
+        let mut reader = ZstdReader::new(io::BufReader::with_capacity(capacity, data))?;
+        let mut buf = vec![0u8; read];
         loop {
             let read = reader.read(&mut buf)?;
             if read == 0 {
@@ -153,6 +158,17 @@ mod tests {
         let compressed = frame(&data[..]);
         assert!(compressed.len() < data.len());
         assert_eq!(decompress(&compressed).unwrap(), data);
+    }
+
+    #[test]
+    fn one_byte_reads_give_the_content_whole() {
+        // One-byte reads from the whole blob in one fill, and from fills
+        // of one byte.
+        let data = sample(100_000);
+        let compressed = frame(&data);
+        let capacity = compressed.len();
+        assert_eq!(decompress_by(&compressed, capacity, 1).unwrap(), data);
+        assert_eq!(decompress_by(&compressed, 1, 1).unwrap(), data);
     }
 
     #[test]
