@@ -120,16 +120,30 @@ pub fn efi_booted(firmware_dir: &Path) -> bool {
 /// (`/sys/firmware/efi/efivars`): a new `Boot####` with the lowest free
 /// number (existing entries kept), then `BootOrder` replaced by just that
 /// entry. Returns the entry's number.
+///
+/// When `BootOrder` cannot be written, the new `Boot####` is deleted again
+/// (best effort: removing an efivarfs file deletes its variable), so that
+/// installs retried under new generations do not fill the firmware's
+/// variable store with entries nothing boots.
 pub fn add_boot_entry(efivars_dir: &Path, layout: &Layout) -> Result<u16, EfiVarError> {
     let option = encode_load_option(DESCRIPTION, &esp_boot_path(layout));
     let number = create_boot_variable(efivars_dir, &option)?;
     let variable = "BootOrder";
-    write_existing_or_new(
+    let order = write_existing_or_new(
         &efivars_dir.join(format!("{variable}-{GLOBAL_VARIABLE_GUID}")),
         variable,
         &with_attributes(&number.to_le_bytes()),
-    )?;
+    );
+    if let Err(e) = order {
+        let _ = std::fs::remove_file(boot_variable_path(efivars_dir, number));
+        return Err(e);
+    }
     Ok(number)
+}
+
+/// The file of variable `Boot####` for `number` in `dir`.
+fn boot_variable_path(dir: &Path, number: u16) -> std::path::PathBuf {
+    dir.join(format!("Boot{number:04X}-{GLOBAL_VARIABLE_GUID}"))
 }
 
 /// `BOOT_VARIABLE_ATTRIBUTES` followed by `data`: a variable file's
@@ -145,7 +159,7 @@ fn create_boot_variable(dir: &Path, option: &[u8]) -> Result<u16, EfiVarError> {
     let contents = with_attributes(option);
     for number in 0..=0xFFFEu16 {
         let variable = format!("Boot{number:04X}");
-        let path = dir.join(format!("{variable}-{GLOBAL_VARIABLE_GUID}"));
+        let path = boot_variable_path(dir, number);
         let file = match OpenOptions::new().write(true).create_new(true).open(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,

@@ -217,6 +217,26 @@ fn numbers_are_uppercase_hex_and_boot_order_is_created() {
 }
 
 #[test]
+fn a_boot_order_that_cannot_be_written_takes_the_new_entry_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(variable(dir.path(), "Boot0000"), b"\x07\0\0\0old0").expect("write");
+    // A directory where BootOrder's file would be: opening it for writing
+    // fails (EISDIR).
+    std::fs::create_dir(variable(dir.path(), "BootOrder")).expect("mkdir");
+    let e = add_boot_entry(dir.path(), &layout()).expect_err("BootOrder unwritable");
+    assert!(e.to_string().contains("BootOrder"), "{e}");
+    assert!(
+        !variable(dir.path(), "Boot0001").exists(),
+        "the new entry is deleted again"
+    );
+    assert_eq!(
+        std::fs::read(variable(dir.path(), "Boot0000")).expect("read"),
+        b"\x07\0\0\0old0",
+        "existing entries kept"
+    );
+}
+
+#[test]
 fn a_missing_directory_is_an_error_naming_the_variable() {
     let dir = tempfile::tempdir().expect("tempdir");
     let e = add_boot_entry(&dir.path().join("absent"), &layout()).expect_err("no efivarfs");
