@@ -89,15 +89,14 @@ impl<'a> FetchedImage<'a> {
             }
             _ => return Err(status_error(response)),
         }
+        let decompress_error = |e: std::io::Error| InstallError::Decompress {
+            digest: format!("{} (payload {name})", layer.digest),
+            problem: e.to_string(),
+        };
         let blob = BlobReader::new(&mut self.session, url, response, layer.size);
         let mut source = if layer.compressed {
-            let reader =
-                ZstdReader::new(BufReader::with_capacity(256 * 1024, blob)).map_err(|e| {
-                    InstallError::Decompress {
-                        digest: format!("{} (payload {name})", layer.digest),
-                        problem: e.to_string(),
-                    }
-                })?;
+            let reader = ZstdReader::new(BufReader::with_capacity(256 * 1024, blob))
+                .map_err(decompress_error)?;
             Source::Zstd(Box::new(reader))
         } else {
             Source::Raw(Box::new(blob))
@@ -126,10 +125,7 @@ impl<'a> FetchedImage<'a> {
                 expected: spec.size,
                 received,
             },
-            (PayloadFailure::Source(e), None) if layer.compressed => InstallError::Decompress {
-                digest: format!("{} (payload {name})", layer.digest),
-                problem: e.to_string(),
-            },
+            (PayloadFailure::Source(e), None) if layer.compressed => decompress_error(e),
             (PayloadFailure::Source(source), None) => InstallError::Transfer {
                 url: format!("{} (payload {name})", layer.digest),
                 source,

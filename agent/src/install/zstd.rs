@@ -140,10 +140,7 @@ mod tests {
     /// One frame of `data`, with its content checksum (as the `zstd`
     /// program writes them).
     fn frame(data: &[u8]) -> Vec<u8> {
-        let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
-        encoder.include_checksum(true).unwrap();
-        std::io::Write::write_all(&mut encoder, data).unwrap();
-        encoder.finish().unwrap()
+        crate::install::fuzz::frame(data, true)
     }
 
     fn sample(len: usize) -> Vec<u8> {
