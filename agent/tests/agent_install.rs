@@ -18,7 +18,7 @@ use fake_registry::*;
 
 use bmaas_agent::install::{
     GUARD_BYTES, ImageKind, InstallError, Installer, MetropolisOptions, OciInstaller, Progress,
-    RetryPolicy, Target, install_encoded_request, install_request, root_device_path,
+    RegistryError, RetryPolicy, Target, install_encoded_request, install_request, root_device_path,
 };
 use metropolis_proto::prelude::agent::{
     MetropolisInstallationRequest, OsInstallationRequest, os_installation_request,
@@ -436,7 +436,10 @@ fn unverified_bytes_never_leave_a_bootable_head() {
     );
     let disk = old_system(dir.path());
     let err = must_fail(install(&installer(), &image_ref, &disk));
-    assert!(matches!(err, InstallError::Transfer { .. }), "{err:?}");
+    assert!(
+        matches!(err, InstallError::Registry(RegistryError::Transfer { .. })),
+        "{err:?}"
+    );
     assert!(head_is_zero(&disk));
 
     // A failure before the first byte of the layer leaves the target
@@ -445,7 +448,10 @@ fn unverified_bytes_never_leave_a_bootable_head() {
     let disk = old_system(dir.path());
     let err = must_fail(install(&installer(), &image_ref, &disk));
     assert!(
-        matches!(err, InstallError::Status { status: 500, .. }),
+        matches!(
+            err,
+            InstallError::Registry(RegistryError::Status { status: 500, .. })
+        ),
         "{err:?}"
     );
     assert_eq!(std::fs::read(&disk).unwrap(), vec![0xaa; 8 * MIB]);
@@ -518,7 +524,7 @@ fn layers_of_another_length_than_declared() {
     );
     let err = must_fail(install(&installer(), &image_ref, &disk));
     match &err {
-        InstallError::Protocol { problem, .. } => assert!(
+        InstallError::Registry(RegistryError::Protocol { problem, .. }) => assert!(
             problem.contains("30000 bytes long, shorter than the 40000 already received"),
             "{problem}"
         ),
@@ -546,7 +552,10 @@ fn layers_of_another_length_than_declared() {
         Route::framed(200, data.clone(), Framing::Truncated(30_000)),
     );
     let err = must_fail(install(&installer(), &image_ref, &disk));
-    assert!(matches!(err, InstallError::Transfer { .. }), "{err:?}");
+    assert!(
+        matches!(err, InstallError::Registry(RegistryError::Transfer { .. })),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -625,7 +634,10 @@ fn a_registry_ignoring_the_range_sends_it_all_again() {
         ]),
     );
     let err = must_fail(install(&installer(), &image_ref, &disk));
-    assert!(matches!(err, InstallError::Protocol { .. }), "{err:?}");
+    assert!(
+        matches!(err, InstallError::Registry(RegistryError::Protocol { .. })),
+        "{err:?}"
+    );
     assert!(
         err.to_string().contains(&format!(
             "asked for bytes from {}, the registry sent them from 0",
@@ -691,7 +703,10 @@ fn passing_failures_are_tried_again_honouring_retry_after() {
     let before = blob_requests(&registry, &pushed.manifest_path()).len();
     let err = must_fail(install(&installer(), &image_ref, &disk));
     assert!(
-        matches!(err, InstallError::Status { status: 503, .. }),
+        matches!(
+            err,
+            InstallError::Registry(RegistryError::Status { status: 503, .. })
+        ),
         "{err:?}"
     );
     let tries = blob_requests(&registry, &pushed.manifest_path()).len() - before;
@@ -1179,7 +1194,10 @@ fn registry_errors_carry_their_codes() {
         &dir.path().join("disk.img"),
     ));
     assert!(
-        matches!(err, InstallError::Status { status: 401, .. }),
+        matches!(
+            err,
+            InstallError::Registry(RegistryError::Status { status: 401, .. })
+        ),
         "{err:?}"
     );
     assert!(
@@ -1206,7 +1224,13 @@ fn an_unreachable_registry_is_reported() {
     };
     let dir = tempfile::tempdir().unwrap();
     let err = must_fail(install(&installer(), &image, &dir.path().join("disk.img")));
-    assert!(matches!(err, InstallError::Unreachable { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            InstallError::Registry(RegistryError::Unreachable { .. })
+        ),
+        "{err:?}"
+    );
     assert_eq!(
         err.to_string(),
         format!("registry 127.0.0.1:{port} unreachable: connection refused")
@@ -1257,7 +1281,10 @@ fn redirects_are_followed_on_the_same_host_and_to_https() {
         },
     );
     let err = must_fail(install(&trusting, &registry.image_ref(&digest), &disk));
-    assert!(matches!(err, InstallError::Protocol { .. }), "{err:?}");
+    assert!(
+        matches!(err, InstallError::Registry(RegistryError::Protocol { .. })),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("only https is followed"), "{err}");
     assert!(plain.seen().is_empty());
 
@@ -1404,7 +1431,10 @@ fn https_registries_work_with_a_caller_supplied_root() {
     let stranger = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
     let distrusting = installer().with_tls(client_trusting(&stranger.cert));
     let err = must_fail(install(&distrusting, &image, &disk));
-    assert!(matches!(err, InstallError::Tls { .. }), "{err:?}");
+    assert!(
+        matches!(err, InstallError::Registry(RegistryError::Tls { .. })),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("certificate"), "{err}");
 }
 

@@ -15,7 +15,9 @@ mod fake_registry;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use bmaas_agent::install::{GUARD_BYTES, InstallError, Platform, RegistryCredentials};
+use bmaas_agent::install::{
+    GUARD_BYTES, InstallError, Platform, RegistryCredentials, RegistryError,
+};
 use fake_registry::*;
 use metropolis_proto::prelude::debug::OsImageRef;
 
@@ -59,7 +61,13 @@ fn basic_logins_go_over_https_only() {
     // No login for the registry: the report says what is missing.
     let anonymous = installer().with_tls(tls.clone());
     let err = must_fail(install(&anonymous, &image, &disk));
-    assert!(matches!(err, InstallError::Unauthorized { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            InstallError::Registry(RegistryError::Unauthorized { .. })
+        ),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("--registry-auth"), "{err}");
 
     // A wrong password is refused, naming the user, not the password.
@@ -158,7 +166,13 @@ fn the_docker_token_flow_with_a_login_and_anonymously() {
         "nope",
     ));
     let err = must_fail(install(&wrong, &image, &disk));
-    assert!(matches!(err, InstallError::Unauthorized { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            InstallError::Registry(RegistryError::Unauthorized { .. })
+        ),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("token server"), "{err}");
 
     // Anonymous tokens (public images): no login needed.
@@ -339,7 +353,10 @@ fn a_dripping_registry_fails_at_the_deadline_and_leaves_no_bootable_head() {
     let started = Instant::now();
     let err = must_fail(install(&strict, &registry.image_ref(&digest), &disk));
     let took = started.elapsed();
-    assert!(matches!(err, InstallError::Transfer { .. }), "{err:?}");
+    assert!(
+        matches!(err, InstallError::Registry(RegistryError::Transfer { .. })),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("request deadline of 2 s"), "{err}");
     assert!(took < Duration::from_secs(6), "took {took:?}");
     let tries: Vec<_> = registry

@@ -11,10 +11,8 @@
 use std::io::{self, Read};
 
 use super::InstallError;
-use super::auth::Session;
-use super::deadline::DeadlinePassed;
-use super::http::{Response, Url};
-use super::oci::status_error;
+use metropolis_registry::deadline::DeadlinePassed;
+use metropolis_registry::{RegistryError, Response, Session, Url};
 
 /// How many times a broken transfer is resumed without a byte of
 /// progress in between before the read fails.
@@ -72,18 +70,20 @@ impl<'s, 'a> BlobReader<'s, 'a> {
                 let start = response
                     .header("content-range")
                     .and_then(range_start)
-                    .ok_or_else(|| InstallError::Protocol {
-                        url: response.url.to_string(),
-                        problem: "206 without a Content-Range of bytes".to_string(),
+                    .ok_or_else(|| {
+                        InstallError::from(RegistryError::Protocol {
+                            url: response.url.to_string(),
+                            problem: "206 without a Content-Range of bytes".to_string(),
+                        })
                     })?;
                 if start != self.received {
-                    return Err(InstallError::Protocol {
+                    return Err(InstallError::from(RegistryError::Protocol {
                         url: response.url.to_string(),
                         problem: format!(
                             "asked for bytes from {}, the registry sent them from {start}",
                             self.received
                         ),
-                    });
+                    }));
                 }
             }
             200 => {
@@ -92,22 +92,24 @@ impl<'s, 'a> BlobReader<'s, 'a> {
                     &mut (&mut response.body).take(self.received),
                     &mut io::sink(),
                 )
-                .map_err(|source| InstallError::Transfer {
-                    url: response.url.to_string(),
-                    source,
+                .map_err(|source| {
+                    InstallError::from(RegistryError::Transfer {
+                        url: response.url.to_string(),
+                        source,
+                    })
                 })?;
                 if skipped != self.received {
-                    return Err(InstallError::Protocol {
+                    return Err(InstallError::from(RegistryError::Protocol {
                         url: response.url.to_string(),
                         problem: format!(
                             "resent the blob from its start, {skipped} bytes long, shorter \
                              than the {} already received",
                             self.received
                         ),
-                    });
+                    }));
                 }
             }
-            _ => return Err(status_error(response)),
+            _ => return Err(RegistryError::status(response).into()),
         }
         Ok(response)
     }
@@ -155,7 +157,10 @@ impl Read for BlobReader<'_, '_> {
                             .is_some_and(|inner| inner.is::<DeadlinePassed>()) =>
                 {
                     let url = response.url.to_string();
-                    return Err(self.fail(InstallError::Transfer { url, source: e }));
+                    return Err(self.fail(InstallError::from(RegistryError::Transfer {
+                        url,
+                        source: e,
+                    })));
                 }
                 Err(e) => {
                     tracing::info!(

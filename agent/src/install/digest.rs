@@ -13,14 +13,14 @@ impl Digest {
     /// specification allows for SHA-256); the error says what is wrong.
     pub(crate) fn parse(text: &str) -> Result<Digest, String> {
         // Quoted cut: the text comes from a registry.
-        let quoted = super::http::bounded(text);
+        let quoted = metropolis_registry::bounded(text);
         let Some((algorithm, encoded)) = text.split_once(':') else {
             return Err(format!("{quoted:?} is not a digest (algorithm:hex)"));
         };
         if algorithm != "sha256" {
             return Err(format!(
                 "{quoted:?}: only sha256 digests are supported, not {:?}",
-                super::http::bounded(algorithm)
+                metropolis_registry::bounded(algorithm)
             ));
         }
         let bytes = encoded.as_bytes();

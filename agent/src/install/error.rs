@@ -4,6 +4,8 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+use metropolis_registry::RegistryError;
+
 /// Why an installation failed. Its `Display` is the reason the agent
 /// reports in the installation report's error, so every variant names
 /// what it is about (the image, the URL, the device) and the problem.
@@ -23,58 +25,10 @@ pub enum InstallError {
         /// What is not supported.
         what: String,
     },
-    /// No connection could be made to the registry (or to the host a
-    /// redirect pointed to).
-    Unreachable {
-        /// The registry, as `host[:port]`.
-        registry: String,
-        /// The connection error.
-        source: io::Error,
-    },
-    /// The TLS handshake with the registry failed.
-    Tls {
-        /// The registry, as `host[:port]`.
-        registry: String,
-        /// The handshake error.
-        source: io::Error,
-    },
-    /// Sending a request or receiving a response failed, including a
-    /// response that ended early or timed out.
-    Transfer {
-        /// The URL being fetched.
-        url: String,
-        /// The error.
-        source: io::Error,
-    },
-    /// The registry's response is not valid HTTP/1.1 as understood here,
-    /// or a redirect cannot be followed.
-    Protocol {
-        /// The URL being fetched.
-        url: String,
-        /// What is wrong.
-        problem: String,
-    },
-    /// The registry answered with an unexpected status.
-    Status {
-        /// The URL that answered.
-        url: String,
-        /// The status code.
-        status: u16,
-        /// The reason phrase.
-        reason: String,
-        /// The registry's error codes and messages, when its body carried
-        /// an OCI error document.
-        detail: Option<String>,
-    },
-    /// The registry asks for a login the installer cannot give, or
-    /// refused the one it gave (`401`, answered as `auth.rs` says).
-    Unauthorized {
-        /// The registry, as `host[:port]`.
-        registry: String,
-        /// What went wrong, e.g. no login for the registry in the
-        /// credentials file.
-        problem: String,
-    },
+    /// A request to the registry (or its token server) failed: it could
+    /// not be reached, refused the login, answered with an unexpected
+    /// status or not in HTTP/1.1, or the transfer broke.
+    Registry(RegistryError),
     /// The reference names an image index without a manifest for the
     /// agent's platform.
     PlatformNotFound {
@@ -177,25 +131,6 @@ pub enum InstallError {
     },
 }
 
-/// An I/O error as a short reason: network conditions by name
-/// ("connection refused", "timed out"), anything else as the operating
-/// system says it.
-fn reason(e: &io::Error) -> String {
-    if let Some(passed) = e
-        .get_ref()
-        .and_then(|inner| inner.downcast_ref::<super::deadline::DeadlinePassed>())
-    {
-        return passed.to_string();
-    }
-    match e.kind() {
-        io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
-        io::ErrorKind::ConnectionReset => "connection reset".to_string(),
-        io::ErrorKind::ConnectionAborted => "connection aborted".to_string(),
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => "timed out".to_string(),
-        _ => e.to_string(),
-    }
-}
-
 impl fmt::Display for InstallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use InstallError::*;
@@ -204,32 +139,7 @@ impl fmt::Display for InstallError {
                 write!(f, "invalid installation request: {field}: {problem}")
             }
             Unsupported { what } => write!(f, "unsupported: {what}"),
-            Unreachable { registry, source } => {
-                write!(f, "registry {registry} unreachable: {}", reason(source))
-            }
-            Tls { registry, source } => {
-                write!(f, "TLS handshake with registry {registry} failed: {source}")
-            }
-            Transfer { url, source } => write!(f, "fetching {url} failed: {}", reason(source)),
-            Protocol { url, problem } => write!(f, "bad response from {url}: {problem}"),
-            Status {
-                url,
-                status,
-                reason,
-                detail,
-            } => {
-                write!(f, "fetching {url} failed: registry answered {status}")?;
-                if !reason.is_empty() {
-                    write!(f, " {reason}")?;
-                }
-                if let Some(detail) = detail {
-                    write!(f, " ({detail})")?;
-                }
-                Ok(())
-            }
-            Unauthorized { registry, problem } => {
-                write!(f, "registry {registry} refused access: {problem}")
-            }
+            Registry(e) => e.fmt(f),
             PlatformNotFound {
                 image,
                 platform,
@@ -296,11 +206,15 @@ impl fmt::Display for InstallError {
 impl std::error::Error for InstallError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            InstallError::Unreachable { source, .. }
-            | InstallError::Tls { source, .. }
-            | InstallError::Transfer { source, .. }
-            | InstallError::Device { source, .. } => Some(source),
+            InstallError::Registry(e) => e.source(),
+            InstallError::Device { source, .. } => Some(source),
             _ => None,
         }
+    }
+}
+
+impl From<RegistryError> for InstallError {
+    fn from(e: RegistryError) -> InstallError {
+        InstallError::Registry(e)
     }
 }

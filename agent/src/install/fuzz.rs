@@ -2,7 +2,7 @@
 //! installer decodes of a registry's answers, with the installer's own
 //! code: manifests and indexes ([`parse_manifest`]), response heads and
 //! bodies ([`read_response`], chunked and `Content-Length` framing,
-//! [`Response::read_body`]), error documents ([`status_error`]) and zstd
+//! [`Response::read_body`]), error documents ([`RegistryError::status`]) and zstd
 //! layers ([`ZstdReader`]).
 //!
 //! Input: a selector byte, `% 6`:
@@ -35,16 +35,15 @@
 
 use std::io::{self, BufReader, Cursor, Read, Write};
 
+use metropolis_registry::{HttpError, Method, RegistryError, Response, Stream, Url, read_response};
 use serde_json::{Value, json};
 
-use super::http::{HttpError, Response, Stream, Url, read_response};
 use super::image_config::{
     CONFIG_MEDIA_TYPE, DISK_ARTIFACT, METROPOLIS_ARTIFACT, PAYLOAD_RAW, PAYLOAD_ZSTD,
 };
 use super::manifest::{
     INDEX_TYPES, Manifest, ManifestProblem, OCI_MANIFEST, Platform, parse_manifest,
 };
-use super::oci::{http_error, status_error};
 use super::zstd::ZstdReader;
 use crate::fuzz::Input;
 
@@ -289,7 +288,7 @@ fn check_http_error(e: HttpError) {
         matches!(e, HttpError::Io { .. } | HttpError::Protocol { .. }),
         "{e:?}"
     );
-    bounded("HTTP", &http_error(e).to_string());
+    bounded("HTTP", &RegistryError::from(e).to_string());
 }
 
 fn check_body_error(e: &io::Error) {
@@ -304,7 +303,7 @@ fn check_body_error(e: &io::Error) {
 }
 
 fn response(bytes: Vec<u8>, capacity: usize) -> Option<Response> {
-    match read_response(&url(), connection(bytes, capacity)) {
+    match read_response(&url(), Method::Get, connection(bytes, capacity)) {
         Ok(response) => {
             let s = response.status;
             assert!(
@@ -343,7 +342,7 @@ fn raw_response(input: &mut Input<'_>) {
         Err(e) => check_body_error(&e),
     }
     if let Some(r) = response(bytes, capacity) {
-        bounded("status", &status_error(r).to_string());
+        bounded("status", &RegistryError::status(r).to_string());
     }
 }
 

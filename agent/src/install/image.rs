@@ -5,15 +5,14 @@
 use std::io::BufReader;
 
 use super::InstallError;
-use super::auth::Session;
 use super::blob::BlobReader;
 use super::image_config::{ImageConfig, PayloadSpec};
 use super::manifest::{ImageManifest, Layer};
-use super::oci::status_error;
 use super::reference::Reference;
 use super::verify::{PayloadFailure, VerifiedRead, with_verified};
 use super::writer::StreamError;
 use super::zstd::ZstdReader;
+use metropolis_registry::{RegistryError, Session};
 
 /// A fetched OS image, ready to read payloads from.
 pub(super) struct FetchedImage<'a> {
@@ -87,7 +86,7 @@ impl<'a> FetchedImage<'a> {
                     ),
                 });
             }
-            _ => return Err(status_error(response)),
+            _ => return Err(RegistryError::status(response).into()),
         }
         let decompress_error = |e: std::io::Error| InstallError::Decompress {
             digest: format!("{} (payload {name})", layer.digest),
@@ -126,10 +125,10 @@ impl<'a> FetchedImage<'a> {
                 received,
             },
             (PayloadFailure::Source(e), None) if layer.compressed => decompress_error(e),
-            (PayloadFailure::Source(source), None) => InstallError::Transfer {
+            (PayloadFailure::Source(source), None) => InstallError::from(RegistryError::Transfer {
                 url: format!("{} (payload {name})", layer.digest),
                 source,
-            },
+            }),
         })
     }
 }

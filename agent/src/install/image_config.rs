@@ -11,7 +11,7 @@
 use base64::Engine as _;
 use serde::Deserialize;
 
-use super::http::bounded;
+use metropolis_registry::bounded;
 
 /// The manifest `artifactType` of a Metropolis OS image.
 pub const METROPOLIS_ARTIFACT: &str = "application/vnd.monogon.os.image.v1";

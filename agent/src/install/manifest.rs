@@ -198,7 +198,7 @@ pub(super) fn parse_manifest(
     {
         return Err(Invalid(format!(
             "mediaType {:?} is not an OCI image manifest",
-            super::http::bounded(media_type)
+            metropolis_registry::bounded(media_type)
         )));
     }
     if document.schema_version != Some(2) {
@@ -216,7 +216,7 @@ pub(super) fn parse_manifest(
                  {DISK_ARTIFACT}; `metroctl osimage build` makes them)",
                 other.map_or("missing".to_string(), |t| format!(
                     "{:?}",
-                    super::http::bounded(t)
+                    metropolis_registry::bounded(t)
                 ))
             )));
         }
@@ -227,7 +227,7 @@ pub(super) fn parse_manifest(
     if config.media_type != CONFIG_MEDIA_TYPE {
         return Err(Invalid(format!(
             "config.mediaType {:?} is not {CONFIG_MEDIA_TYPE}",
-            super::http::bounded(&config.media_type)
+            metropolis_registry::bounded(&config.media_type)
         )));
     }
     if config.size > MAX_CONFIG_BYTES {
@@ -261,7 +261,7 @@ pub(super) fn parse_manifest(
                 other => {
                     return Err(Unsupported(format!(
                         "layers[{i}].mediaType {:?} (accepted: {PAYLOAD_RAW}, {PAYLOAD_ZSTD})",
-                        super::http::bounded(other)
+                        metropolis_registry::bounded(other)
                     )));
                 }
             };

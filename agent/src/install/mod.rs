@@ -13,28 +13,20 @@
 //! its log from the callback.
 
 mod aligned;
-mod auth;
 mod blob;
-mod body;
-mod credentials;
-mod deadline;
 mod device;
 mod digest;
 mod disk_image;
 mod error;
 pub(crate) mod fuzz;
 mod fuzz_seeds;
-mod http;
 mod image;
 pub mod image_config;
 mod manifest;
 mod metropolis;
 mod oci;
 mod reference;
-mod retry;
 mod stages;
-mod trust;
-mod url;
 mod verify;
 mod writer;
 mod zstd;
@@ -47,14 +39,14 @@ use metropolis_proto::prelude::debug::NodeParameters;
 use metropolis_proto::prelude::debug::OsImageRef;
 use prost::Message;
 
-pub use credentials::RegistryCredentials;
 pub use device::GUARD_BYTES;
 pub use error::InstallError;
 pub use manifest::{ImageKind, Platform};
 pub use metropolis::{MAX_KERNEL_BYTES, MetropolisOptions};
+pub use metropolis_registry::{
+    RegistryCredentials, RegistryError, RegistryTls, RetryPolicy, registry_tls,
+};
 pub use oci::{DEFAULT_DEADLINE, DEFAULT_INSTALL_LIMIT, MAX_MANIFEST_BYTES, OciInstaller};
-pub use retry::RetryPolicy;
-pub use trust::{RegistryTls, registry_tls};
 
 /// Where and with what an image is installed: the parts of a
 /// `MetropolisInstallationRequest` besides the image.

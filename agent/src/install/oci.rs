@@ -5,14 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metropolis_proto::prelude::debug::OsImageRef;
-use serde::Deserialize;
+use metropolis_registry::deadline::{Deadline, Limit};
+use metropolis_registry::{
+    Access, Client, RegistryCredentials, RegistryError, RetryPolicy, Session,
+};
 
-use super::auth::Session;
-use super::credentials::RegistryCredentials;
-use super::deadline::{Deadline, Limit};
 use super::digest::{Digest, digest_of};
 use super::disk_image::install_disk;
-use super::http::{Client, HttpError, Response, bounded};
 use super::image::FetchedImage;
 use super::image_config::ImageConfig;
 use super::manifest::{
@@ -21,7 +20,6 @@ use super::manifest::{
 };
 use super::metropolis::{MetropolisOptions, install_metropolis};
 use super::reference::Reference;
-use super::retry::RetryPolicy;
 use super::verify::workers;
 use super::{InstallError, Installer, Progress, Target};
 
@@ -73,7 +71,7 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
 ///
 /// Requests that fail for a passing reason (a connection, 5xx, 429, ...)
 /// are tried again with backoff, honouring `Retry-After`
-/// ([`with_retries`](Self::with_retries), `retry.rs`).
+/// ([`with_retries`](Self::with_retries); [`RetryPolicy`]).
 ///
 /// Redirects (registries send blob downloads to storage elsewhere) are
 /// followed up to 5 times: to `https` anywhere, to `http` only on the
@@ -85,7 +83,7 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
 /// A registry answering `401` is logged in to with the login
 /// [`with_credentials`](Self::with_credentials) holds for its host: Basic
 /// authentication, or the Docker token flow (anonymously when there is no
-/// login). Logins go over `https` only; `auth.rs` has the rules.
+/// login). Logins go over `https` only; [`metropolis_registry::Session`] has the rules.
 ///
 /// # Time limits
 ///
@@ -120,8 +118,10 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
 /// deadline (read and connect timeouts only), its redirect policy is
 /// reqwest's (ten hops, any scheme), it cannot take a rustls
 /// configuration, and `Client::new` falls back to a default configuration
-/// when the given one fails. The hand-written client here is small,
-/// blocking like the rest of the installer, and does what is listed above.
+/// when the given one fails. The project's own client (the
+/// `metropolis-registry` crate, which `metroctl osimage push` uses too)
+/// is small, blocking like the rest of the installer, and does what is
+/// listed above.
 #[derive(Clone, Debug)]
 pub struct OciInstaller {
     client: Client,
@@ -233,7 +233,7 @@ impl OciInstaller {
     /// connection to the last byte of its body (the layer's download is
     /// one request): a registry that sends too slowly fails the
     /// installation once it passed, with
-    /// [`InstallError::Transfer`] saying so. It must allow for the largest
+    /// [`RegistryError::Transfer`] saying so. It must allow for the largest
     /// image at the slowest link expected (10 GiB at 10 MiB/s is 17 min).
     pub fn with_deadline(mut self, deadline: Duration) -> Self {
         self.client.deadline = deadline.max(Duration::from_millis(1));
@@ -254,6 +254,7 @@ impl Installer for OciInstaller {
             &self.credentials,
             &reference.base,
             &reference.repository,
+            Access::Pull,
         )
         .within(Deadline::of(Limit::Install, self.install_limit));
         let manifest = self.fetch_image_manifest(&mut session, &reference)?;
@@ -304,13 +305,15 @@ fn fetch_config(
             let url = reference.url("blobs", &manifest.config.digest.to_string())?;
             let mut response = session.get(&url, None, None)?;
             if response.status != 200 {
-                return Err(status_error(response));
+                return Err(RegistryError::status(response).into());
             }
             response
                 .read_body(manifest.config.size)
-                .map_err(|source| InstallError::Transfer {
-                    url: response.url.to_string(),
-                    source,
+                .map_err(|source| {
+                    InstallError::from(RegistryError::Transfer {
+                        url: response.url.to_string(),
+                        source,
+                    })
                 })?
                 .ok_or_else(|| {
                     invalid(format!(
@@ -338,18 +341,6 @@ fn fetch_config(
         )));
     }
     Ok(config)
-}
-
-/// The error document of the OCI distribution API.
-#[derive(Deserialize)]
-struct ErrorDocument {
-    errors: Vec<ErrorEntry>,
-}
-
-#[derive(Deserialize)]
-struct ErrorEntry {
-    code: Option<String>,
-    message: Option<String>,
 }
 
 impl OciInstaller {
@@ -413,13 +404,15 @@ impl OciInstaller {
                     image: reference.name(),
                 });
             }
-            _ => return Err(status_error(response)),
+            _ => return Err(RegistryError::status(response).into()),
         }
         let body = response
             .read_body(MAX_MANIFEST_BYTES)
-            .map_err(|source| InstallError::Transfer {
-                url: response.url.to_string(),
-                source,
+            .map_err(|source| {
+                InstallError::from(RegistryError::Transfer {
+                    url: response.url.to_string(),
+                    source,
+                })
             })?
             .ok_or_else(|| InstallError::InvalidManifest {
                 image: reference.name(),
@@ -454,63 +447,5 @@ impl OciInstaller {
                 },
             },
         )
-    }
-}
-
-pub(super) fn http_error(e: HttpError) -> InstallError {
-    match e {
-        HttpError::Connect { authority, source } => InstallError::Unreachable {
-            registry: authority,
-            source,
-        },
-        HttpError::Tls { authority, source } => InstallError::Tls {
-            registry: authority,
-            source,
-        },
-        HttpError::TlsUnavailable { url } => InstallError::Unsupported {
-            what: format!("{url}: https without a TLS configuration"),
-        },
-        HttpError::Io { url, source } => InstallError::Transfer { url, source },
-        HttpError::Protocol { url, problem } => InstallError::Protocol { url, problem },
-        HttpError::TooManyRedirects { url } => InstallError::Protocol {
-            url,
-            problem: format!("more than {} redirects", super::http::MAX_REDIRECTS),
-        },
-    }
-}
-
-/// How many entries of a registry's error document an error quotes.
-const MAX_ERRORS_LISTED: usize = 4;
-
-/// The error for an unexpected status, with the registry's error codes
-/// when its body is an OCI error document (the first few, each code and
-/// message cut, as is the reason phrase: the registry wrote them).
-pub(super) fn status_error(mut response: Response) -> InstallError {
-    let detail = response
-        .read_body(64 * 1024)
-        .ok()
-        .flatten()
-        .and_then(|body| serde_json::from_slice::<ErrorDocument>(&body).ok())
-        .map(|document| {
-            document
-                .errors
-                .iter()
-                .map(|e| match (&e.code, &e.message) {
-                    (Some(code), Some(message)) => {
-                        format!("{}: {}", bounded(code), bounded(message))
-                    }
-                    (Some(text), None) | (None, Some(text)) => bounded(text),
-                    (None, None) => "unspecified error".to_string(),
-                })
-                .take(MAX_ERRORS_LISTED)
-                .collect::<Vec<_>>()
-                .join("; ")
-        })
-        .filter(|detail| !detail.is_empty());
-    InstallError::Status {
-        url: response.url.to_string(),
-        status: response.status,
-        reason: bounded(&response.reason),
-        detail,
     }
 }

@@ -6,7 +6,7 @@ use metropolis_proto::prelude::debug::OsImageRef;
 
 use super::InstallError;
 use super::digest::Digest;
-use super::http::{Scheme, Url};
+use metropolis_registry::{Scheme, Url};
 
 /// A checked image reference.
 pub(super) struct Reference {

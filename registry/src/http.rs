@@ -27,101 +27,186 @@ use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 
-pub(crate) use super::body::Body;
-use super::body::framing;
-use super::deadline::{Deadline, DeadlineSocket};
-pub(crate) use super::url::{Scheme, Url};
+pub use crate::body::Body;
+use crate::body::{Framing, framing};
+use crate::deadline::{Deadline, DeadlineSocket};
+pub use crate::url::{Scheme, Url};
 
 /// The largest response head accepted.
-pub(crate) const MAX_HEAD_BYTES: u64 = 64 * 1024;
+pub const MAX_HEAD_BYTES: u64 = 64 * 1024;
 /// The most header fields accepted in a response.
-pub(crate) const MAX_HEADERS: usize = 100;
+pub const MAX_HEADERS: usize = 100;
 /// The most redirects followed for one request.
-pub(crate) const MAX_REDIRECTS: u32 = 5;
+pub const MAX_REDIRECTS: u32 = 5;
 
 /// Why a request failed.
 #[derive(Debug)]
-pub(crate) enum HttpError {
+pub enum HttpError {
     /// No connection could be made to `authority`.
     Connect {
+        /// `host[:port]`.
         authority: String,
+        /// The last connection error.
         source: io::Error,
     },
     /// The TLS handshake with `authority` failed.
     Tls {
+        /// `host[:port]`.
         authority: String,
+        /// The handshake error.
         source: io::Error,
     },
     /// An `https` URL without a TLS client configuration.
-    TlsUnavailable { url: String },
+    TlsUnavailable {
+        /// The URL.
+        url: String,
+    },
     /// Sending the request or reading the response failed.
-    Io { url: String, source: io::Error },
+    Io {
+        /// The URL.
+        url: String,
+        /// The error.
+        source: io::Error,
+    },
     /// The response is not HTTP/1.1 as this client understands it, or a
     /// redirect cannot be followed.
-    Protocol { url: String, problem: String },
+    Protocol {
+        /// The URL.
+        url: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// More than [`MAX_REDIRECTS`] redirects.
-    TooManyRedirects { url: String },
+    TooManyRedirects {
+        /// The last URL redirected to.
+        url: String,
+    },
 }
 
 /// A byte stream a request runs over.
-pub(super) trait Stream: Read + Write + Send {}
+pub trait Stream: Read + Write + Send {}
 impl<T: Read + Write + Send> Stream for T {}
 
 /// The client: timeouts, the overall deadline of a request and an
 /// optional TLS configuration.
 #[derive(Clone, Debug)]
-pub(crate) struct Client {
-    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) io_timeout: Duration,
+pub struct Client {
+    /// Whom `https` URLs are trusted by ([`registry_tls`](crate::registry_tls));
+    /// without one, `https` URLs fail.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// How long connecting may take.
+    pub connect_timeout: Duration,
+    /// How long one socket read or write may take.
+    pub io_timeout: Duration,
     /// How long one request may take in all, from its first connection to
     /// the last byte of its body, redirects included.
-    pub(crate) deadline: Duration,
-    pub(crate) user_agent: &'static str,
-    /// How failed requests are tried again (by [`Session`](super::auth::Session)).
-    pub(crate) retry: super::retry::RetryPolicy,
+    pub deadline: Duration,
+    /// The `User-Agent` header.
+    pub user_agent: &'static str,
+    /// How failed requests are tried again (by [`Session`](crate::Session)).
+    pub retry: crate::retry::RetryPolicy,
 }
 
-/// What a `GET` sends besides the request line.
+/// The methods the registry API needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Method {
+    /// `GET`: redirects are followed.
+    #[default]
+    Get,
+    /// `HEAD`: redirects are followed; the response has no body.
+    Head,
+    /// `POST`: never redirected.
+    Post,
+    /// `PUT`: never redirected.
+    Put,
+}
+
+impl Method {
+    /// The method's name on the request line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Head => "HEAD",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+        }
+    }
+
+    /// Whether a redirect answering it is followed: a body cannot be
+    /// sent twice on one try.
+    fn follows_redirects(self) -> bool {
+        matches!(self, Method::Get | Method::Head)
+    }
+}
+
+/// A request body of `len` bytes, opened afresh for every try (so a
+/// retried upload sends it whole again).
+#[derive(Clone, Copy)]
+pub struct Upload<'a> {
+    /// The body's length, sent as `Content-Length`.
+    pub len: u64,
+    /// The `Content-Type` header.
+    pub content_type: &'a str,
+    /// Opens the body at its first byte.
+    pub open: &'a (dyn Fn() -> io::Result<Box<dyn Read>> + Sync + 'a),
+}
+
+impl std::fmt::Debug for Upload<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upload")
+            .field("len", &self.len)
+            .field("content_type", &self.content_type)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a request sends besides its URL.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Get<'a> {
+pub struct Request<'a> {
+    /// The method.
+    pub method: Method,
     /// The `Accept` header.
-    pub(crate) accept: Option<&'a str>,
+    pub accept: Option<&'a str>,
     /// The `Authorization` header: sent to the URL asked for and to
     /// redirects on the same scheme and authority, never elsewhere.
-    pub(crate) authorization: Option<&'a str>,
+    pub authorization: Option<&'a str>,
     /// `Range: bytes=<from>-`: resuming a body from byte `from`.
-    pub(crate) range_from: Option<u64>,
-    /// The whole installation's deadline, when it comes before the
-    /// request's own.
-    pub(crate) install_deadline: Option<Deadline>,
+    pub range_from: Option<u64>,
+    /// A deadline of the caller's (a whole installation's), when it comes
+    /// before the request's own.
+    pub install_deadline: Option<Deadline>,
+    /// The body; `POST` and `PUT` without one send `Content-Length: 0`.
+    pub upload: Option<Upload<'a>>,
 }
 
 /// A response whose head was read; the body is read through
 /// [`Response::body`].
-pub(crate) struct Response {
+pub struct Response {
     /// The URL that answered (after redirects).
-    pub(crate) url: Url,
-    pub(crate) status: u16,
-    pub(crate) reason: String,
+    pub url: Url,
+    /// The status code.
+    pub status: u16,
+    /// The reason phrase.
+    pub reason: String,
     headers: Vec<(String, String)>,
-    pub(crate) body: Body,
+    /// The body, read through its framing.
+    pub body: Body,
 }
 
 impl Response {
     /// The first value of header `name` (case-insensitive).
-    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+    pub fn header(&self, name: &str) -> Option<&str> {
         header(&self.headers, name)
     }
 
     /// The body's length, when the response declares one.
-    pub(crate) fn content_length(&self) -> Option<u64> {
+    pub fn content_length(&self) -> Option<u64> {
         self.body.remaining()
     }
 
     /// Reads the whole body if it is at most `limit` bytes; `Ok(None)` if
     /// it is longer.
-    pub(crate) fn read_body(&mut self, limit: u64) -> io::Result<Option<Vec<u8>>> {
+    pub fn read_body(&mut self, limit: u64) -> io::Result<Option<Vec<u8>>> {
         if self.content_length().is_some_and(|len| len > limit) {
             return Ok(None);
         }
@@ -141,21 +226,23 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
 /// Whether a redirect from `from` to `to` may be followed: to `https`
 /// anywhere, or to the same scheme and authority (so never from `https`
 /// down to `http`, and never to another host in the clear).
-pub(crate) fn may_redirect(from: &Url, to: &Url) -> bool {
+pub fn may_redirect(from: &Url, to: &Url) -> bool {
     to.scheme == Scheme::Https || to.same_origin(from)
 }
 
 impl Client {
-    /// `GET url`, following redirects (see [`may_redirect`]), all within
-    /// the client's deadline.
-    pub(crate) fn get(&self, url: &Url, get: Get<'_>) -> Result<Response, HttpError> {
-        let deadline = Deadline::after(self.deadline).earliest(get.install_deadline);
+    /// Sends `request` to `url`, following redirects for `GET` and `HEAD`
+    /// (see [`may_redirect`]), all within the client's deadline.
+    pub fn send(&self, url: &Url, request: Request<'_>) -> Result<Response, HttpError> {
+        let deadline = Deadline::after(self.deadline).earliest(request.install_deadline);
         let origin = url.clone();
         let mut url = url.clone();
         for _ in 0..=MAX_REDIRECTS {
-            let authorization = get.authorization.filter(|_| url.same_origin(&origin));
-            let response = self.get_once(&url, get, authorization, deadline)?;
-            if !matches!(response.status, 301 | 302 | 303 | 307 | 308) {
+            let authorization = request.authorization.filter(|_| url.same_origin(&origin));
+            let response = self.send_once(&url, request, authorization, deadline)?;
+            if !request.method.follows_redirects()
+                || !matches!(response.status, 301 | 302 | 303 | 307 | 308)
+            {
                 return Ok(response);
             }
             let Some(location) = response.header("location") else {
@@ -184,11 +271,11 @@ impl Client {
         })
     }
 
-    /// One `GET` on a new connection, without following redirects.
-    fn get_once(
+    /// One request on a new connection, without following redirects.
+    fn send_once(
         &self,
         url: &Url,
-        get: Get<'_>,
+        request: Request<'_>,
         authorization: Option<&str>,
         deadline: Deadline,
     ) -> Result<Response, HttpError> {
@@ -197,14 +284,29 @@ impl Client {
             url: url.to_string(),
             source,
         };
-        let mut request = format!(
-            "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {}\r\nConnection: close\r\n",
-            url.target, url.authority, self.user_agent
+        let mut head = format!(
+            "{} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {}\r\nConnection: close\r\n",
+            request.method.as_str(),
+            url.target,
+            url.authority,
+            self.user_agent
         );
-        if let Some(from) = get.range_from {
-            request.push_str(&format!("Range: bytes={from}-\r\n"));
+        if let Some(from) = request.range_from {
+            head.push_str(&format!("Range: bytes={from}-\r\n"));
         }
-        for (name, value) in [("Accept", get.accept), ("Authorization", authorization)] {
+        match (request.method, request.upload) {
+            (_, Some(upload)) => {
+                head.push_str(&format!("Content-Length: {}\r\n", upload.len));
+            }
+            (Method::Post | Method::Put, None) => head.push_str("Content-Length: 0\r\n"),
+            _ => {}
+        }
+        let content_type = request.upload.map(|u| u.content_type);
+        for (name, value) in [
+            ("Accept", request.accept),
+            ("Authorization", authorization),
+            ("Content-Type", content_type),
+        ] {
             if let Some(value) = value {
                 if value.bytes().any(|b| b.is_ascii_control()) {
                     return Err(HttpError::Protocol {
@@ -212,13 +314,20 @@ impl Client {
                         problem: format!("control character in the {name} header"),
                     });
                 }
-                request.push_str(&format!("{name}: {value}\r\n"));
+                head.push_str(&format!("{name}: {value}\r\n"));
             }
         }
-        request.push_str("\r\n");
-        stream.write_all(request.as_bytes()).map_err(io_error)?;
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).map_err(io_error)?;
+        if let Some(upload) = request.upload {
+            send_body(&mut stream, upload).map_err(io_error)?;
+        }
         stream.flush().map_err(io_error)?;
-        read_response(url, BufReader::with_capacity(64 * 1024, stream))
+        read_response(
+            url,
+            request.method,
+            BufReader::with_capacity(64 * 1024, stream),
+        )
     }
 
     fn connect(&self, url: &Url, deadline: Deadline) -> Result<Box<dyn Stream>, HttpError> {
@@ -285,8 +394,9 @@ impl Client {
 
 /// Reads the response to a request sent on `reader`'s stream for `url`:
 /// the head (interim `1xx` responses skipped), and the body's framing.
-pub(crate) fn read_response(
+pub fn read_response(
     url: &Url,
+    method: Method,
     mut reader: BufReader<Box<dyn Stream>>,
 ) -> Result<Response, HttpError> {
     let io_error = |source| HttpError::Io {
@@ -305,10 +415,14 @@ pub(crate) fn read_response(
         if (100..200).contains(&status) && status != 101 {
             continue;
         }
-        let framing = framing(status, &headers).map_err(|problem| HttpError::Protocol {
-            url: url.to_string(),
-            problem,
-        })?;
+        let framing = if method == Method::Head {
+            Framing::Done
+        } else {
+            framing(status, &headers).map_err(|problem| HttpError::Protocol {
+                url: url.to_string(),
+                problem,
+            })?
+        };
         return Ok(Response {
             url: url.clone(),
             status,
@@ -319,9 +433,23 @@ pub(crate) fn read_response(
     }
 }
 
+/// Sends `upload`'s `len` bytes: fewer or more from its reader is an
+/// error, since the head promised `len`.
+fn send_body(stream: &mut dyn Stream, upload: Upload<'_>) -> io::Result<()> {
+    let reader = (upload.open)()?;
+    let copied = io::copy(&mut reader.take(upload.len), stream)?;
+    if copied != upload.len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("the body ended after {copied} of its {} bytes", upload.len),
+        ));
+    }
+    Ok(())
+}
+
 /// At most the first 200 characters of `text` (for messages quoting what
 /// a server sent).
-pub(crate) fn bounded(text: &str) -> String {
+pub fn bounded(text: &str) -> String {
     const LIMIT: usize = 200;
     match text.char_indices().nth(LIMIT) {
         Some((end, _)) => format!("{}…", &text[..end]),

@@ -4,7 +4,7 @@
 //! Docker Hub, GHCR, Harbor, Quay and `docker-registry` with `auth: token`
 //! speak).
 //!
-//! A [`Session`] is one installation's requests to one registry: it sends
+//! A [`Session`] is one user's requests to one repository: it sends
 //! them anonymously until the registry asks for more, answers the
 //! challenge once per request, and keeps the `Authorization` it got for
 //! the requests after. Rules:
@@ -20,25 +20,33 @@
 use base64::Engine as _;
 use serde::Deserialize;
 
-use super::InstallError;
-use super::credentials::{Login, RegistryCredentials};
-use super::deadline::Deadline;
-use super::http::{Client, Get, Response, Scheme, Url, bounded};
-use super::oci::{http_error, status_error};
-use super::retry::{Outcome, judge};
+use crate::credentials::{Login, RegistryCredentials};
+use crate::deadline::Deadline;
+use crate::error::RegistryError;
+use crate::http::{Client, Method, Request, Response, Scheme, Url, bounded};
+use crate::retry::{Outcome, judge};
 
 /// The largest token response read.
 const MAX_TOKEN_RESPONSE_BYTES: u64 = 256 * 1024;
 
-/// One installation's requests to one registry.
-pub(crate) struct Session<'a> {
+/// What a session asks the token server for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Reading the repository (`pull`).
+    Pull,
+    /// Reading and writing it (`pull,push`).
+    Push,
+}
+
+/// One user's requests to one repository of one registry.
+pub struct Session<'a> {
     client: &'a Client,
     registry: &'a Url,
     login: Option<&'a Login>,
     /// The token scope asked for when the challenge names none.
     scope: String,
     authorization: Option<String>,
-    /// The whole installation's deadline.
+    /// A deadline over all the session's requests (an installation's).
     install_deadline: Option<Deadline>,
 }
 
@@ -49,51 +57,70 @@ struct TokenResponse {
 }
 
 impl<'a> Session<'a> {
-    /// A session with the registry at `registry` (its base URL) to pull
-    /// from `repository`.
-    pub(crate) fn new(
+    /// A session with the registry at `registry` (its base URL) for
+    /// `access` to `repository`.
+    pub fn new(
         client: &'a Client,
         credentials: &'a RegistryCredentials,
         registry: &'a Url,
         repository: &str,
+        access: Access,
     ) -> Session<'a> {
+        let actions = match access {
+            Access::Pull => "pull",
+            Access::Push => "pull,push",
+        };
         Session {
             client,
             registry,
             login: credentials.login(&registry.authority),
-            scope: format!("repository:{repository}:pull"),
+            scope: format!("repository:{repository}:{actions}"),
             authorization: None,
             install_deadline: None,
         }
     }
 
-    /// The session with every request bounded by the installation's
+    /// The session with every request bounded by the caller's
     /// `deadline` too.
-    pub(crate) fn within(mut self, deadline: Deadline) -> Self {
+    pub fn within(mut self, deadline: Deadline) -> Self {
         self.install_deadline = Some(deadline);
         self
     }
 
-    fn unauthorized(&self, problem: String) -> InstallError {
-        InstallError::Unauthorized {
+    fn unauthorized(&self, problem: String) -> RegistryError {
+        RegistryError::Unauthorized {
             registry: self.registry.authority.clone(),
             problem,
         }
     }
 
-    /// `GET url` with the session's authorization, logging in when the
-    /// registry answers `401`, tried again as the client's retry policy
-    /// says (`retry.rs`); from byte `range_from` of the body when given.
-    pub(crate) fn get(
+    /// `GET url` with the session's authorization (see [`Session::send`]);
+    /// from byte `range_from` of the body when given.
+    pub fn get(
         &mut self,
         url: &Url,
         accept: Option<&str>,
         range_from: Option<u64>,
-    ) -> Result<Response, InstallError> {
+    ) -> Result<Response, RegistryError> {
+        self.send(
+            url,
+            Request {
+                accept,
+                range_from,
+                ..Request::default()
+            },
+        )
+    }
+
+    /// Sends `request` to `url` with the session's authorization, logging
+    /// in when the registry answers `401`, tried again as the client's
+    /// retry policy says (`retry.rs`). The request's own `authorization`
+    /// and deadline are the session's.
+    pub fn send(&mut self, url: &Url, request: Request<'_>) -> Result<Response, RegistryError> {
         let policy = self.client.retry;
         let mut attempt = 0;
         loop {
-            let outcome = self.get_once(url, accept, range_from);
+            let outcome = self.send_once(url, request);
             match judge(&policy, attempt, outcome) {
                 Outcome::Done(result) => return result,
                 Outcome::Again(wait) if self.install_deadline.is_some_and(|d| d.left() <= wait) => {
@@ -101,7 +128,7 @@ impl<'a> Session<'a> {
                     let deadline = self
                         .install_deadline
                         .unwrap_or_else(|| Deadline::after(wait));
-                    return Err(InstallError::Transfer {
+                    return Err(RegistryError::Transfer {
                         url: url.to_string(),
                         source: deadline.passed(),
                     });
@@ -120,40 +147,34 @@ impl<'a> Session<'a> {
     }
 
     /// The wait before retry `attempt` (from 0) by the client's policy.
-    pub(crate) fn retry_delay(&self, attempt: u32) -> std::time::Duration {
+    pub fn retry_delay(&self, attempt: u32) -> std::time::Duration {
         self.client.retry.delay(attempt)
     }
 
-    fn get_once(
-        &mut self,
-        url: &Url,
-        accept: Option<&str>,
-        range_from: Option<u64>,
-    ) -> Result<Response, InstallError> {
-        let get = |authorization: Option<&str>| {
+    fn send_once(&mut self, url: &Url, request: Request<'_>) -> Result<Response, RegistryError> {
+        let send = |authorization: Option<&str>| {
             self.client
-                .get(
+                .send(
                     url,
-                    Get {
-                        accept,
+                    Request {
                         authorization,
-                        range_from,
                         install_deadline: self.install_deadline,
+                        ..request
                     },
                 )
-                .map_err(http_error)
+                .map_err(RegistryError::from)
         };
-        let response = get(self.authorization.as_deref())?;
+        let response = send(self.authorization.as_deref())?;
         if response.status != 401 || !response.url.same_origin(self.registry) {
             return Ok(response);
         }
         // Without a challenge there is nothing to answer: report what the
         // registry said.
         let Some(challenge) = response.header("www-authenticate").map(str::to_string) else {
-            return Err(status_error(response));
+            return Err(RegistryError::status(response));
         };
         let authorization = self.authorize(&challenge)?;
-        let response = get(Some(&authorization))?;
+        let response = send(Some(&authorization))?;
         if response.status == 401 && response.url.same_origin(self.registry) {
             return Err(self.unauthorized(match self.login {
                 Some(login) => format!(
@@ -168,7 +189,7 @@ impl<'a> Session<'a> {
     }
 
     /// The `Authorization` answering `challenge`.
-    fn authorize(&self, challenge: &str) -> Result<String, InstallError> {
+    fn authorize(&self, challenge: &str) -> Result<String, RegistryError> {
         let challenges = http_auth::parse_challenges(challenge).map_err(|e| {
             self.unauthorized(format!(
                 "the registry asks for login with an unreadable challenge {}: {e}",
@@ -224,7 +245,7 @@ impl<'a> Session<'a> {
         realm: &str,
         service: Option<&str>,
         scope: &str,
-    ) -> Result<String, InstallError> {
+    ) -> Result<String, RegistryError> {
         let mut url = Url::parse(realm).map_err(|problem| {
             self.unauthorized(format!("the token server's URL (realm): {problem}"))
         })?;
@@ -244,16 +265,17 @@ impl<'a> Session<'a> {
         };
         let mut response = self
             .client
-            .get(
+            .send(
                 &url,
-                Get {
+                Request {
+                    method: Method::Get,
                     accept: Some("application/json"),
                     authorization: authorization.as_deref(),
-                    range_from: None,
                     install_deadline: self.install_deadline,
+                    ..Request::default()
                 },
             )
-            .map_err(http_error)?;
+            .map_err(RegistryError::from)?;
         match response.status {
             200 => {}
             401 | 403 => {
@@ -270,11 +292,11 @@ impl<'a> Session<'a> {
                     ),
                 }));
             }
-            _ => return Err(status_error(response)),
+            _ => return Err(RegistryError::status(response)),
         }
         let body = response
             .read_body(MAX_TOKEN_RESPONSE_BYTES)
-            .map_err(|source| InstallError::Transfer {
+            .map_err(|source| RegistryError::Transfer {
                 url: response.url.to_string(),
                 source,
             })?

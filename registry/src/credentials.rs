@@ -13,7 +13,7 @@ const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
 /// A user name and password for one registry.
 #[derive(Clone)]
-pub(crate) struct Login {
+pub struct Login {
     pub(crate) username: String,
     pub(crate) password: String,
 }
@@ -87,7 +87,7 @@ impl RegistryCredentials {
     }
 
     /// The login for the registry at `authority` (`host[:port]`).
-    pub(crate) fn login(&self, authority: &str) -> Option<&Login> {
+    pub fn login(&self, authority: &str) -> Option<&Login> {
         let authority = authority.to_ascii_lowercase();
         self.logins
             .iter()

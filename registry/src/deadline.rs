@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 /// Which limit a deadline is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Limit {
+pub enum Limit {
     /// One request's (`--registry-deadline`).
     Request,
     /// The whole installation's (`--install-timeout`).
@@ -25,7 +25,7 @@ pub(crate) enum Limit {
 
 /// When a request must be done by.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Deadline {
+pub struct Deadline {
     at: Instant,
     limit: Duration,
     kind: Limit,
@@ -34,11 +34,11 @@ pub(crate) struct Deadline {
 /// The error of a request whose deadline passed (inside an
 /// [`io::Error`] of kind `TimedOut`).
 #[derive(Debug)]
-pub(crate) struct DeadlinePassed {
+pub struct DeadlinePassed {
     /// The deadline the request had.
-    pub(crate) limit: Duration,
+    pub limit: Duration,
     /// Which it was.
-    pub(crate) kind: Limit,
+    pub kind: Limit,
 }
 
 impl fmt::Display for DeadlinePassed {
@@ -61,7 +61,7 @@ impl fmt::Display for DeadlinePassed {
 impl std::error::Error for DeadlinePassed {}
 
 /// A duration as seconds, as an operator gives it (`2 s`, `0.5 s`).
-pub(crate) fn seconds(duration: Duration) -> String {
+pub fn seconds(duration: Duration) -> String {
     let secs = duration.as_secs_f64();
     if secs.fract() == 0.0 {
         format!("{secs:.0} s")
@@ -72,12 +72,12 @@ pub(crate) fn seconds(duration: Duration) -> String {
 
 impl Deadline {
     /// The deadline `limit` from now.
-    pub(crate) fn after(limit: Duration) -> Deadline {
+    pub fn after(limit: Duration) -> Deadline {
         Deadline::of(Limit::Request, limit)
     }
 
     /// The deadline of `kind`, `limit` from now.
-    pub(crate) fn of(kind: Limit, limit: Duration) -> Deadline {
+    pub fn of(kind: Limit, limit: Duration) -> Deadline {
         Deadline {
             at: Instant::now() + limit,
             limit,
@@ -86,7 +86,7 @@ impl Deadline {
     }
 
     /// The earlier of this deadline and `other`.
-    pub(crate) fn earliest(self, other: Option<Deadline>) -> Deadline {
+    pub fn earliest(self, other: Option<Deadline>) -> Deadline {
         match other {
             Some(other) if other.at < self.at => other,
             _ => self,
@@ -94,12 +94,12 @@ impl Deadline {
     }
 
     /// The time left.
-    pub(crate) fn left(&self) -> Duration {
+    pub fn left(&self) -> Duration {
         self.at.saturating_duration_since(Instant::now())
     }
 
     /// The error saying the deadline passed.
-    pub(crate) fn passed(&self) -> io::Error {
+    pub fn passed(&self) -> io::Error {
         io::Error::new(
             io::ErrorKind::TimedOut,
             DeadlinePassed {
@@ -111,7 +111,7 @@ impl Deadline {
 
     /// `timeout`, shortened to the time left (at least 1 ms: sockets have
     /// no zero timeout); the deadline's error once none is left.
-    pub(crate) fn bound(&self, timeout: Duration) -> io::Result<Duration> {
+    pub fn bound(&self, timeout: Duration) -> io::Result<Duration> {
         let left = self.left();
         if left.is_zero() {
             return Err(self.passed());
@@ -121,7 +121,7 @@ impl Deadline {
 
     /// `e`, or the deadline's error when `e` is a timeout and the deadline
     /// is what cut it short.
-    pub(crate) fn explain(&self, e: io::Error) -> io::Error {
+    pub fn explain(&self, e: io::Error) -> io::Error {
         let timeout = matches!(
             e.kind(),
             io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock

@@ -6,30 +6,34 @@ use std::fmt;
 
 /// URL schemes the client speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Scheme {
+pub enum Scheme {
+    /// `http`.
     Http,
+    /// `https`.
     Https,
 }
 
 /// An absolute `http`/`https` URL, split for a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Url {
-    pub(crate) scheme: Scheme,
+pub struct Url {
+    /// The scheme.
+    pub scheme: Scheme,
     /// The authority as written (`host[:port]`, `[v6][:port]`), for the
     /// `Host` header and messages.
-    pub(crate) authority: String,
+    pub authority: String,
     /// The host to connect to (without IPv6 brackets).
-    pub(crate) host: String,
-    pub(crate) port: u16,
+    pub host: String,
+    /// The port (the scheme's default when the URL has none).
+    pub port: u16,
     /// The request target: path and query, starting with `/`.
-    pub(crate) target: String,
+    pub target: String,
 }
 
 impl Url {
     /// Parses an absolute `http://` or `https://` URL. Userinfo is refused
     /// (no credentials in URLs), as are control characters; other bytes
     /// that may not appear in a request target are percent-encoded.
-    pub(crate) fn parse(text: &str) -> Result<Url, String> {
+    pub fn parse(text: &str) -> Result<Url, String> {
         let Some((scheme, rest)) = text.split_once("://") else {
             return Err(format!("{text:?} is not an absolute URL"));
         };
@@ -51,7 +55,7 @@ impl Url {
     }
 
     /// Whether `other` has the same scheme and authority (host and port).
-    pub(crate) fn same_origin(&self, other: &Url) -> bool {
+    pub fn same_origin(&self, other: &Url) -> bool {
         self.scheme == other.scheme
             && self.host.eq_ignore_ascii_case(&other.host)
             && self.port == other.port
@@ -59,7 +63,7 @@ impl Url {
 
     /// `self` with `name=value` appended to its query, both
     /// percent-encoded.
-    pub(crate) fn with_query(&self, name: &str, value: &str) -> Url {
+    pub fn with_query(&self, name: &str, value: &str) -> Url {
         let separator = if self.target.contains('?') { '&' } else { '?' };
         Url {
             target: format!(
@@ -74,7 +78,7 @@ impl Url {
 
     /// `self` with the request target `target` (a path, optionally with a
     /// query, starting with `/`).
-    pub(crate) fn with_target(&self, target: &str) -> Result<Url, String> {
+    pub fn with_target(&self, target: &str) -> Result<Url, String> {
         Ok(Url {
             target: request_target(target)?,
             ..self.clone()
@@ -85,7 +89,7 @@ impl Url {
     /// scheme-relative `//authority/path`, an absolute path, or a path
     /// relative to the current one's directory (without dot-segment
     /// removal).
-    pub(crate) fn join(&self, location: &str) -> Result<Url, String> {
+    pub fn join(&self, location: &str) -> Result<Url, String> {
         let location = location.trim();
         let lower = location.to_ascii_lowercase();
         if lower.starts_with("http://") || lower.starts_with("https://") {

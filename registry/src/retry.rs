@@ -12,12 +12,12 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::InstallError;
-use super::http::Response;
+use crate::error::RegistryError;
+use crate::http::Response;
 
 /// The longest `Retry-After` honoured: a registry asking for more gets
 /// this much.
-pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
 
 /// How often and how patiently requests are tried again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,7 +45,7 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// The wait before retry `attempt` (from 0) without a `Retry-After`.
-    pub(crate) fn delay(&self, attempt: u32) -> Duration {
+    pub fn delay(&self, attempt: u32) -> Duration {
         self.first_delay
             .saturating_mul(1u32 << attempt.min(20))
             .min(self.max_delay)
@@ -53,22 +53,14 @@ impl RetryPolicy {
 }
 
 /// Whether a registry answering `status` may answer otherwise later.
-pub(crate) fn retryable_status(status: u16) -> bool {
+pub fn retryable_status(status: u16) -> bool {
     matches!(status, 408 | 425 | 429 | 499)
         || ((500..600).contains(&status) && !matches!(status, 501 | 505 | 511))
 }
 
-/// Whether a request that failed with `e` may succeed when made again.
-pub(crate) fn retryable_error(e: &InstallError) -> bool {
-    matches!(
-        e,
-        InstallError::Unreachable { .. } | InstallError::Transfer { .. }
-    )
-}
-
 /// The wait a `Retry-After` value asks for, seen at `now`: delay-seconds
 /// or an HTTP date; `None` when it is neither.
-pub(crate) fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+pub fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     let wait = if let Ok(seconds) = value.parse::<u64>() {
         Duration::from_secs(seconds)
@@ -80,18 +72,18 @@ pub(crate) fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 }
 
 /// What to do with the outcome of one try.
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// Done: hand it to the caller.
-    Done(Result<Response, InstallError>),
+    Done(Result<Response, RegistryError>),
     /// Try again after this wait.
     Again(Duration),
 }
 
 /// Judges the outcome of try `attempt` (from 0) under `policy`.
-pub(crate) fn judge(
+pub fn judge(
     policy: &RetryPolicy,
     attempt: u32,
-    outcome: Result<Response, InstallError>,
+    outcome: Result<Response, RegistryError>,
 ) -> Outcome {
     if attempt >= policy.retries {
         return Outcome::Done(outcome);
@@ -104,7 +96,7 @@ pub(crate) fn judge(
                 .unwrap_or_else(|| policy.delay(attempt));
             Outcome::Again(wait)
         }
-        Err(e) if retryable_error(e) => Outcome::Again(policy.delay(attempt)),
+        Err(e) if e.is_transient() => Outcome::Again(policy.delay(attempt)),
         _ => Outcome::Done(outcome),
     }
 }

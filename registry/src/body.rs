@@ -6,13 +6,13 @@
 
 use std::io::{self, BufRead, BufReader, Read};
 
-use super::http::Stream;
+use crate::http::Stream;
 
 /// The longest chunk-size or trailer line accepted.
 const MAX_LINE_BYTES: u64 = 8 * 1024;
 
 /// How the body of a response with `status` and `headers` is delimited.
-pub(super) fn framing(status: u16, headers: &[(String, String)]) -> Result<Framing, String> {
+pub(crate) fn framing(status: u16, headers: &[(String, String)]) -> Result<Framing, String> {
     if status == 204 || status == 304 {
         return Ok(Framing::Done);
     }
@@ -29,7 +29,7 @@ pub(super) fn framing(status: u16, headers: &[(String, String)]) -> Result<Frami
         } else {
             Err(format!(
                 "unsupported transfer coding {:?}",
-                super::http::bounded(&codings.join(", "))
+                crate::http::bounded(&codings.join(", "))
             ))
         };
     }
@@ -44,7 +44,7 @@ pub(super) fn framing(status: u16, headers: &[(String, String)]) -> Result<Frami
             .parse::<u64>()
             .ok()
             .filter(|_| value.bytes().all(|b| b.is_ascii_digit()))
-            .ok_or_else(|| format!("malformed Content-Length {:?}", super::http::bounded(value)))?;
+            .ok_or_else(|| format!("malformed Content-Length {:?}", crate::http::bounded(value)))?;
         if length.is_some_and(|l| l != parsed) {
             return Err("conflicting Content-Length values".to_string());
         }
@@ -58,7 +58,7 @@ pub(super) fn framing(status: u16, headers: &[(String, String)]) -> Result<Frami
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Chunked {
+pub(crate) enum Chunked {
     /// A chunk-size line is next.
     Size,
     /// Inside a chunk with this many bytes left.
@@ -68,7 +68,7 @@ pub(super) enum Chunked {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Framing {
+pub(crate) enum Framing {
     Length { remaining: u64 },
     Chunked(Chunked),
     UntilClose,
@@ -76,18 +76,18 @@ pub(super) enum Framing {
 }
 
 /// A response body; reading it yields the payload, without framing.
-pub(crate) struct Body {
+pub struct Body {
     reader: BufReader<Box<dyn Stream>>,
     framing: Framing,
 }
 
 impl Body {
-    pub(super) fn new(reader: BufReader<Box<dyn Stream>>, framing: Framing) -> Body {
+    pub(crate) fn new(reader: BufReader<Box<dyn Stream>>, framing: Framing) -> Body {
         Body { reader, framing }
     }
 
     /// The bytes left, when the framing says.
-    pub(super) fn remaining(&self) -> Option<u64> {
+    pub fn remaining(&self) -> Option<u64> {
         match self.framing {
             Framing::Length { remaining } => Some(remaining),
             Framing::Done => Some(0),

@@ -15,7 +15,7 @@ const MAX_CA_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A TLS client configuration for registries and what went into it.
 pub struct RegistryTls {
-    /// The configuration, for [`OciInstaller::with_tls`](super::OciInstaller::with_tls).
+    /// The configuration, for [`Client::tls`](crate::Client::tls).
     pub config: Arc<rustls::ClientConfig>,
     /// Root certificates taken from the system's store.
     pub system_roots: usize,
