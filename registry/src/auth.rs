@@ -48,6 +48,8 @@ pub struct Session<'a> {
     authorization: Option<String>,
     /// A deadline over all the session's requests (an installation's).
     install_deadline: Option<Deadline>,
+    /// Told of every failed try that is tried again.
+    notice: Option<&'a (dyn Fn(&str) + Sync)>,
 }
 
 #[derive(Deserialize)]
@@ -77,7 +79,16 @@ impl<'a> Session<'a> {
             scope: format!("repository:{repository}:{actions}"),
             authorization: None,
             install_deadline: None,
+            notice: None,
         }
+    }
+
+    /// The session telling `notice` of every failed try it tries again
+    /// (what failed and the wait), for a user watching; they are logged
+    /// at `info` either way.
+    pub fn telling(mut self, notice: &'a (dyn Fn(&str) + Sync)) -> Self {
+        self.notice = Some(notice);
+        self
     }
 
     /// The session with every request bounded by the caller's
@@ -121,6 +132,13 @@ impl<'a> Session<'a> {
         let mut attempt = 0;
         loop {
             let outcome = self.send_once(url, request);
+            let failed = match (&outcome, self.notice) {
+                (_, None) => String::new(),
+                (Ok(response), Some(_)) => {
+                    format!("{url}: the registry answered {}", response.status)
+                }
+                (Err(e), Some(_)) => e.to_string(),
+            };
             match judge(&policy, attempt, outcome) {
                 Outcome::Done(result) => return result,
                 Outcome::Again(wait) if self.install_deadline.is_some_and(|d| d.left() <= wait) => {
@@ -139,6 +157,12 @@ impl<'a> Session<'a> {
                         "registry request failed; trying again in {:.1} s",
                         wait.as_secs_f64()
                     );
+                    if let Some(notice) = self.notice {
+                        notice(&format!(
+                            "{failed}; trying again in {:.1} s",
+                            wait.as_secs_f64()
+                        ));
+                    }
                     std::thread::sleep(wait);
                     attempt += 1;
                 }
@@ -151,7 +175,15 @@ impl<'a> Session<'a> {
         self.client.retry.delay(attempt)
     }
 
-    fn send_once(&mut self, url: &Url, request: Request<'_>) -> Result<Response, RegistryError> {
+    /// Sends `request` to `url` once: a `401` is answered (a login, a
+    /// token) and the request sent again with it, but a failure is not
+    /// tried again. For requests that cannot simply be repeated, such as
+    /// the `PUT` that ends an upload, whose caller starts the upload over.
+    pub fn send_once(
+        &mut self,
+        url: &Url,
+        request: Request<'_>,
+    ) -> Result<Response, RegistryError> {
         let send = |authorization: Option<&str>| {
             self.client
                 .send(

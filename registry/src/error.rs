@@ -117,6 +117,16 @@ impl RegistryError {
             RegistryError::Unreachable { .. } | RegistryError::Transfer { .. }
         )
     }
+
+    /// Whether the same request may succeed when made again: the
+    /// connection could not be made or broke, or the registry answered
+    /// with a status for a passing condition (429, 503, ...).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            RegistryError::Status { status, .. } => crate::retry::retryable_status(*status),
+            e => e.is_transient(),
+        }
+    }
 }
 
 /// How many entries of a registry's error document an error quotes.

@@ -6,6 +6,7 @@
 #[cfg(feature = "system")]
 pub mod cluster;
 pub mod containerd;
+pub mod cut_proxy;
 pub mod drip_proxy;
 #[cfg(feature = "system")]
 pub mod etcd;

@@ -4,7 +4,8 @@
 //! recomputed from the input files, zstd frames decoded), pushes to a real
 //! Debian `docker-registry` in the clear, with htpasswd logins over TLS
 //! (apache2-utils' `htpasswd`) and with the Docker token flow, read back
-//! through the distribution API; bad input refused naming the flag; and
+//! through the distribution API, and through a link that drops uploads
+//! midway; bad input refused naming the flag; and
 //! JSON node parameters submitted to a real `metropolisd` and read back.
 //! Needs docker-registry and apache2-utils (`.ci/run` installs them).
 
@@ -20,6 +21,7 @@ use base64::Engine as _;
 use metropolis_proto::metropolis::node::core::curator::proto::private::GetMachineRequest;
 use metropolis_proto::prelude::agent;
 use metropolis_proto::prelude::debug::node_parameters::Cluster;
+use metropolis_tests::cut_proxy::CutProxy;
 use metropolis_tests::registry::{Access, Registry, digest, http};
 use metropolis_tests::token_server::{TokenIssuer, TokenServer};
 use metropolis_tests::{Daemon, RuntimeKind, daemon_bin};
@@ -464,7 +466,33 @@ fn pushes_to_a_registry_and_again() {
         &format!("http://127.0.0.1:{port}/os/m"),
     ]);
     assert_eq!(run.status.code(), Some(3), "{}", stderr(&run));
-    assert!(stderr(&run).contains("cannot connect"), "{}", stderr(&run));
+    assert!(stderr(&run).contains("unreachable"), "{}", stderr(&run));
+}
+
+#[test]
+fn pushes_through_uploads_cut_short() {
+    assert!(Registry::available(), "docker-registry is not installed");
+    let registry = Registry::start();
+    // The link drops twice in the middle of an upload.
+    let proxy = CutProxy::start(&registry.addr, 64 * 1024, 2);
+    let dir = tempfile::tempdir().unwrap();
+    let (k, s, _, _) = inputs(dir.path());
+    let out = dir.path().join("image");
+    let built = build(&out, &k, &s, &["--compression", "none"]);
+    let out = out.display().to_string();
+    let reference = format!("http://{}/os/cut:v1", proxy.addr);
+    let run = metroctl(&["-o", "json", "osimage", "push", &out, &reference]);
+    let said = stderr(&run);
+    assert!(run.status.success(), "{said}\n{}", registry.log());
+    assert_eq!(proxy.cut.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        said.matches("starting the upload over").count(),
+        2,
+        "{said}"
+    );
+    let json: Value = serde_json::from_str(&stdout(&run)).unwrap();
+    assert_eq!(json["digest"], built.as_str());
+    layers_are_stored(&registry, &out, &built);
 }
 
 fn auth_file(path: &Path, registry: &str, user: &str, password: &str) {
@@ -516,7 +544,7 @@ fn pushes_with_a_login_and_not_without() {
         4,
         "--registry-auth",
     );
-    assert!(e.contains("wants a login"), "{e}");
+    assert!(e.contains("requires a login"), "{e}");
     let args = [
         "osimage",
         "push",
@@ -528,7 +556,7 @@ fn pushes_with_a_login_and_not_without() {
         &bad,
     ];
     let e = refused(&args, 4, "--registry-auth");
-    assert!(e.contains("401"), "{e}");
+    assert!(e.contains("refused the login of user \"pusher\""), "{e}");
     let missing = dir.path().join("none.json").display().to_string();
     refused(
         &[

@@ -4,11 +4,9 @@
 //! directory and pushed to a registry; and the operator's
 //! `--node-parameters` file of `metroctl install request`.
 
-mod auth;
 mod build;
 mod encode;
 pub mod format;
-mod http;
 mod layout;
 mod push;
 pub mod reference;
@@ -21,7 +19,7 @@ use metropolis_proto::prelude::debug::NodeParameters;
 use serde_json::json;
 
 use crate::CliError;
-use crate::exit::usage;
+use crate::exit::{Exit, failed, usage};
 use crate::output::{Format, emit};
 use format::{Compression, DEFAULT_CHUNK_SIZE, Kind};
 
@@ -142,14 +140,20 @@ pub async fn run(
         OsimageCommand::Push(args) => {
             let reference = reference::parse(&args.reference).map_err(usage)?;
             let layout = layout::read(&args.dir)?;
-            let pushed = push::push(
-                &layout,
-                &reference,
-                args.registry_auth.as_deref(),
-                args.registry_ca.as_deref(),
-                connect_limit,
-            )
-            .await?;
+            // The registry client blocks: a few dozen requests in turn.
+            let (pushed, layout, reference) = tokio::task::spawn_blocking(move || {
+                let plan = push::PushPlan {
+                    layout: &layout,
+                    reference: &reference,
+                    auth_file: args.registry_auth.as_deref(),
+                    ca_file: args.registry_ca.as_deref(),
+                    connect_limit,
+                };
+                let pushed = push::push(&plan);
+                pushed.map(|pushed| (pushed, layout, reference))
+            })
+            .await
+            .map_err(|e| failed(Exit::Failure, format!("the push thread failed: {e}")))??;
             if format.structured() {
                 let value = json!({
                     "image": pushed.image,

@@ -1,25 +1,26 @@
 //! `metroctl osimage push`: an image layout's blobs and manifest uploaded
-//! through the OCI distribution API. Blobs the registry has (HEAD) are
-//! skipped; the others go up monolithically (POST an upload, PUT the
-//! bytes with `?digest=`), streamed from disk; then the manifest is PUT by
-//! tag, or by digest without one.
+//! through the OCI distribution API with the agent's registry client
+//! (`metropolis-registry`: logins, retries, deadlines). Blobs the
+//! registry has (`HEAD`) are skipped; the others go up monolithically
+//! (`POST` an upload, `PUT` the bytes with `?digest=`), streamed from
+//! disk, and an upload that fails for a passing reason starts over; then
+//! the manifest is `PUT` by tag, or by digest without one.
 
-use std::path::Path;
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use http_body_util::{BodyExt as _, StreamBody};
-use hyper::body::{Frame, Incoming};
-use tokio::io::AsyncReadExt as _;
+use metropolis_registry::{
+    Access, Client, Method, RegistryCredentials, RegistryError, Request, Response, RetryPolicy,
+    Session, Upload, Url, registry_tls,
+};
 
-use super::auth::{self, Login, parse_challenge};
 use super::format::{Descriptor, MANIFEST_MEDIA_TYPE, quoted};
-use super::http::{Body, Client, error_text, full};
 use super::layout::Layout;
 use super::reference::Reference;
 use crate::CliError;
-use crate::exit::{Exit, failed};
+use crate::exit::{Exit, failed, usage};
 
 /// What a push did.
 #[derive(Debug)]
@@ -35,181 +36,195 @@ pub struct Pushed {
     pub skipped: usize,
 }
 
-/// A registry session: its base URL, the repository and the current
-/// `Authorization` value.
-struct Session {
-    client: Client,
-    base: String,
-    repository: String,
-    login: Option<Login>,
-    authorization: Option<HeaderValue>,
+/// How a push tries again: three more times, waiting 0.5 s, 1 s and 2 s
+/// (a `Retry-After` replaces the wait): a registry that is down fails the
+/// push within about 4 s.
+const RETRY: RetryPolicy = RetryPolicy {
+    retries: 3,
+    first_delay: Duration::from_millis(500),
+    max_delay: Duration::from_secs(4),
+};
+
+/// How long one socket read or write may take: a registry that stops
+/// taking an upload fails it after this.
+const IO_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long one request may take in all. Uploads of several GiB over a
+/// slow link must fit; a stalled one fails by [`IO_TIMEOUT`] first.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(6 * 3600);
+
+/// What the push needs: the layout, where to and with what.
+pub struct PushPlan<'a> {
+    /// The layout to push.
+    pub layout: &'a Layout,
+    /// Where to.
+    pub reference: &'a Reference,
+    /// `--registry-auth`: a Docker `config.json` with logins.
+    pub auth_file: Option<&'a Path>,
+    /// `--registry-ca`: CA certificates to trust besides the system's.
+    pub ca_file: Option<&'a Path>,
+    /// `--timeout`: how long connecting may take.
+    pub connect_limit: Duration,
 }
 
-impl Session {
-    fn url(&self, path: &str) -> String {
-        format!("{}/v2/{}/{path}", self.base, self.repository)
-    }
+/// What to do when the registry wants another login.
+const LOGIN_HINT: &str = "; give --registry-auth FILE with a login that may push there";
 
-    /// Sends a request; the login goes only to the registry itself.
-    async fn send_once(
-        &self,
-        method: &Method,
-        url: &str,
-        mut headers: HeaderMap,
-        body: Body,
-    ) -> Result<http::Response<Incoming>, CliError> {
-        if let Some(value) = &self.authorization
-            && url.starts_with(&format!("{}/", self.base))
-        {
-            headers.insert(header::AUTHORIZATION, value.clone());
-        }
-        self.client.send(method.clone(), url, headers, body).await
-    }
-
-    /// Sends a request with a body that can be sent again: a `401` is
-    /// answered (a login, a token) and the request sent once more.
-    async fn send(
-        &mut self,
-        method: Method,
-        url: &str,
-        headers: HeaderMap,
-        body: Bytes,
-    ) -> Result<http::Response<Incoming>, CliError> {
-        let response = self
-            .send_once(&method, url, headers.clone(), full(body.clone()))
-            .await?;
-        if response.status() != StatusCode::UNAUTHORIZED {
-            return Ok(response);
-        }
-        let challenge = response
-            .headers()
-            .get(header::WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_challenge)
-            .ok_or_else(|| {
-                failed(
-                    Exit::Denied,
-                    format!(
-                        "{} answered 401 without a Basic or Bearer challenge",
-                        self.base
-                    ),
-                )
-            })?;
-        let answer = auth::answer(
-            &self.client,
-            &self.base,
-            &self.repository,
-            &challenge,
-            self.login.as_ref(),
-        )
-        .await?;
-        let value = HeaderValue::from_str(&answer)
-            .map_err(|_| failed(Exit::Failure, "the token is not a header value"))?;
-        self.authorization = Some(value);
-        self.send_once(&method, url, headers, full(body)).await
-    }
-}
-
-/// The failure an unexpected answer is, its exit status by its code.
-async fn unexpected(what: &str, response: http::Response<Incoming>) -> CliError {
-    let status = response.status();
-    let exit = match status {
-        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Exit::Denied,
-        StatusCode::NOT_FOUND => Exit::NotFound,
-        s if s.is_server_error() => Exit::Unavailable,
-        _ => Exit::Failure,
+/// The failure a registry error is, its exit status by its kind, with
+/// what to do about it.
+fn registry_failure(what: &str, e: RegistryError) -> CliError {
+    let (exit, hint) = match &e {
+        RegistryError::Unauthorized { .. } => (Exit::Denied, LOGIN_HINT),
+        RegistryError::Status { status, .. } => match status {
+            401 | 403 => (Exit::Denied, LOGIN_HINT),
+            404 => (Exit::NotFound, ""),
+            s if *s >= 500 => (Exit::Unavailable, ""),
+            _ => (Exit::Failure, ""),
+        },
+        RegistryError::Unreachable { .. } => (Exit::Unavailable, ""),
+        RegistryError::Tls { .. } => (
+            Exit::Failure,
+            " (a registry with a private CA needs --registry-ca FILE)",
+        ),
+        _ => (Exit::Failure, ""),
     };
-    let hint = if exit == Exit::Denied {
-        "; give --registry-auth FILE with a login that may push there"
-    } else {
-        ""
-    };
-    let said = error_text(response).await;
-    failed(
-        exit,
-        format!("{what}: the registry answered {status}{said}{hint}"),
-    )
+    failed(exit, format!("{what}: {e}{hint}"))
 }
 
-/// The blob at `path` as a streamed body, counted on `bar`.
-async fn file_body(path: &Path, bar: indicatif::ProgressBar) -> Result<Body, CliError> {
-    let file = tokio::fs::File::open(path)
-        .await
-        .map_err(|e| failed(Exit::Failure, format!("{}: {e}", path.display())))?;
-    let chunks = futures::stream::unfold(Some(file), move |file| {
-        let bar = bar.clone();
-        async move {
-            let mut file = file?;
-            let mut buf = BytesMut::with_capacity(256 << 10);
-            match file.read_buf(&mut buf).await {
-                Ok(0) => None,
-                Ok(n) => {
-                    bar.inc(n as u64);
-                    Some((Ok(Frame::data(buf.freeze())), Some(file)))
-                }
-                Err(e) => Some((Err(e), None)),
-            }
-        }
-    });
-    Ok(StreamBody::new(chunks).boxed())
+/// An unexpected answer as an error, naming what was being done.
+fn unexpected(what: &str, response: Response) -> CliError {
+    registry_failure(what, RegistryError::status(response))
+}
+
+/// A blob file opened for one try, counted on `bar`.
+struct Counted {
+    file: File,
+    bar: indicatif::ProgressBar,
+}
+
+impl Read for Counted {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read(buf)?;
+        self.bar.inc(n as u64);
+        Ok(n)
+    }
+}
+
+/// Why one try at an upload failed: what it was doing, and the error.
+type TryFailure = (&'static str, RegistryError);
+
+/// One try at uploading `blob`: `POST` an upload, `PUT` the bytes that
+/// `open` gives to where the registry said.
+fn upload_once(
+    session: &mut Session<'_>,
+    base: &Url,
+    repository: &str,
+    blob: &Descriptor,
+    open: &(dyn Fn() -> io::Result<Box<dyn Read>> + Sync),
+) -> Result<(), TryFailure> {
+    const STARTING: &str = "starting the upload";
+    let start = url(base, repository, "blobs/uploads/").map_err(|e| (STARTING, e))?;
+    let request = Request {
+        method: Method::Post,
+        ..Request::default()
+    };
+    let response = session.send(&start, request).map_err(|e| (STARTING, e))?;
+    if response.status != 202 {
+        return Err((STARTING, RegistryError::status(response)));
+    }
+    let bad_location = |problem: String| {
+        let url = start.to_string();
+        (STARTING, RegistryError::Protocol { url, problem })
+    };
+    let location = match response.header("location") {
+        Some(location) if !location.is_empty() => location.to_string(),
+        _ => return Err(bad_location("the registry gave no upload location".into())),
+    };
+    let put = start
+        .join(&location)
+        .map_err(|problem| bad_location(format!("upload location: {problem}")))?
+        .with_query("digest", &blob.digest);
+    let request = Request {
+        method: Method::Put,
+        upload: Some(Upload {
+            len: blob.size,
+            content_type: "application/octet-stream",
+            open,
+        }),
+        ..Request::default()
+    };
+    // Once: an upload cut short is started over, not sent again.
+    let response = session
+        .send_once(&put, request)
+        .map_err(|e| ("uploading", e))?;
+    if response.status != 201 {
+        return Err(("uploading", RegistryError::status(response)));
+    }
+    Ok(())
 }
 
 /// Uploads `blob` unless the registry has it; whether it was uploaded.
-async fn blob(
-    session: &mut Session,
-    layout: &Layout,
+fn blob(
+    session: &mut Session<'_>,
+    base: &Url,
+    plan: &PushPlan<'_>,
     blob: &Descriptor,
     bar: &indicatif::ProgressBar,
 ) -> Result<bool, CliError> {
     let what = format!("blob {}", blob.digest);
-    let head = session.url(&format!("blobs/{}", blob.digest));
+    let repository = &plan.reference.repository;
+    let head = url(base, repository, &format!("blobs/{}", blob.digest))
+        .map_err(|e| registry_failure(&what, e))?;
+    let request = Request {
+        method: Method::Head,
+        ..Request::default()
+    };
     let response = session
-        .send(Method::HEAD, &head, HeaderMap::new(), Bytes::new())
-        .await?;
-    match response.status() {
-        StatusCode::OK => {
+        .send(&head, request)
+        .map_err(|e| registry_failure(&what, e))?;
+    match response.status {
+        200 => {
             bar.inc(blob.size);
             return Ok(false);
         }
-        StatusCode::NOT_FOUND => {}
-        _ => return Err(unexpected(&what, response).await),
+        404 => {}
+        _ => return Err(unexpected(&what, response)),
     }
-    let start = session.url("blobs/uploads/");
-    let response = session
-        .send(Method::POST, &start, HeaderMap::new(), Bytes::new())
-        .await?;
-    if response.status() != StatusCode::ACCEPTED {
-        return Err(unexpected(&format!("{what}: starting the upload"), response).await);
-    }
-    let location = response
-        .headers()
-        .get(header::LOCATION)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let location = if location.starts_with('/') {
-        format!("{}{location}", session.base)
-    } else if location.starts_with("http://") || location.starts_with("https://") {
-        location.to_string()
-    } else {
-        return Err(failed(
-            Exit::Failure,
-            format!("{what}: the registry gave no upload location"),
-        ));
+    let path: PathBuf = plan.layout.blob_path(&blob.digest);
+    let start = bar.position();
+    let open = || -> io::Result<Box<dyn Read>> {
+        // A try after a failed one counts from the blob's start again.
+        bar.set_position(start);
+        Ok(Box::new(Counted {
+            file: File::open(&path)?,
+            bar: bar.clone(),
+        }))
     };
-    let separator = if location.contains('?') { '&' } else { '?' };
-    let put = format!("{location}{separator}digest={}", blob.digest);
-    let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(blob.size));
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
-    let body = file_body(&layout.blob_path(&blob.digest), bar.clone()).await?;
-    let response = session.send_once(&Method::PUT, &put, headers, body).await?;
-    if response.status() != StatusCode::CREATED {
-        return Err(unexpected(&format!("{what}: uploading"), response).await);
+    let mut attempt = 0;
+    loop {
+        match upload_once(session, base, repository, blob, &open) {
+            Ok(()) => return Ok(true),
+            Err((doing, e)) if attempt < RETRY.retries && e.is_retryable() => {
+                let wait = RETRY.delay(attempt);
+                eprintln!(
+                    "metroctl: {what}: {doing}: {e}; starting the upload over in {:.1} s",
+                    wait.as_secs_f64()
+                );
+                std::thread::sleep(wait);
+                attempt += 1;
+            }
+            Err((doing, e)) => return Err(registry_failure(&format!("{what}: {doing}"), e)),
+        }
     }
-    Ok(true)
+}
+
+/// `base/v2/<repository>/<path>`.
+fn url(base: &Url, repository: &str, path: &str) -> Result<Url, RegistryError> {
+    base.with_target(&format!("/v2/{repository}/{path}"))
+        .map_err(|problem| RegistryError::Protocol {
+            url: base.to_string(),
+            problem,
+        })
 }
 
 fn progress_bar(total: u64) -> indicatif::ProgressBar {
@@ -227,32 +242,56 @@ fn progress_bar(total: u64) -> indicatif::ProgressBar {
     bar
 }
 
-/// Pushes `layout` to `reference`, logging in with the login for its host
-/// in `auth_file` (if any), trusting the CA certificates of `ca_file` too;
-/// connecting is bounded by `connect_limit`.
-pub async fn push(
-    layout: &Layout,
-    reference: &Reference,
-    auth_file: Option<&Path>,
-    ca_file: Option<&Path>,
-    connect_limit: Duration,
-) -> Result<Pushed, CliError> {
-    let login = match auth_file {
-        Some(path) => auth::read_login(path, &reference.host)?,
-        None => None,
+/// The client a push uses: for `https`, the system's roots and
+/// `--registry-ca`'s.
+fn client(plan: &PushPlan<'_>) -> Result<Client, CliError> {
+    let tls = if plan.reference.scheme == "https" {
+        let ca: Vec<&Path> = plan.ca_file.into_iter().collect();
+        let tls = registry_tls(true, &ca).map_err(|e| match plan.ca_file {
+            Some(_) => usage(format!("--registry-ca {e}")),
+            None => failed(Exit::Failure, format!("TLS: {e}; give --registry-ca FILE")),
+        })?;
+        Some(tls.config)
+    } else {
+        None
     };
-    let mut session = Session {
-        client: Client::new(ca_file, connect_limit)?,
-        base: format!("{}://{}", reference.scheme, reference.host),
-        repository: reference.repository.clone(),
-        login,
-        authorization: None,
+    Ok(Client {
+        tls,
+        connect_timeout: plan.connect_limit,
+        io_timeout: IO_TIMEOUT,
+        deadline: REQUEST_DEADLINE,
+        user_agent: concat!("metroctl/", env!("CARGO_PKG_VERSION")),
+        retry: RETRY,
+    })
+}
+
+/// Pushes `plan.layout` to `plan.reference`, logging in with the login
+/// for its host in `plan.auth_file` (if any). Blocking: a few dozen
+/// requests, one after the other.
+pub fn push(plan: &PushPlan<'_>) -> Result<Pushed, CliError> {
+    let credentials = match plan.auth_file {
+        Some(path) => {
+            RegistryCredentials::read(path).map_err(|e| usage(format!("--registry-auth {e}")))?
+        }
+        None => RegistryCredentials::new(),
     };
-    let bar = progress_bar(layout.blobs.iter().map(|b| b.size).sum());
+    let client = client(plan)?;
+    let reference = plan.reference;
+    let base = Url::parse(&format!("{}://{}/", reference.scheme, reference.host))
+        .map_err(|e| usage(format!("REFERENCE {}: {e}", quoted(&reference.host))))?;
+    let notice = |said: &str| eprintln!("metroctl: {said}");
+    let mut session = Session::new(
+        &client,
+        &credentials,
+        &base,
+        &reference.repository,
+        Access::Push,
+    )
+    .telling(&notice);
+    let bar = progress_bar(plan.layout.blobs.iter().map(|b| b.size).sum());
     let (mut uploaded, mut skipped) = (0, 0);
-    for descriptor in &layout.blobs {
-        let result = blob(&mut session, layout, descriptor, &bar).await;
-        match result {
+    for descriptor in &plan.layout.blobs {
+        match blob(&mut session, &base, plan, descriptor, &bar) {
             Ok(true) => uploaded += 1,
             Ok(false) => skipped += 1,
             Err(e) => {
@@ -262,23 +301,29 @@ pub async fn push(
         }
     }
     bar.finish_and_clear();
-    let digest = layout.manifest.digest.clone();
+    let digest = plan.layout.manifest.digest.clone();
     let target = reference.tag.as_deref().unwrap_or(&digest);
-    let url = session.url(&format!("manifests/{target}"));
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(MANIFEST_MEDIA_TYPE),
-    );
-    let body = Bytes::from(layout.manifest_bytes.clone());
-    let response = session.send(Method::PUT, &url, headers, body).await?;
-    if response.status() != StatusCode::CREATED {
-        return Err(unexpected(&format!("manifest {}", quoted(target)), response).await);
+    let what = format!("manifest {}", quoted(target));
+    let manifest = url(&base, &reference.repository, &format!("manifests/{target}"))
+        .map_err(|e| registry_failure(&what, e))?;
+    let bytes = &plan.layout.manifest_bytes;
+    let open = || -> io::Result<Box<dyn Read>> { Ok(Box::new(io::Cursor::new(bytes.clone()))) };
+    let request = Request {
+        method: Method::Put,
+        upload: Some(Upload {
+            len: bytes.len() as u64,
+            content_type: MANIFEST_MEDIA_TYPE,
+            open: &open,
+        }),
+        ..Request::default()
+    };
+    let response = session
+        .send(&manifest, request)
+        .map_err(|e| registry_failure(&what, e))?;
+    if response.status != 201 {
+        return Err(unexpected(&what, response));
     }
-    if let Some(said) = response
-        .headers()
-        .get("docker-content-digest")
-        .and_then(|v| v.to_str().ok())
+    if let Some(said) = response.header("docker-content-digest")
         && said != digest
     {
         return Err(failed(
@@ -290,7 +335,10 @@ pub async fn push(
         ));
     }
     Ok(Pushed {
-        image: format!("{}/{}@{digest}", session.base, reference.repository),
+        image: format!(
+            "{}://{}/{}@{digest}",
+            reference.scheme, reference.host, reference.repository
+        ),
         digest,
         uploaded,
         skipped,

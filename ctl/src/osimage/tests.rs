@@ -3,7 +3,6 @@ use std::io::Read as _;
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 
-use super::auth::{Challenge, parse_challenge};
 use super::encode::encode;
 use super::format::{Compression, Kind, name_problem};
 use super::reference::{Reference, parse};
@@ -51,23 +50,6 @@ fn payload_names() {
     for bad in ["", ".a", "_a", "a.", "a/b", "a b", "é", &"x".repeat(81)] {
         assert!(name_problem(bad).is_some(), "{bad:?}");
     }
-}
-
-#[test]
-fn challenges() {
-    assert_eq!(
-        parse_challenge(r#"Bearer realm="https://t.example/token",service="reg""#),
-        Some(Challenge::Bearer {
-            realm: "https://t.example/token".into(),
-            service: Some("reg".into()),
-        })
-    );
-    assert_eq!(
-        parse_challenge(r#"Basic realm="metropolis-test""#),
-        Some(Challenge::Basic)
-    );
-    assert_eq!(parse_challenge("Digest realm=\"x\", nonce=\"y\""), None);
-    assert_eq!(parse_challenge("Bearer service=\"no-realm\""), None);
 }
 
 fn hashes(data: &[u8], chunk: usize) -> Vec<String> {
