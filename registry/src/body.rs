@@ -95,6 +95,24 @@ impl Body {
         }
     }
 
+    /// Reads at most `remaining` bytes into `buf`: how many were read and
+    /// how many are left. A connection closed before is `missing`.
+    fn read_within(
+        &mut self,
+        buf: &mut [u8],
+        remaining: u64,
+        missing: impl FnOnce() -> String,
+    ) -> io::Result<(usize, u64)> {
+        let want = buf
+            .len()
+            .min(usize::try_from(remaining).unwrap_or(usize::MAX));
+        let read = self.reader.read(&mut buf[..want])?;
+        if read == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, missing()));
+        }
+        Ok((read, remaining - read as u64))
+    }
+
     fn read_line(&mut self) -> io::Result<Vec<u8>> {
         let mut line = Vec::new();
         (&mut self.reader)
@@ -151,17 +169,9 @@ impl Read for Body {
                 Framing::Done => return Ok(0),
                 Framing::UntilClose => return self.reader.read(buf),
                 Framing::Length { remaining } => {
-                    let want = buf
-                        .len()
-                        .min(usize::try_from(remaining).unwrap_or(usize::MAX));
-                    let read = self.reader.read(&mut buf[..want])?;
-                    if read == 0 {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            format!("connection closed with {remaining} body bytes missing"),
-                        ));
-                    }
-                    let remaining = remaining - read as u64;
+                    let (read, remaining) = self.read_within(buf, remaining, || {
+                        format!("connection closed with {remaining} body bytes missing")
+                    })?;
                     self.framing = if remaining == 0 {
                         Framing::Done
                     } else {
@@ -180,17 +190,9 @@ impl Read for Body {
                     }
                 }
                 Framing::Chunked(Chunked::Data(remaining)) => {
-                    let want = buf
-                        .len()
-                        .min(usize::try_from(remaining).unwrap_or(usize::MAX));
-                    let read = self.reader.read(&mut buf[..want])?;
-                    if read == 0 {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "connection closed inside a chunk",
-                        ));
-                    }
-                    let remaining = remaining - read as u64;
+                    let (read, remaining) = self.read_within(buf, remaining, || {
+                        "connection closed inside a chunk".to_string()
+                    })?;
                     self.framing = Framing::Chunked(if remaining == 0 {
                         Chunked::DataEnd
                     } else {

@@ -5,10 +5,11 @@
 //! passes untouched.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::proxy::{Proxy, copy_in_background};
 
 /// A running proxy.
 pub struct CutProxy {
@@ -16,48 +17,24 @@ pub struct CutProxy {
     pub addr: String,
     /// Connections cut so far.
     pub cut: Arc<AtomicUsize>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _proxy: Proxy,
 }
 
 impl CutProxy {
     /// Proxies to `upstream`, cutting the first `uploads` connections
     /// that carry more than `cut` bytes from the client.
     pub fn start(upstream: &str, cut: usize, uploads: usize) -> CutProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let stop = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicUsize::new(0));
-        let thread = {
-            let (stop, done) = (stop.clone(), done.clone());
-            let upstream = upstream.to_string();
-            std::thread::spawn(move || {
-                for client in listener.incoming() {
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    let Ok(client) = client else { continue };
-                    let Ok(server) = TcpStream::connect(&upstream) else {
-                        continue;
-                    };
-                    let (server_in, client_out) =
-                        (server.try_clone().unwrap(), client.try_clone().unwrap());
-                    std::thread::spawn(move || {
-                        let mut from = server_in;
-                        let mut to = client_out;
-                        let _ = std::io::copy(&mut from, &mut to);
-                        let _ = to.shutdown(Shutdown::Write);
-                    });
-                    let done = done.clone();
-                    std::thread::spawn(move || upload(client, server, cut, uploads, &done));
-                }
-            })
-        };
+        let counted = done.clone();
+        let proxy = Proxy::start(upstream, move |client, server| {
+            copy_in_background(server.try_clone().unwrap(), client.try_clone().unwrap());
+            let done = counted.clone();
+            std::thread::spawn(move || upload(client, server, cut, uploads, &done));
+        });
         CutProxy {
-            addr,
+            addr: proxy.addr.clone(),
             cut: done,
-            stop,
-            thread: Some(thread),
+            _proxy: proxy,
         }
     }
 }
@@ -91,14 +68,4 @@ fn upload(
         passed += read;
     }
     let _ = server.shutdown(Shutdown::Write);
-}
-
-impl Drop for CutProxy {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(&self.addr);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }

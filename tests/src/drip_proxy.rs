@@ -5,68 +5,36 @@
 //! enough to beat any socket timeout, too slow to ever finish.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpStream};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
+
+use crate::proxy::{Proxy, copy_in_background};
 
 /// A running proxy.
 pub struct DripProxy {
     /// `127.0.0.1:port`.
     pub addr: String,
     dripping: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-    connections: Arc<Mutex<Vec<TcpStream>>>,
-    thread: Option<JoinHandle<()>>,
+    _proxy: Proxy,
 }
 
 impl DripProxy {
     /// Proxies to `upstream`; while dripping, each connection passes the
     /// server's first `fast` bytes, then `chunk` bytes every `pause`.
     pub fn start(upstream: &str, fast: usize, chunk: usize, pause: Duration) -> DripProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
         let dripping = Arc::new(AtomicBool::new(true));
-        let stop = Arc::new(AtomicBool::new(false));
-        let connections = Arc::new(Mutex::new(Vec::new()));
-        let thread = {
-            let (dripping, stop, connections) =
-                (dripping.clone(), stop.clone(), connections.clone());
-            let upstream = upstream.to_string();
-            std::thread::spawn(move || {
-                for client in listener.incoming() {
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    let Ok(client) = client else { continue };
-                    let Ok(server) = TcpStream::connect(&upstream) else {
-                        continue;
-                    };
-                    let drip = dripping.load(Ordering::SeqCst);
-                    {
-                        let mut open = connections.lock().unwrap();
-                        open.push(client.try_clone().unwrap());
-                        open.push(server.try_clone().unwrap());
-                    }
-                    let (mut client_in, mut server_out) =
-                        (client.try_clone().unwrap(), server.try_clone().unwrap());
-                    std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut client_in, &mut server_out);
-                        let _ = server_out.shutdown(Shutdown::Write);
-                    });
-                    std::thread::spawn(move || {
-                        pass(server, client, drip.then_some((fast, chunk, pause)))
-                    });
-                }
-            })
-        };
+        let told = dripping.clone();
+        let proxy = Proxy::start(upstream, move |client, server| {
+            let drip = told.load(Ordering::SeqCst);
+            copy_in_background(client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || pass(server, client, drip.then_some((fast, chunk, pause))));
+        });
         DripProxy {
-            addr,
+            addr: proxy.addr.clone(),
             dripping,
-            stop,
-            connections,
-            thread: Some(thread),
+            _proxy: proxy,
         }
     }
 
@@ -101,17 +69,4 @@ fn pass(mut from: TcpStream, mut to: TcpStream, drip: Option<(usize, usize, Dura
         passed += read;
     }
     let _ = to.shutdown(Shutdown::Write);
-}
-
-impl Drop for DripProxy {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(&self.addr);
-        for connection in self.connections.lock().unwrap().drain(..) {
-            let _ = connection.shutdown(Shutdown::Both);
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }

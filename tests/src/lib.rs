@@ -16,6 +16,7 @@ pub mod interop;
 pub mod loop_device;
 pub mod plain_server;
 pub mod provisioning;
+pub mod proxy;
 pub mod qemu;
 pub mod registry;
 pub mod token_server;
