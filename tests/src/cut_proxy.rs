@@ -1,8 +1,9 @@
-//! A TCP proxy in front of a server that breaks uploads: the first
-//! `uploads` connections on which the client sends more than `cut` bytes
-//! are shut down in both directions once `cut` bytes have passed, as a
-//! link that drops in the middle of a large `PUT` does. Everything else
-//! passes untouched.
+//! A TCP proxy in front of a server that breaks transfers: the first
+//! `times` connections on which more than `cut` bytes go one way (the
+//! client's uploads, or the server's downloads) are shut down in both
+//! directions once `cut` bytes have passed that way, as a link that drops
+//! in the middle of a large `PUT` or `GET` does. Everything else passes
+//! untouched.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -20,16 +21,29 @@ pub struct CutProxy {
     _proxy: Proxy,
 }
 
+/// Which way transfers are cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Way {
+    /// What the client sends.
+    Upload,
+    /// What the server sends.
+    Download,
+}
+
 impl CutProxy {
-    /// Proxies to `upstream`, cutting the first `uploads` connections
-    /// that carry more than `cut` bytes from the client.
-    pub fn start(upstream: &str, cut: usize, uploads: usize) -> CutProxy {
+    /// Proxies to `upstream`, cutting the first `times` connections that
+    /// carry more than `cut` bytes the `way` given.
+    pub fn start(upstream: &str, way: Way, cut: usize, times: usize) -> CutProxy {
         let done = Arc::new(AtomicUsize::new(0));
         let counted = done.clone();
         let proxy = Proxy::start(upstream, move |client, server| {
-            copy_in_background(server.try_clone().unwrap(), client.try_clone().unwrap());
+            let (from, to) = match way {
+                Way::Upload => (client, server),
+                Way::Download => (server, client),
+            };
+            copy_in_background(to.try_clone().unwrap(), from.try_clone().unwrap());
             let done = counted.clone();
-            std::thread::spawn(move || upload(client, server, cut, uploads, &done));
+            std::thread::spawn(move || copy_cut(from, to, cut, times, &done));
         });
         CutProxy {
             addr: proxy.addr.clone(),
@@ -39,33 +53,27 @@ impl CutProxy {
     }
 }
 
-/// Copies the client's bytes to the server, cutting both off after
-/// `cut` bytes while fewer than `uploads` connections were cut.
-fn upload(
-    mut client: TcpStream,
-    mut server: TcpStream,
-    cut: usize,
-    uploads: usize,
-    done: &AtomicUsize,
-) {
+/// Copies `from` to `to`, cutting both off after `cut` bytes while fewer
+/// than `times` connections were cut.
+fn copy_cut(mut from: TcpStream, mut to: TcpStream, cut: usize, times: usize, done: &AtomicUsize) {
     let mut passed = 0usize;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let read = match client.read(&mut buf) {
+        let read = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(read) => read,
         };
-        if passed + read > cut && done.load(Ordering::SeqCst) < uploads {
-            let _ = server.write_all(&buf[..cut - passed]);
+        if passed + read > cut && done.load(Ordering::SeqCst) < times {
+            let _ = to.write_all(&buf[..cut - passed]);
             done.fetch_add(1, Ordering::SeqCst);
-            let _ = client.shutdown(Shutdown::Both);
-            let _ = server.shutdown(Shutdown::Both);
+            let _ = from.shutdown(Shutdown::Both);
+            let _ = to.shutdown(Shutdown::Both);
             return;
         }
-        if server.write_all(&buf[..read]).is_err() {
+        if to.write_all(&buf[..read]).is_err() {
             break;
         }
         passed += read;
     }
-    let _ = server.shutdown(Shutdown::Write);
+    let _ = to.shutdown(Shutdown::Write);
 }

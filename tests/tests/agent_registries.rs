@@ -9,6 +9,9 @@
 //! the target's head zeroed; with the proxy fixed the next generation
 //! installs. Needs docker-registry and apache2-utils (`.ci/run`).
 //!
+//! A download cut short twice by a proxy resumes with `Range` requests
+//! the registry answers.
+//!
 //! And the Docker token flow: the registry with `auth: token` trusting
 //! the tokens of an in-test token server (`metropolis_tests::token_server`,
 //! over TLS, asking for a Basic login), whose CA is a second
@@ -98,6 +101,50 @@ fn auth_file(path: &Path, registries: &[&str], user: &str, password: &str) {
         .collect();
     std::fs::write(path, format!(r#"{{"auths": {{{}}}}}"#, entries.join(", "))).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// The installer in this process against Debian's registry through a
+/// link that drops twice in the middle of the layer: each break is
+/// resumed with a `Range` from where it stopped (the registry answers
+/// 206), and the target holds the image exactly.
+#[test]
+fn downloads_cut_short_resume_from_the_registry() {
+    use bmaas_agent::install::{Installer, OciInstaller, Target};
+    use metropolis_tests::cut_proxy::{CutProxy, Way};
+    assert!(Registry::available(), "docker-registry is not installed");
+    let registry = Registry::start();
+    let data = image(12 << 20, 7);
+    let digest = registry.push_image(REPO, "cut", &data);
+    let proxy = CutProxy::start(&registry.addr, Way::Download, 5 << 20, 2);
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("disk.img");
+    let image = api::OsImageRef {
+        scheme: "http".into(),
+        host: proxy.addr.clone(),
+        repository: REPO.into(),
+        tag: String::new(),
+        digest,
+    };
+    OciInstaller::new()
+        .allow_image_files(true)
+        .install(
+            &image,
+            &Target {
+                root_device: target.clone(),
+                node_parameters: None,
+            },
+            &mut |_| {},
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{}", registry.log()));
+    assert_eq!(proxy.cut.load(Ordering::SeqCst), 2);
+    assert!(std::fs::read(&target).unwrap() == data);
+    let log = registry.log();
+    // The access log: two ranged GETs of the layer answered 206.
+    let ranged = log
+        .lines()
+        .filter(|l| l.contains("/blobs/") && l.contains("HTTP/1.1\" 206 "))
+        .count();
+    assert_eq!(ranged, 2, "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

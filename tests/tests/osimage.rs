@@ -21,7 +21,7 @@ use base64::Engine as _;
 use metropolis_proto::metropolis::node::core::curator::proto::private::GetMachineRequest;
 use metropolis_proto::prelude::agent;
 use metropolis_proto::prelude::debug::node_parameters::Cluster;
-use metropolis_tests::cut_proxy::CutProxy;
+use metropolis_tests::cut_proxy::{CutProxy, Way};
 use metropolis_tests::registry::{Access, Registry, digest, http};
 use metropolis_tests::token_server::{TokenIssuer, TokenServer};
 use metropolis_tests::{Daemon, RuntimeKind, daemon_bin};
@@ -474,7 +474,7 @@ fn pushes_through_uploads_cut_short() {
     assert!(Registry::available(), "docker-registry is not installed");
     let registry = Registry::start();
     // The link drops twice in the middle of an upload.
-    let proxy = CutProxy::start(&registry.addr, 64 * 1024, 2);
+    let proxy = CutProxy::start(&registry.addr, Way::Upload, 64 * 1024, 2);
     let dir = tempfile::tempdir().unwrap();
     let (k, s, _, _) = inputs(dir.path());
     let out = dir.path().join("image");
