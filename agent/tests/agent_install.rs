@@ -1091,12 +1091,21 @@ fn unusable_manifests_are_refused() {
             "is an image index without a linux/",
         ),
         (
-            br#"{"schemaVersion":2,"layers":[]}"#.to_vec(),
+            br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","layers":[]}"#
+                .to_vec(),
             "unsupported: ",
         ),
         (
-            br#"{"schemaVersion":2,"layers":[]}"#.to_vec(),
+            br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","layers":[]}"#
+                .to_vec(),
             "artifactType missing is not an OS image",
+        ),
+        // The media type is required, not taken from the Content-Type.
+        (
+            os_image
+                .replace(&format!("\"mediaType\": \"{OCI_MANIFEST}\",\n"), "")
+                .into_bytes(),
+            "mediaType is missing",
         ),
         // A container image is not an OS image.
         (
@@ -1139,21 +1148,38 @@ fn unusable_manifests_are_refused() {
         );
         assert!(!disk.exists());
     }
-    // The unmodified manifest is fine: the cases fail for their change.
-    registry.push_manifest(
-        os_image.clone().into_bytes(),
-        config,
-        false,
-        vec![b"x".to_vec()],
+    // Larger than 50 MiB: refused by its Content-Length.
+    let huge = format!("{os_image}{}", " ".repeat(50 << 20));
+    let digest = sha256(huge.as_bytes());
+    registry.route(
+        &format!("/v2/{REPO}/manifests/{digest}"),
+        Route::ok(OCI_MANIFEST, huge.into_bytes()),
     );
-    install(
-        &installer(),
-        &registry.image_ref(&sha256(os_image.as_bytes())),
-        &disk,
-    )
-    .0
-    .unwrap();
-    assert_eq!(std::fs::read(&disk).unwrap(), b"x");
+    let err = must_fail(install(&installer(), &registry.image_ref(&digest), &disk));
+    assert!(
+        err.to_string().contains("larger than 52428800 bytes"),
+        "{err}"
+    );
+    assert!(!disk.exists());
+    // The unmodified manifest is fine: the cases fail for their change;
+    // and so is one of 5 MiB (trailing whitespace is JSON).
+    let large = format!("{os_image}{}", " ".repeat(5 << 20));
+    for manifest in [os_image.clone(), large] {
+        registry.push_manifest(
+            manifest.clone().into_bytes(),
+            config.clone(),
+            false,
+            vec![b"x".to_vec()],
+        );
+        install(
+            &installer(),
+            &registry.image_ref(&sha256(manifest.as_bytes())),
+            &disk,
+        )
+        .0
+        .unwrap();
+        assert_eq!(std::fs::read(&disk).unwrap(), b"x");
+    }
 }
 
 #[test]

@@ -63,6 +63,13 @@ const FS_IMMUTABLE_FL: libc::c_int = 0x10;
 pub enum EfiVarError {
     /// `Boot0000` to `BootFFFE` all exist.
     NoFreeEntry,
+    /// The variables directory (efivarfs) could not be listed.
+    List {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// The error.
+        source: io::Error,
+    },
     /// Opening, writing or clearing the immutable flag of a variable
     /// failed.
     Write {
@@ -86,6 +93,13 @@ impl fmt::Display for EfiVarError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             EfiVarError::NoFreeEntry => write!(f, "no free Boot#### variable (0000 to FFFE)"),
+            EfiVarError::List { dir, source } => {
+                write!(
+                    f,
+                    "listing the EFI variables in {}: {source}",
+                    dir.display()
+                )
+            }
             EfiVarError::Write { variable, source } => {
                 write!(f, "writing EFI variable {variable}: {source}")
             }
@@ -104,7 +118,7 @@ impl fmt::Display for EfiVarError {
 impl std::error::Error for EfiVarError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            EfiVarError::Write { source, .. } => Some(source),
+            EfiVarError::Write { source, .. } | EfiVarError::List { source, .. } => Some(source),
             _ => None,
         }
     }
@@ -154,10 +168,41 @@ fn with_attributes(data: &[u8]) -> Vec<u8> {
     contents
 }
 
+/// The numbers of the `Boot####` variables in `dir`, their hex digits in
+/// either case: this agent and firmware write uppercase, but a
+/// `Boot000a` another tool wrote is an entry too (the reference matches
+/// both).
+fn existing_boot_numbers(dir: &Path) -> io::Result<std::collections::HashSet<u16>> {
+    let mut numbers = std::collections::HashSet::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("Boot")) else {
+            continue;
+        };
+        let Some((hex, guid)) = rest.split_at_checked(4) else {
+            continue;
+        };
+        let ours = guid
+            .strip_prefix('-')
+            .is_some_and(|g| g.eq_ignore_ascii_case(GLOBAL_VARIABLE_GUID));
+        if ours
+            && hex.bytes().all(|b| b.is_ascii_hexdigit())
+            && let Ok(number) = u16::from_str_radix(hex, 16)
+        {
+            numbers.insert(number);
+        }
+    }
+    Ok(numbers)
+}
+
 /// Creates the lowest free `Boot####` holding `option`.
 fn create_boot_variable(dir: &Path, option: &[u8]) -> Result<u16, EfiVarError> {
     let contents = with_attributes(option);
-    for number in 0..=0xFFFEu16 {
+    let taken = existing_boot_numbers(dir).map_err(|source| EfiVarError::List {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    for number in (0..=0xFFFEu16).filter(|n| !taken.contains(n)) {
         let variable = format!("Boot{number:04X}");
         let path = boot_variable_path(dir, number);
         let file = match OpenOptions::new().write(true).create_new(true).open(&path) {

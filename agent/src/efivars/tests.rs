@@ -217,6 +217,29 @@ fn numbers_are_uppercase_hex_and_boot_order_is_created() {
 }
 
 #[test]
+fn entries_in_lowercase_hex_are_taken_too() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for number in 0..10 {
+        std::fs::write(variable(dir.path(), &format!("Boot{number:04X}")), b"").expect("write");
+    }
+    // Written by another tool: the same entries in the firmware's eyes.
+    std::fs::write(variable(dir.path(), "Boot000a"), b"\x07\0\0\0a").expect("write");
+    std::fs::write(
+        dir.path()
+            .join(format!("Boot000b-{}", GLOBAL_VARIABLE_GUID.to_uppercase())),
+        b"\x07\0\0\0b",
+    )
+    .expect("write");
+    assert_eq!(add_boot_entry(dir.path(), &layout()).expect("added"), 0xC);
+    assert!(variable(dir.path(), "Boot000C").exists());
+    assert_eq!(
+        std::fs::read(variable(dir.path(), "Boot000a")).expect("read"),
+        b"\x07\0\0\0a",
+        "kept"
+    );
+}
+
+#[test]
 fn a_boot_order_that_cannot_be_written_takes_the_new_entry_back() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(variable(dir.path(), "Boot0000"), b"\x07\0\0\0old0").expect("write");
@@ -237,10 +260,12 @@ fn a_boot_order_that_cannot_be_written_takes_the_new_entry_back() {
 }
 
 #[test]
-fn a_missing_directory_is_an_error_naming_the_variable() {
+fn a_missing_directory_is_an_error_naming_it() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let e = add_boot_entry(&dir.path().join("absent"), &layout()).expect_err("no efivarfs");
-    assert!(e.to_string().contains("Boot0000"), "{e}");
+    let absent = dir.path().join("absent");
+    let e = add_boot_entry(&absent, &layout()).expect_err("no efivarfs");
+    let expected = format!("listing the EFI variables in {}", absent.display());
+    assert!(e.to_string().contains(&expected), "{e}");
 }
 
 #[test]

@@ -193,13 +193,19 @@ pub(super) fn parse_manifest(
         };
         return pick(&entries, platform).map(Manifest::Index);
     }
-    if let Some(media_type) = &document.media_type
-        && media_type != OCI_MANIFEST
-    {
-        return Err(Invalid(format!(
-            "mediaType {:?} is not an OCI image manifest",
-            metropolis_registry::bounded(media_type)
-        )));
+    match document.media_type.as_deref() {
+        Some(OCI_MANIFEST) => {}
+        Some(media_type) => {
+            return Err(Invalid(format!(
+                "mediaType {:?} is not an OCI image manifest",
+                metropolis_registry::bounded(media_type)
+            )));
+        }
+        None => {
+            return Err(Invalid(format!(
+                "mediaType is missing: an OS image manifest has {OCI_MANIFEST}"
+            )));
+        }
     }
     if document.schema_version != Some(2) {
         return Err(Invalid(format!(
@@ -435,8 +441,12 @@ mod tests {
             (manifest("text/plain", LAYER), "mediaType"),
             (manifest(INDEX_TYPES[0], LAYER), "image index"),
             (
-                br#"{"schemaVersion":1,"layers":[]}"#.to_vec(),
+                with(r#""schemaVersion":2"#, r#""schemaVersion":1"#),
                 "schemaVersion",
+            ),
+            (
+                with(&format!(r#""mediaType":"{OCI_MANIFEST}","#), ""),
+                "mediaType is missing",
             ),
         ];
         for (body, expected) in cases {

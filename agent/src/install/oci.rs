@@ -23,9 +23,10 @@ use super::reference::Reference;
 use super::verify::workers;
 use super::{InstallError, Installer, Progress, Target};
 
-/// The largest manifest accepted (the size the OCI distribution
-/// specification asks registries to accept at least).
-pub const MAX_MANIFEST_BYTES: u64 = 4 * 1024 * 1024;
+/// The largest manifest accepted: 50 MiB, as the reference's reader
+/// (docs/spec/metropolis-install.md section 1; the OCI distribution
+/// specification asks registries to accept at least 4 MiB).
+pub const MAX_MANIFEST_BYTES: u64 = 50 * 1024 * 1024;
 
 /// The default limit of one installation as a whole (the reference's):
 /// see [`OciInstaller::with_install_limit`].
