@@ -141,11 +141,14 @@ pub struct AgentArgs {
     pub registry_io_timeout: f64,
     /// How many times a registry request that failed for a passing reason
     /// (a connection, 5xx, 408, 425, 429, 499) is tried again, waiting
-    /// 0.5 s, 1 s, 2 s, ... (at most 30 s) or what its Retry-After asks
-    /// (at most 120 s). A broken layer transfer resumes where it stopped
-    /// (Range) up to 5 times without progress, besides.
-    #[arg(long, value_name = "N", default_value = "4")]
-    pub registry_retries: u32,
+    /// 0.5 s, 1 s, 2 s, ... (at most 30 s) or longer when its Retry-After
+    /// asks (at most 120 s). Without it, until --install-timeout runs
+    /// out, as the reference's agent does: a registry that is down for a
+    /// while delays the install instead of failing it. A broken layer
+    /// transfer resumes where it stopped (Range) up to 5 times without
+    /// progress, besides.
+    #[arg(long, value_name = "N")]
+    pub registry_retries: Option<u32>,
     /// The network configuration this agent runs with, given to a
     /// Metropolis node whose request's node_parameters has no
     /// network_config: a file holding an osbase.net.proto.Net in its
@@ -416,8 +419,8 @@ pub fn installer_from_args(args: &AgentArgs) -> Result<OciInstaller, AgentError>
         .with_deadline(deadline)
         .with_install_limit(seconds("--install-timeout", args.install_timeout)?)
         .with_retries(RetryPolicy {
-            retries: args.registry_retries,
-            ..RetryPolicy::default()
+            retries: args.registry_retries.unwrap_or(u32::MAX),
+            ..RetryPolicy::until_deadline()
         })
         .with_metropolis(MetropolisOptions {
             firmware_dir: args.firmware_dir.clone(),

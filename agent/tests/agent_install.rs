@@ -665,7 +665,7 @@ fn passing_failures_are_tried_again_honouring_retry_after() {
     let registry = Registry::start();
     let data = image(100_000, 42);
     let pushed = registry.push_disk(&data, Compression::Raw, CHUNK);
-    let busy = || Route::status(503, &[("Retry-After", "0")]);
+    let busy = || Route::status(503, &[("Retry-After", "1")]);
     registry.route(
         &pushed.manifest_path(),
         Route::Sequence(vec![
@@ -677,23 +677,25 @@ fn passing_failures_are_tried_again_honouring_retry_after() {
         &pushed.blob_path(0),
         Route::Sequence(vec![
             busy(),
-            Route::status(429, &[("Retry-After", "0")]),
+            Route::status(429, &[("Retry-After", "1")]),
             Route::ok(RAW, data.clone()),
         ]),
     );
     let dir = tempfile::tempdir().unwrap();
     let disk = dir.path().join("disk.img");
     let image_ref = registry.image_ref(&pushed.manifest_digest);
-    // A backoff of half a minute, which Retry-After replaces: 0 s.
+    // A backoff of 10 ms, which Retry-After lengthens to 1 s, as the
+    // reference does (the longer of the two): three waits.
     let patient = installer().with_retries(RetryPolicy {
         retries: 3,
-        first_delay: Duration::from_secs(30),
-        max_delay: Duration::from_secs(30),
+        first_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(10),
     });
     let started = Instant::now();
     install(&patient, &image_ref, &disk).0.unwrap();
     let took = started.elapsed();
     assert!(std::fs::read(&disk).unwrap() == data);
+    assert!(took >= Duration::from_secs(3), "took {took:?}");
     assert!(took < Duration::from_secs(20), "took {took:?}");
     assert_eq!(blob_requests(&registry, &pushed.manifest_path()).len(), 2);
     assert_eq!(blob_requests(&registry, &pushed.blob_path(0)).len(), 3);
@@ -720,6 +722,65 @@ fn passing_failures_are_tried_again_honouring_retry_after() {
         let tries = blob_requests(&registry, &pushed.manifest_path()).len() - before;
         assert_eq!(tries, 1, "{status}");
     }
+}
+
+#[test]
+fn a_manifest_or_config_cut_short_is_fetched_again() {
+    let registry = Registry::start();
+    let data = image(50_000, 44);
+    let pushed = registry.push_disk(&data, Compression::Raw, CHUNK);
+    // Each declares its whole length and breaks off after 10 bytes, once.
+    for (path, body, media_type) in [
+        (
+            pushed.manifest_path(),
+            pushed.manifest.clone(),
+            OCI_MANIFEST,
+        ),
+        (
+            pushed.config_path(),
+            pushed.config.clone(),
+            CONFIG_MEDIA_TYPE,
+        ),
+    ] {
+        registry.route(
+            &path,
+            Route::Sequence(vec![
+                Route::framed(200, body.clone(), Framing::Truncated(10)),
+                Route::ok(media_type, body),
+            ]),
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    install(
+        &installer(),
+        &registry.image_ref(&pushed.manifest_digest),
+        &disk,
+    )
+    .0
+    .unwrap();
+    assert!(std::fs::read(&disk).unwrap() == data);
+    assert_eq!(blob_requests(&registry, &pushed.manifest_path()).len(), 2);
+    assert_eq!(blob_requests(&registry, &pushed.config_path()).len(), 2);
+
+    // Without retries, the break is the error.
+    registry.route(
+        &pushed.manifest_path(),
+        Route::framed(200, pushed.manifest.clone(), Framing::Truncated(10)),
+    );
+    let once = installer().with_retries(RetryPolicy {
+        retries: 0,
+        ..fast_retries()
+    });
+    let err = must_fail(install(
+        &once,
+        &registry.image_ref(&pushed.manifest_digest),
+        &disk,
+    ));
+    assert!(
+        matches!(err, InstallError::Registry(RegistryError::Transfer { .. })),
+        "{err:?}"
+    );
 }
 
 #[test]

@@ -426,7 +426,7 @@ fn the_install_limit_bounds_resumes_and_retry_waits() {
     );
 
     // A registry asking to come back in 100 s: past the limit, so the
-    // installation ends now rather than waiting.
+    // installation ends now rather than waiting, with what it answered.
     registry.route(
         &pushed.manifest_path(),
         Route::status(503, &[("Retry-After", "100")]),
@@ -435,8 +435,7 @@ fn the_install_limit_bounds_resumes_and_retry_waits() {
     let err = must_fail(install(&limited, &registry.image_ref(&digest), &disk));
     let took = started.elapsed();
     assert!(
-        err.to_string()
-            .contains("the installation did not end within its limit of 1 s"),
+        err.to_string().contains("the registry answered 503"),
         "{err}"
     );
     assert!(took < Duration::from_secs(5), "took {took:?}");

@@ -24,7 +24,7 @@ use crate::credentials::{Login, RegistryCredentials};
 use crate::deadline::Deadline;
 use crate::error::RegistryError;
 use crate::http::{Client, Method, Request, Response, Scheme, Url, bounded};
-use crate::retry::{Outcome, judge};
+use crate::retry::wait_before_retry;
 
 /// The largest token response read.
 const MAX_TOKEN_RESPONSE_BYTES: u64 = 256 * 1024;
@@ -40,16 +40,16 @@ pub enum Access {
 
 /// One user's requests to one repository of one registry.
 pub struct Session<'a> {
-    client: &'a Client,
+    pub(crate) client: &'a Client,
     registry: &'a Url,
     login: Option<&'a Login>,
     /// The token scope asked for when the challenge names none.
     scope: String,
     authorization: Option<String>,
     /// A deadline over all the session's requests (an installation's).
-    install_deadline: Option<Deadline>,
+    pub(crate) install_deadline: Option<Deadline>,
     /// Told of every failed try that is tried again.
-    notice: Option<&'a (dyn Fn(&str) + Sync)>,
+    pub(crate) notice: Option<&'a (dyn Fn(&str) + Sync)>,
 }
 
 #[derive(Deserialize)]
@@ -139,34 +139,27 @@ impl<'a> Session<'a> {
                 }
                 (Err(e), Some(_)) => e.to_string(),
             };
-            match judge(&policy, attempt, outcome) {
-                Outcome::Done(result) => return result,
-                Outcome::Again(wait) if self.install_deadline.is_some_and(|d| d.left() <= wait) => {
-                    // No time left to wait for another try.
-                    let deadline = self
-                        .install_deadline
-                        .unwrap_or_else(|| Deadline::after(wait));
-                    return Err(RegistryError::Transfer {
-                        url: url.to_string(),
-                        source: deadline.passed(),
-                    });
-                }
-                Outcome::Again(wait) => {
-                    tracing::info!(
-                        url = %url,
-                        "registry request failed; trying again in {:.1} s",
-                        wait.as_secs_f64()
-                    );
-                    if let Some(notice) = self.notice {
-                        notice(&format!(
-                            "{failed}; trying again in {:.1} s",
-                            wait.as_secs_f64()
-                        ));
-                    }
-                    std::thread::sleep(wait);
-                    attempt += 1;
-                }
+            let Some(wait) = wait_before_retry(&policy, attempt, &outcome) else {
+                return outcome;
+            };
+            if self.install_deadline.is_some_and(|d| d.left() <= wait) {
+                // No time left to wait for another try: what the last one
+                // got is the answer.
+                return outcome;
             }
+            tracing::info!(
+                url = %url,
+                "registry request failed; trying again in {:.1} s",
+                wait.as_secs_f64()
+            );
+            if let Some(notice) = self.notice {
+                notice(&format!(
+                    "{failed}; trying again in {:.1} s",
+                    wait.as_secs_f64()
+                ));
+            }
+            std::thread::sleep(wait);
+            attempt = attempt.saturating_add(1);
         }
     }
 

@@ -24,6 +24,7 @@ mod body;
 mod credentials;
 pub mod deadline;
 mod error;
+mod fetch;
 mod http;
 mod retry;
 mod trust;
@@ -33,6 +34,7 @@ pub use auth::{Access, Session};
 pub use body::Body;
 pub use credentials::{Login, RegistryCredentials};
 pub use error::{RegistryError, reason};
+pub use fetch::Whole;
 pub use http::{
     Client, HttpError, MAX_HEAD_BYTES, MAX_HEADERS, MAX_REDIRECTS, Method, Request, Response,
     Stream, Upload, bounded, may_redirect, read_response,

@@ -8,7 +8,7 @@
 //! (version not supported) and 511 (network authentication required),
 //! which no retry fixes. Waits double from [`RetryPolicy::first_delay`]
 //! up to [`RetryPolicy::max_delay`]; a `Retry-After` (seconds or an HTTP
-//! date) replaces the wait, up to [`MAX_RETRY_AFTER`].
+//! date, up to [`MAX_RETRY_AFTER`]) lengthens the wait to what it asks.
 
 use std::time::{Duration, SystemTime};
 
@@ -44,6 +44,18 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// Tries again for as long as the caller's deadline allows (a
+    /// [`Session`](crate::Session) `within` one), waiting 0.5 s, 1 s,
+    /// 2 s, ... up to 30 s: the reference's installer keeps trying until
+    /// its installation limit.
+    pub const fn until_deadline() -> Self {
+        RetryPolicy {
+            retries: u32::MAX,
+            first_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(30),
+        }
+    }
+
     /// The wait before retry `attempt` (from 0) without a `Retry-After`.
     pub fn delay(&self, attempt: u32) -> Duration {
         self.first_delay
@@ -71,33 +83,29 @@ pub fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     Some(wait.min(MAX_RETRY_AFTER))
 }
 
-/// What to do with the outcome of one try.
-pub enum Outcome {
-    /// Done: hand it to the caller.
-    Done(Result<Response, RegistryError>),
-    /// Try again after this wait.
-    Again(Duration),
-}
-
-/// Judges the outcome of try `attempt` (from 0) under `policy`.
-pub fn judge(
+/// The wait before trying again after try `attempt` (from 0) ended in
+/// `outcome`, under `policy`; `None` when it is not tried again (it
+/// succeeded, failed for good, or the tries are used up). A
+/// `Retry-After` lengthens the wait, as the reference's client does
+/// (the longer of the two).
+pub(crate) fn wait_before_retry(
     policy: &RetryPolicy,
     attempt: u32,
-    outcome: Result<Response, RegistryError>,
-) -> Outcome {
+    outcome: &Result<Response, RegistryError>,
+) -> Option<Duration> {
     if attempt >= policy.retries {
-        return Outcome::Done(outcome);
+        return None;
     }
-    match &outcome {
+    match outcome {
         Ok(response) if retryable_status(response.status) => {
-            let wait = response
+            let backoff = policy.delay(attempt);
+            let asked = response
                 .header("retry-after")
-                .and_then(|v| retry_after(v, SystemTime::now()))
-                .unwrap_or_else(|| policy.delay(attempt));
-            Outcome::Again(wait)
+                .and_then(|v| retry_after(v, SystemTime::now()));
+            Some(asked.map_or(backoff, |asked| asked.max(backoff)))
         }
-        Err(e) if e.is_transient() => Outcome::Again(policy.delay(attempt)),
-        _ => Outcome::Done(outcome),
+        Err(e) if e.is_transient() => Some(policy.delay(attempt)),
+        _ => None,
     }
 }
 

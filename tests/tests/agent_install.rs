@@ -171,9 +171,11 @@ async fn install_flow(rt: RuntimeKind) {
     assert_eq!(device.read(), installed);
 
     // With --allow-image-files, image files are written (trials); the
-    // generation refused before is not acted on again.
+    // generation refused before is not acted on again. (Registry retries
+    // bounded too: the unreachable registry below then fails within
+    // seconds, not when --install-timeout runs out.)
     agent.kill();
-    let allow = ["--allow-image-files"];
+    let allow = ["--allow-image-files", "--registry-retries", "2"];
     let mut agent = AgentProcess::start_with(&d, MACHINE, &key_file, &state, &allow);
     let disk2 = shm.path().join("disk2.img");
     std::fs::write(&disk2, b"").unwrap();

@@ -7,7 +7,7 @@ use std::time::Duration;
 use metropolis_proto::prelude::debug::OsImageRef;
 use metropolis_registry::deadline::{Deadline, Limit};
 use metropolis_registry::{
-    Access, Client, RegistryCredentials, RegistryError, RetryPolicy, Session,
+    Access, Client, RegistryCredentials, RegistryError, RetryPolicy, Session, Whole,
 };
 
 use super::digest::{Digest, digest_of};
@@ -71,8 +71,10 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
 ///    the payload's size.
 ///
 /// Requests that fail for a passing reason (a connection, 5xx, 429, ...)
-/// are tried again with backoff, honouring `Retry-After`
-/// ([`with_retries`](Self::with_retries); [`RetryPolicy`]).
+/// are tried again with backoff, honouring `Retry-After`, by default
+/// until the installation limit, as the reference does (a manifest or
+/// config whose body breaks off is fetched again;
+/// [`with_retries`](Self::with_retries); [`RetryPolicy`]).
 ///
 /// Redirects (registries send blob downloads to storage elsewhere) are
 /// followed up to 5 times: to `https` anywhere, to `http` only on the
@@ -151,7 +153,7 @@ impl OciInstaller {
                 io_timeout: Duration::from_secs(60),
                 deadline: DEFAULT_DEADLINE,
                 user_agent: concat!("metropolis-agent/", env!("CARGO_PKG_VERSION")),
-                retry: RetryPolicy::default(),
+                retry: RetryPolicy::until_deadline(),
             },
             credentials: Arc::new(RegistryCredentials::new()),
             platform: Platform::host(),
@@ -172,7 +174,7 @@ impl OciInstaller {
     }
 
     /// How failed registry requests are tried again (by default
-    /// [`RetryPolicy::default`]).
+    /// [`RetryPolicy::until_deadline`]: until the installation limit).
     pub fn with_retries(mut self, policy: RetryPolicy) -> Self {
         self.client.retry = policy;
         self
@@ -304,24 +306,16 @@ fn fetch_config(
         Some(data) => data.clone(),
         None => {
             let url = reference.url("blobs", &manifest.config.digest.to_string())?;
-            let mut response = session.get(&url, None, None)?;
-            if response.status != 200 {
-                return Err(RegistryError::status(response).into());
-            }
-            response
-                .read_body(manifest.config.size)
-                .map_err(|source| {
-                    InstallError::from(RegistryError::Transfer {
-                        url: response.url.to_string(),
-                        source,
-                    })
-                })?
-                .ok_or_else(|| {
-                    invalid(format!(
+            match session.get_whole(&url, None, manifest.config.size)? {
+                Whole::Body { bytes, .. } => bytes,
+                Whole::TooLarge(_) => {
+                    return Err(invalid(format!(
                         "the config is longer than the {} bytes its descriptor gives",
                         manifest.config.size
-                    ))
-                })?
+                    )));
+                }
+                Whole::Status(response) => return Err(RegistryError::status(response).into()),
+            }
         }
     };
     let actual = digest_of(&body);
@@ -397,28 +391,21 @@ impl OciInstaller {
     ) -> Result<Manifest, InstallError> {
         let url = reference.url("manifests", by)?;
         let accept = format!("{OCI_MANIFEST}, {}, {}", INDEX_TYPES[0], INDEX_TYPES[1]);
-        let mut response = session.get(&url, Some(&accept), None)?;
-        match response.status {
-            200 => {}
-            404 => {
+        let (response, body) = match session.get_whole(&url, Some(&accept), MAX_MANIFEST_BYTES)? {
+            Whole::Body { response, bytes } => (response, bytes),
+            Whole::TooLarge(_) => {
+                return Err(InstallError::InvalidManifest {
+                    image: reference.name(),
+                    problem: format!("larger than {MAX_MANIFEST_BYTES} bytes"),
+                });
+            }
+            Whole::Status(response) if response.status == 404 => {
                 return Err(InstallError::ManifestNotFound {
                     image: reference.name(),
                 });
             }
-            _ => return Err(RegistryError::status(response).into()),
-        }
-        let body = response
-            .read_body(MAX_MANIFEST_BYTES)
-            .map_err(|source| {
-                InstallError::from(RegistryError::Transfer {
-                    url: response.url.to_string(),
-                    source,
-                })
-            })?
-            .ok_or_else(|| InstallError::InvalidManifest {
-                image: reference.name(),
-                problem: format!("larger than {MAX_MANIFEST_BYTES} bytes"),
-            })?;
+            Whole::Status(response) => return Err(RegistryError::status(response).into()),
+        };
         let actual = digest_of(&body);
         if actual != digest {
             return Err(InstallError::ManifestDigestMismatch {
