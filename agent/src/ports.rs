@@ -98,6 +98,10 @@ impl MachinePorts {
     }
 }
 
+/// How long the connection to the curator is given to close before a
+/// reboot (the reference's agent waits as long).
+const CLOSE_BEFORE_REBOOT: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl AgentPorts for MachinePorts {
     fn heartbeat(
         &self,
@@ -142,7 +146,13 @@ impl AgentPorts for MachinePorts {
 
     fn reboot(&self, generation: i64) -> Result<(), RebootError> {
         tracing::info!(generation, method = ?self.reboot, "rebooting");
-        // The connections end with the process; nothing more is sent.
+        // As the reference's agent: close the connection to the curator
+        // and give it a second to go (reboot(2) ends no connection; the
+        // curator would hold it until its keepalive, and QEMU's user
+        // networking mishandles connections left open), then reboot. The
+        // runtime's other worker closes it while this one waits.
+        self.client.close();
+        std::thread::sleep(CLOSE_BEFORE_REBOOT);
         reboot(&self.reboot).map_err(|reason| RebootError::Failed { reason })
     }
 

@@ -226,6 +226,16 @@ impl Client {
             .map(|i| self.inner.endpoints.name(i).to_string())
             .collect()
     }
+
+    /// Lets go of the cached connections (of this client and its
+    /// clones): each closes on the runtime once no call or watch uses it
+    /// any more. A later call dials again. For a program about to end
+    /// without exiting, such as an agent about to reboot the machine, so
+    /// that its curators see the connections end instead of waiting for
+    /// their keepalive.
+    pub fn close(&self) {
+        self.inner.endpoints.forget_all();
+    }
 }
 
 impl std::fmt::Debug for Client {

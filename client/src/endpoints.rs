@@ -175,6 +175,13 @@ impl Endpoints {
         );
     }
 
+    /// Forgets every cached connection.
+    pub(crate) fn forget_all(&self) {
+        for slot in &self.slots {
+            *lock(&slot.cached) = None;
+        }
+    }
+
     /// Records that endpoint `index` answered: the next call starts there.
     pub(crate) fn answered(&self, index: usize) {
         self.current

@@ -283,9 +283,18 @@ async fn reboots_once_a_successful_install_was_reported() {
     } = d.enroll_machine(MACHINE, dir.path()).await;
     let marker = dir.path().join("rebooted");
     let script = dir.path().join("reboot.sh");
+    // The command also records the agent's (its parent's) sockets and the
+    // kernel's TCP table at the moment of the reboot.
+    let (fds, tcp) = (dir.path().join("fds"), dir.path().join("tcp"));
     std::fs::write(
         &script,
-        format!("#!/bin/sh\necho rebooted > {}\n", marker.display()),
+        format!(
+            "#!/bin/sh\nls -l /proc/$PPID/fd > {}\ncat /proc/net/tcp /proc/net/tcp6 > {}\n\
+             echo rebooted > {}\n",
+            fds.display(),
+            tcp.display(),
+            marker.display()
+        ),
     )
     .unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -330,4 +339,33 @@ async fn reboots_once_a_successful_install_was_reported() {
     );
     assert!(agent.log().contains("rebooting"), "{}", agent.log());
     assert!(std::fs::read(&disk).unwrap() == image);
+    // As the reference's agent: its connection to the curator was closed
+    // before the reboot, so the curator does not wait for a keepalive.
+    let open = established_to(&fds, &tcp, &d.agent_addr);
+    assert_eq!(
+        open, 0,
+        "connections to the curator left open at the reboot"
+    );
+}
+
+/// How many of the sockets listed in `fds` (`ls -l /proc/PID/fd`) are
+/// established TCP connections to `addr`'s port in `tcp` (the kernel's
+/// `/proc/net/tcp` and `tcp6` tables).
+fn established_to(fds: &std::path::Path, tcp: &std::path::Path, addr: &str) -> usize {
+    let fds = std::fs::read_to_string(fds).unwrap();
+    let inodes: std::collections::HashSet<&str> = fds
+        .split("socket:[")
+        .skip(1)
+        .filter_map(|rest| rest.split(']').next())
+        .collect();
+    assert!(!inodes.is_empty(), "the agent has no socket at all:\n{fds}");
+    let port: u16 = addr.rsplit_once(':').unwrap().1.parse().unwrap();
+    let port = format!(":{port:04X}");
+    std::fs::read_to_string(tcp)
+        .unwrap()
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() > 9 && f[2].ends_with(&port) && f[3] == "01")
+        .filter(|f| inodes.contains(f[9]))
+        .count()
 }
