@@ -274,3 +274,28 @@ fn efi_boot_is_the_firmware_directory() {
     assert!(efi_booted(dir.path()));
     assert!(!efi_booted(&dir.path().join("efi")));
 }
+
+/// The reference's own golden `EFI_LOAD_OPTION` (Monogon's
+/// `osbase/efivarfs/boot_test.go`: "Example", partition 1 from LBA 5 for
+/// 8 blocks, the X.500 namespace UUID as its GUID, `\test\a.efi`): the
+/// same bytes come out of this encoder.
+#[test]
+fn the_reference_golden_option_encodes_alike() {
+    let reference = "010000004a004500780061006d0070006c006500000004012a00010000000\
+                     500000000000000080000000000000014b8a76bad9dd11180b400c04fd430\
+                     c8020204041c005c0074006500730074005c0061002e00650066006900000\
+                     07fff0400";
+    let expected: Vec<u8> = (0..reference.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&reference[i..i + 2], 16).expect("hex"))
+        .collect();
+    let x500 = Uuid::parse_str("6ba7b814-9dad-11d1-80b4-00c04fd430c8").expect("uuid");
+    let mut path = hard_drive_device_path(1, 5, 8, x500);
+    path.extend_from_slice(&file_path_node("\\test\\a.efi"));
+    path.extend_from_slice(&END_NODE);
+    let encoded = encode_load_option("Example", &path);
+    assert_eq!(encoded, expected);
+    let decoded = decode_load_option(&encoded).expect("decodes");
+    assert_eq!(decoded.description, "Example");
+    assert_eq!(decoded.device_path, path);
+}
