@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 use fake_registry::*;
 
 use bmaas_agent::install::{
-    GUARD_BYTES, ImageKind, InstallError, Installer, MetropolisOptions, OciInstaller, Progress,
-    RegistryError, RetryPolicy, Target, install_encoded_request, install_request, root_device_path,
+    GUARD_BYTES, ImageKind, InstallError, Installer, MAX_KERNEL_BYTES, MetropolisOptions,
+    OciInstaller, Progress, RegistryError, RetryPolicy, Target, install_encoded_request,
+    install_request, root_device_path,
 };
 use metropolis_proto::prelude::agent::{
     MetropolisInstallationRequest, OsInstallationRequest, os_installation_request,
@@ -1041,6 +1042,89 @@ fn a_metropolis_image_is_checked_before_the_device_is_touched() {
             .chain(&without_system.layer_digests)
             .any(|d| s.path.ends_with(d.as_str()))
     }));
+}
+
+/// Payloads larger than their places are refused from the config's
+/// sizes, before any payload is fetched or the device touched: a
+/// `kernel.efi` over [`MAX_KERNEL_BYTES`] (it must fit the ESP) and a
+/// `system` larger than slot A.
+#[cfg(feature = "loader")]
+#[test]
+fn oversized_payloads_are_refused_before_the_device_is_touched() {
+    const MIB16: u64 = 16 << 20;
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let firmware = dir.path().join("efi");
+    std::fs::create_dir(&firmware).unwrap();
+    let efi = installer().with_metropolis(MetropolisOptions {
+        firmware_dir: firmware.clone(),
+        efivars_dir: firmware.join("efivars"),
+        network_config: None,
+    });
+    // A sparse disk large enough for the layout, its head marked.
+    let disk = dir.path().join("disk.img");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&disk)
+        .unwrap();
+    file.set_len(9 << 30).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0xaa; 4096], 0).unwrap();
+    // Entries claiming sizes (with as many chunk hashes as they need);
+    // the layers are small and never asked for.
+    let entry = |name: &str, size: u64| {
+        let hashes = vec![chunk_hashes(b"x", 1)[0].clone(); size.div_ceil(MIB16) as usize];
+        payload_entry(name, size, MIB16, &hashes)
+    };
+    let (blob_k, blob_s) = (
+        Compression::Zstd.layer(b"k").1,
+        Compression::Zstd.layer(b"s").1,
+    );
+    let cases = [
+        (
+            entry("kernel.efi", MAX_KERNEL_BYTES + 1),
+            entry("system", 1),
+            format!("at most {MAX_KERNEL_BYTES} fit the ESP"),
+        ),
+        (
+            entry("kernel.efi", 1),
+            entry("system", (4 << 30) + 1),
+            "larger than the 4294967296 bytes of METROPOLIS-SYSTEM-A".to_string(),
+        ),
+    ];
+    for (kernel, system, expected) in cases {
+        let config = os_config("1", &[kernel, system]);
+        let manifest = os_manifest(
+            METROPOLIS_ARTIFACT,
+            &config,
+            true,
+            &[descriptor(ZSTD, &blob_k), descriptor(ZSTD, &blob_s)],
+        );
+        let pushed = registry.push_manifest(
+            manifest,
+            config,
+            false,
+            vec![blob_k.clone(), blob_s.clone()],
+        );
+        let err = must_fail(install(
+            &efi,
+            &registry.image_ref(&pushed.manifest_digest),
+            &disk,
+        ));
+        assert!(err.to_string().contains(&expected), "{err}");
+        let mut head = [0u8; 4096];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0).unwrap();
+        assert!(head.iter().all(|b| *b == 0xaa), "the disk was touched");
+        assert_eq!(std::fs::metadata(&disk).unwrap().len(), 9 << 30);
+        assert!(
+            registry.seen().iter().all(|s| !pushed
+                .layer_digests
+                .iter()
+                .any(|d| s.path.ends_with(d.as_str()))),
+            "a payload was fetched"
+        );
+    }
 }
 
 #[test]
