@@ -329,9 +329,6 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
         Some(program) => RebootMethod::Command(program.clone()),
         None => RebootMethod::Kernel,
     };
-    // A heartbeat the curator refuses as invalid is refused again at
-    // every retry: the agent stops instead of retrying forever.
-    let refused = ports.refused();
     let driven = drive_agent(
         machine,
         args.machine_id.clone(),
@@ -339,17 +336,7 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
         Arc::new(clock),
         Arc::new(ProcessTimer(clock)),
     );
-    let stopped = match futures::future::select(Box::pin(driven), refused).await {
-        futures::future::Either::Left((stopped, _)) => stopped,
-        futures::future::Either::Right((Ok(why), _)) => {
-            return Err(exit::usage(format!(
-                "the curator refused the heartbeat of --machine-id {} as invalid, which no \
-                 retry changes: {why}; check --machine-id and start the agent again",
-                args.machine_id
-            )));
-        }
-        futures::future::Either::Right((Err(_), driven)) => driven.await,
-    };
+    let stopped = driven.await;
     match stopped {
         AgentStopped::Rebooting { generation } => {
             tracing::info!(generation, "the machine is rebooting; the agent exits");

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::FutureExt;
-use futures::channel::oneshot;
 use futures::future::BoxFuture;
 use metropolis_client::{Backoff, CallError, Client, ClientConfig, ClientError};
 use metropolis_core::ports::Timer;
@@ -49,9 +48,6 @@ pub struct MachinePorts {
     pub heartbeat_timeout: Duration,
     /// How the machine reboots after an install, when the loop asks.
     pub reboot: RebootMethod,
-    /// Told once when a curator refuses a heartbeat as InvalidArgument
-    /// (see [`MachinePorts::refused`]).
-    refused: Arc<std::sync::Mutex<Option<oneshot::Sender<String>>>>,
 }
 
 impl MachinePorts {
@@ -83,18 +79,7 @@ impl MachinePorts {
             installer,
             heartbeat_timeout: DEFAULT_HEARTBEAT_TIMEOUT,
             reboot: RebootMethod::Kernel,
-            refused: Arc::default(),
         })
-    }
-
-    /// Resolves with the curator's message the first time it refuses a
-    /// heartbeat as InvalidArgument (a request no retry changes, such as
-    /// a machine ID it does not take); the agent then stops instead of
-    /// retrying forever. A later call replaces the earlier receiver.
-    pub fn refused(&self) -> oneshot::Receiver<String> {
-        let (tx, rx) = oneshot::channel();
-        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
-        rx
     }
 }
 
@@ -109,7 +94,6 @@ impl AgentPorts for MachinePorts {
     ) -> BoxFuture<'static, Result<Option<Bytes>, HeartbeatError>> {
         let client = self.client.clone();
         let deadline = self.heartbeat_timeout;
-        let refused = self.refused.clone();
         async move {
             match client.heartbeat_encoded(request, deadline).await {
                 Ok(response) => Ok(response.installation_request),
@@ -118,10 +102,14 @@ impl AgentPorts for MachinePorts {
                     message,
                     ..
                 }) => {
-                    let tell = refused.lock().unwrap_or_else(|e| e.into_inner()).take();
-                    if let Some(tell) = tell {
-                        let _ = tell.send(message.clone());
-                    }
+                    // No retry changes such a heartbeat, but the agent
+                    // keeps trying (with backoff) as the contract says:
+                    // a curator may be fixed, or the machine registered
+                    // anew. The operator is told what to check.
+                    tracing::error!(
+                        "the curator refused the heartbeat as invalid: {message}; check \
+                         --machine-id (the agent keeps trying)"
+                    );
                     Err(HeartbeatError::Invalid { message })
                 }
                 Err(CallError::Rejected {

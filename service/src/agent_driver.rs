@@ -29,8 +29,9 @@ use metropolis_core::provisioning::{Action, AgentLoop, offered_request};
 #[non_exhaustive]
 pub enum HeartbeatError {
     /// A curator refused the heartbeat as invalid (a machine ID it does
-    /// not take): it refuses the same heartbeat at every retry, so an
-    /// agent that is told stops instead of retrying forever.
+    /// not take): it will refuse the same heartbeat again, but the loop
+    /// keeps trying with backoff, with no give-up (the agent's contract);
+    /// the agent tells its operator what to check.
     Invalid {
         /// The curator's message.
         message: String,

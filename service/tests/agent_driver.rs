@@ -241,6 +241,39 @@ fn a_failed_heartbeat_is_sent_again() {
 }
 
 #[test]
+fn a_heartbeat_refused_as_invalid_is_sent_again_with_no_give_up() {
+    let script = Script::default();
+    for _ in 0..3 {
+        script
+            .answers
+            .lock()
+            .unwrap()
+            .push_back(Err(HeartbeatError::Invalid {
+                message: "machine_id: not a UUID".to_string(),
+            }));
+    }
+    let mut run = Run::new(script);
+    assert!(run.poll().is_none(), "the loop stopped");
+    // Three refusals, each tried again after its backoff; then answered,
+    // and the hardware report follows.
+    for _ in 0..10 {
+        if run.script.events().len() >= 5 {
+            break;
+        }
+        assert!(run.next_interval().is_none(), "the loop stopped");
+    }
+    let events = run.script.events();
+    assert_eq!(events.len(), 5, "{events:?}");
+    assert!(
+        events[..4]
+            .iter()
+            .all(|e| e == "heartbeat report=None hardware=false"),
+        "{events:?}"
+    );
+    assert_eq!(events[4], "heartbeat report=None hardware=true");
+}
+
+#[test]
 fn a_generation_that_cannot_be_persisted_stops_the_agent_uninstalled() {
     let script = Script {
         persist_fails: true,

@@ -148,3 +148,76 @@ async fn a_rogue_server_with_a_node_certificate_is_refused() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Refuses the first `refusals` heartbeats as InvalidArgument, then
+/// answers without a request; counts the heartbeats.
+struct Refusing {
+    seen: Arc<AtomicUsize>,
+    refusals: usize,
+}
+
+#[tonic::async_trait]
+impl AgentCallback for Refusing {
+    async fn heartbeat(
+        &self,
+        _: tonic::Request<HeartbeatRequest>,
+    ) -> Result<tonic::Response<HeartbeatResponse>, tonic::Status> {
+        if self.seen.fetch_add(1, Ordering::SeqCst) < self.refusals {
+            return Err(tonic::Status::invalid_argument(
+                "machine_id: not taken here",
+            ));
+        }
+        Ok(tonic::Response::new(HeartbeatResponse::default()))
+    }
+}
+
+/// A curator refusing heartbeats as invalid does not stop the agent: it
+/// says what to check and keeps trying with backoff (no give-up), and
+/// heartbeats on once the curator takes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_refused_as_invalid_are_tried_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("d"), RuntimeKind::Tokio);
+    // A curator's credential from the cluster's CA: the agent talks to it.
+    let (creds, _) = ca_of(&d).issue_curator_node(&[]).unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let router = Router::new().with_service(AgentCallbackServer::new(Refusing {
+        seen: seen.clone(),
+        refusals: 3,
+    }));
+    let runtime = TokioRuntime::shared();
+    let (listener, addr) = listen::bind_tcp(&runtime, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let (_trigger, shutdown) = shutdown_pair();
+    tokio::spawn(listen::serve_tls(
+        runtime,
+        listener,
+        server_config(&creds, ClientAuth::Deferred).unwrap(),
+        Arc::new(AgentClassifier),
+        router,
+        EdgeLimits::default(),
+        shutdown,
+    ));
+    let EnrolledMachine { key_file, .. } = d.enroll_machine(MACHINE, dir.path()).await;
+    let state = dir.path().join("state");
+    let mut agent = AgentProcess::start_at(&addr.to_string(), &d, MACHINE, &key_file, &state, &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.load(Ordering::SeqCst) < 6 {
+        assert!(
+            Instant::now() < deadline,
+            "{} heartbeats:\n{}",
+            seen.load(Ordering::SeqCst),
+            agent.log()
+        );
+        assert!(
+            agent.wait_exit(Duration::from_millis(100)).is_none(),
+            "the agent stopped:\n{}",
+            agent.log()
+        );
+    }
+    assert!(
+        agent.log().contains("refused the heartbeat as invalid")
+            && agent.log().contains("--machine-id"),
+        "{}",
+        agent.log()
+    );
+}
