@@ -85,9 +85,10 @@ impl Machine {
             .unwrap_or_else(|e| panic!("{e}"));
         let console = vm.serial();
         let rest = &line[MARKER.len()..];
-        let (path, digest) = rest
+        let (path, rest) = rest
             .split_once(" parameters-sha256 ")
             .unwrap_or_else(|| panic!("malformed line {line:?}"));
+        let digest = rest.split(" boot-current ").next().unwrap_or(rest);
         (path.to_string(), digest.trim().to_string(), console)
     }
 }

@@ -8,7 +8,10 @@
 //! 8.6 GiB. Then the layout is checked with tools that are not ours
 //! (`sfdisk --json`, `fsck.fat -n`, mtools), the boot entry with this
 //! test's own decoder, and QEMU (TCG) on OVMF boots the disk: slot A,
-//! then B once through `loader_state.pb`, then A again.
+//! then B once through `loader_state.pb`, then A again; then, with the
+//! agent's `Boot0001` and `BootOrder` set in the VM's variable store (by
+//! the test kernel), the firmware boots through that entry (its
+//! `BootCurrent` is 0001; a corrupted entry gives another).
 //!
 //! Needs (Debian): docker-registry, gnu-efi and binutils, qemu-system-x86,
 //! ovmf, fdisk, mtools, dosfstools; root (loop devices).
@@ -381,6 +384,24 @@ async fn the_agent_installs_metropolis_and_the_disk_boots_its_slots() {
     );
     let line = boot(device.path(), &vars, dir.path(), "boot-3");
     assert!(line.contains("\\EFI\\metropolis\\boot-a.efi"), "{line}");
+    assert!(!line.contains("boot-current 0001"), "{line}");
+
+    // The boot entry the agent wrote, in the firmware: the test kernel
+    // sets Boot0001 and BootOrder as the agent wrote them into the VM's
+    // variable store (OVMF's own Boot0001 is replaced); at the next boot
+    // the firmware follows BootOrder to that entry (BootCurrent 0001),
+    // and through its hard-drive path the loader and slot A.
+    esp.put("test-vars/BootOrder", &order);
+    esp.put("test-vars/Boot0001", &boot0001);
+    let mut vm = Qemu::start(&QemuConfig::new(device.path(), &vars), dir.path(), "boot-4");
+    vm.wait_for("test-kernel: set Boot0001 and BootOrder", BOOT_TIMEOUT)
+        .unwrap_or_else(|e| panic!("boot-4: {e}"));
+    let _ = vm.wait_exit(Duration::from_secs(30));
+    esp.remove("test-vars/BootOrder");
+    esp.remove("test-vars/Boot0001");
+    let line = boot(device.path(), &vars, dir.path(), "boot-5");
+    assert!(line.contains("\\EFI\\metropolis\\boot-a.efi"), "{line}");
+    assert!(line.contains("boot-current 0001"), "{line}");
 }
 
 /// What refuses a Metropolis install leaves the disk untouched and says

@@ -3,7 +3,8 @@
 //! files on the device the program was loaded from ([`Efi::boot_volume`]),
 //! starting another program from that device under a file path
 //! ([`Efi::start_file`]), the program's own file path
-//! ([`Efi::own_file_path`]) and powering off ([`Efi::shutdown`]); plus the
+//! ([`Efi::own_file_path`]), UEFI variables ([`vars`]) and powering off
+//! ([`Efi::shutdown`]); plus the
 //! `loader_state.pb` codec and slot choice ([`state`]), plain Rust tested
 //! on the host.
 //!
@@ -22,6 +23,7 @@
 #[cfg(not(test))]
 mod rt;
 pub mod state;
+pub mod vars;
 
 use core::ffi::c_void;
 use core::marker::PhantomData;
