@@ -16,8 +16,9 @@ pub const LAYER_RAW: &str = "application/octet-stream";
 pub const LAYER_ZSTD: &str = "application/zstd";
 /// The largest `hash_chunk_size`.
 pub const MAX_CHUNK_SIZE: u64 = 16 << 20;
-/// The default `hash_chunk_size`.
-pub const DEFAULT_CHUNK_SIZE: u64 = 4 << 20;
+/// The default `hash_chunk_size`: 1 MiB, the size the reference's image
+/// builder (`osbase/build/mkoci`) always uses.
+pub const DEFAULT_CHUNK_SIZE: u64 = 1 << 20;
 
 /// What an image is for, and so its artifact type and payloads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
