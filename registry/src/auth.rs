@@ -132,35 +132,48 @@ impl<'a> Session<'a> {
         let mut attempt = 0;
         loop {
             let outcome = self.send_once(url, request);
-            let failed = match (&outcome, self.notice) {
-                (_, None) => String::new(),
-                (Ok(response), Some(_)) => {
-                    format!("{url}: the registry answered {}", response.status)
-                }
-                (Err(e), Some(_)) => e.to_string(),
-            };
             let Some(wait) = wait_before_retry(&policy, attempt, &outcome) else {
                 return outcome;
             };
-            if self.install_deadline.is_some_and(|d| d.left() <= wait) {
+            let failed = || match &outcome {
+                Ok(response) => format!("{url}: the registry answered {}", response.status),
+                Err(e) => e.to_string(),
+            };
+            if !self.pause_before_retry(url, wait, failed) {
                 // No time left to wait for another try: what the last one
                 // got is the answer.
                 return outcome;
             }
-            tracing::info!(
-                url = %url,
-                "registry request failed; trying again in {:.1} s",
-                wait.as_secs_f64()
-            );
-            if let Some(notice) = self.notice {
-                notice(&format!(
-                    "{failed}; trying again in {:.1} s",
-                    wait.as_secs_f64()
-                ));
-            }
-            std::thread::sleep(wait);
             attempt = attempt.saturating_add(1);
         }
+    }
+
+    /// Waits `wait` before another try at `url` after one that `failed`
+    /// (said to the session's notice, logged): `false` without waiting
+    /// when the session's deadline leaves no time for it.
+    pub(crate) fn pause_before_retry(
+        &self,
+        url: &Url,
+        wait: std::time::Duration,
+        failed: impl FnOnce() -> String,
+    ) -> bool {
+        if self.install_deadline.is_some_and(|d| d.left() <= wait) {
+            return false;
+        }
+        tracing::info!(
+            url = %url,
+            "registry request failed; trying again in {:.1} s",
+            wait.as_secs_f64()
+        );
+        if let Some(notice) = self.notice {
+            notice(&format!(
+                "{}; trying again in {:.1} s",
+                failed(),
+                wait.as_secs_f64()
+            ));
+        }
+        std::thread::sleep(wait);
+        true
     }
 
     /// The wait before retry `attempt` (from 0) by the client's policy.

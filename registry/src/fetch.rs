@@ -47,19 +47,11 @@ impl Session<'_> {
                 url: response.url.to_string(),
                 source,
             };
-            let wait = policy.delay(attempt);
-            let out_of_time = self.install_deadline.is_some_and(|d| d.left() <= wait);
-            if attempt >= policy.retries || out_of_time {
+            if attempt >= policy.retries
+                || !self.pause_before_retry(url, policy.delay(attempt), || failed.to_string())
+            {
                 return Err(failed);
             }
-            tracing::info!(url = %url, "reading a registry response failed; trying again");
-            if let Some(notice) = self.notice {
-                notice(&format!(
-                    "{failed}; trying again in {:.1} s",
-                    wait.as_secs_f64()
-                ));
-            }
-            std::thread::sleep(wait);
             attempt = attempt.saturating_add(1);
         }
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use metropolis_pki::{ClientAuth, ClusterCa, server_config};
+use metropolis_pki::{ClientAuth, ClusterCa, Credentials, server_config};
 use metropolis_proto::metropolis::node::core::curator::proto::private::GetMachineRequest;
 use metropolis_proto::prelude::agent::{
     self, HeartbeatRequest, HeartbeatResponse,
@@ -24,7 +24,7 @@ use metropolis_tests::{AgentProcess, Daemon, EnrolledMachine, RuntimeKind};
 use metropolis_transport::edge::EdgeLimits;
 use metropolis_transport::listen;
 use metropolis_transport::peer::AgentClassifier;
-use metropolis_transport::shutdown::shutdown_pair;
+use metropolis_transport::shutdown::{ShutdownTrigger, shutdown_pair};
 
 const MACHINE: &str = "6fa459ea-ee8a-4ca4-894e-db77e160355e";
 
@@ -63,6 +63,29 @@ impl AgentCallback for Rogue {
     }
 }
 
+/// Serves `service` as AgentCallback over TLS with `creds` on a loopback
+/// port, as the daemon's agent listener does; its address, and what
+/// keeps it serving.
+fn serve(
+    creds: &Credentials,
+    service: impl AgentCallback,
+) -> (std::net::SocketAddr, ShutdownTrigger) {
+    let router = Router::new().with_service(AgentCallbackServer::new(service));
+    let runtime = TokioRuntime::shared();
+    let (listener, addr) = listen::bind_tcp(&runtime, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let (trigger, shutdown) = shutdown_pair();
+    tokio::spawn(listen::serve_tls(
+        runtime,
+        listener,
+        server_config(creds, ClientAuth::Deferred).unwrap(),
+        Arc::new(AgentClassifier),
+        router,
+        EdgeLimits::default(),
+        shutdown,
+    ));
+    (addr, trigger)
+}
+
 fn ca_of(d: &Daemon) -> ClusterCa {
     let pki = d.data_dir.join("pki");
     ClusterCa::from_pem(
@@ -87,22 +110,13 @@ async fn a_rogue_server_with_a_node_certificate_is_refused() {
     let target = shm.path().join("disk.img");
     std::fs::write(&target, b"old").unwrap();
     let answered = Arc::new(AtomicUsize::new(0));
-    let router = Router::new().with_service(AgentCallbackServer::new(Rogue {
-        answered: answered.clone(),
-        root_device: target.display().to_string(),
-    }));
-    let runtime = TokioRuntime::shared();
-    let (listener, addr) = listen::bind_tcp(&runtime, "127.0.0.1:0".parse().unwrap()).unwrap();
-    let (_trigger, shutdown) = shutdown_pair();
-    tokio::spawn(listen::serve_tls(
-        runtime,
-        listener,
-        server_config(&rogue_creds, ClientAuth::Deferred).unwrap(),
-        Arc::new(AgentClassifier),
-        router,
-        EdgeLimits::default(),
-        shutdown,
-    ));
+    let (addr, _trigger) = serve(
+        &rogue_creds,
+        Rogue {
+            answered: answered.clone(),
+            root_device: target.display().to_string(),
+        },
+    );
 
     // The agent, its key registered with the real curator, pointed at
     // the rogue (as a DNS or routing attack would).
@@ -181,22 +195,13 @@ async fn heartbeats_refused_as_invalid_are_tried_again() {
     // A curator's credential from the cluster's CA: the agent talks to it.
     let (creds, _) = ca_of(&d).issue_curator_node(&[]).unwrap();
     let seen = Arc::new(AtomicUsize::new(0));
-    let router = Router::new().with_service(AgentCallbackServer::new(Refusing {
-        seen: seen.clone(),
-        refusals: 3,
-    }));
-    let runtime = TokioRuntime::shared();
-    let (listener, addr) = listen::bind_tcp(&runtime, "127.0.0.1:0".parse().unwrap()).unwrap();
-    let (_trigger, shutdown) = shutdown_pair();
-    tokio::spawn(listen::serve_tls(
-        runtime,
-        listener,
-        server_config(&creds, ClientAuth::Deferred).unwrap(),
-        Arc::new(AgentClassifier),
-        router,
-        EdgeLimits::default(),
-        shutdown,
-    ));
+    let (addr, _trigger) = serve(
+        &creds,
+        Refusing {
+            seen: seen.clone(),
+            refusals: 3,
+        },
+    );
     let EnrolledMachine { key_file, .. } = d.enroll_machine(MACHINE, dir.path()).await;
     let state = dir.path().join("state");
     let mut agent = AgentProcess::start_at(&addr.to_string(), &d, MACHINE, &key_file, &state, &[]);
