@@ -17,9 +17,8 @@ use std::time::{Duration, Instant};
 use fake_registry::*;
 
 use bmaas_agent::install::{
-    GUARD_BYTES, ImageKind, InstallError, Installer, MAX_KERNEL_BYTES, MetropolisOptions,
-    OciInstaller, Progress, RegistryError, RetryPolicy, Target, install_encoded_request,
-    install_request, root_device_path,
+    GUARD_BYTES, ImageKind, InstallError, Installer, MetropolisOptions, OciInstaller, Progress,
+    RegistryError, RetryPolicy, Target, install_encoded_request, install_request, root_device_path,
 };
 use metropolis_proto::prelude::agent::{
     MetropolisInstallationRequest, OsInstallationRequest, os_installation_request,
@@ -1051,6 +1050,7 @@ fn a_metropolis_image_is_checked_before_the_device_is_touched() {
 #[cfg(feature = "loader")]
 #[test]
 fn oversized_payloads_are_refused_before_the_device_is_touched() {
+    use bmaas_agent::install::MAX_KERNEL_BYTES;
     const MIB16: u64 = 16 << 20;
     let registry = Registry::start();
     let dir = tempfile::tempdir().unwrap();
