@@ -22,7 +22,16 @@ impl Proxy {
     /// ends, `(client, server)`, to `relay` on the accepting thread
     /// (`relay` starts threads of its own for the copying).
     pub fn start(upstream: &str, relay: impl Fn(TcpStream, TcpStream) + Send + 'static) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Proxy::start_at("127.0.0.1:0", upstream, relay)
+    }
+
+    /// [`start`](Self::start) listening on `listen` (`IP:PORT`).
+    pub fn start_at(
+        listen: &str,
+        upstream: &str,
+        relay: impl Fn(TcpStream, TcpStream) + Send + 'static,
+    ) -> Proxy {
+        let listener = TcpListener::bind(listen).unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let stop = Arc::new(AtomicBool::new(false));
         let connections = Arc::new(Mutex::new(Vec::new()));

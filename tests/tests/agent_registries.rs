@@ -10,7 +10,8 @@
 //! installs. Needs docker-registry and apache2-utils (`.ci/run`).
 //!
 //! A download cut short twice by a proxy resumes with `Range` requests
-//! the registry answers.
+//! the registry answers; a registry that comes up only after the install
+//! started is waited for.
 //!
 //! And the Docker token flow: the registry with `auth: token` trusting
 //! the tokens of an in-test token server (`metropolis_tests::token_server`,
@@ -145,6 +146,55 @@ fn downloads_cut_short_resume_from_the_registry() {
         .filter(|l| l.contains("/blobs/") && l.contains("HTTP/1.1\" 206 "))
         .count();
     assert_eq!(ranged, 2, "{log}");
+}
+
+/// A registry that is down when the install starts and comes up 9 s
+/// later: the installer (with its default policy, as the agent runs it)
+/// keeps trying, as the reference's does, and installs. (Four retries,
+/// 7.5 s of waits, the policy before, gave up first.)
+#[test]
+fn an_install_waits_for_a_registry_that_comes_up() {
+    use bmaas_agent::install::{Installer, OciInstaller, Target};
+    use metropolis_tests::proxy::{Proxy, copy_in_background};
+    assert!(Registry::available(), "docker-registry is not installed");
+    let registry = Registry::start();
+    let data = image(3 << 20, 9);
+    let digest = registry.push_image(REPO, "late", &data);
+    // The address the install uses: nothing listens there yet.
+    let late = format!("127.0.0.1:{}", metropolis_tests::free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("disk.img");
+    let image = api::OsImageRef {
+        scheme: "http".into(),
+        host: late.clone(),
+        repository: REPO.into(),
+        tag: String::new(),
+        digest,
+    };
+    let upstream = registry.addr.clone();
+    let opener = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(9));
+        Proxy::start_at(&late, &upstream, |client, server| {
+            copy_in_background(client.try_clone().unwrap(), server.try_clone().unwrap());
+            copy_in_background(server, client);
+        })
+    });
+    let started = Instant::now();
+    OciInstaller::new()
+        .allow_image_files(true)
+        .install(
+            &image,
+            &Target {
+                root_device: target.clone(),
+                node_parameters: None,
+            },
+            &mut |_| {},
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{}", registry.log()));
+    let took = started.elapsed();
+    let _proxy = opener.join().unwrap();
+    assert!(took >= Duration::from_secs(9), "took {took:?}");
+    assert!(std::fs::read(&target).unwrap() == data);
 }
 
 #[tokio::test(flavor = "multi_thread")]
