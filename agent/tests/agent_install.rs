@@ -1127,6 +1127,83 @@ fn oversized_payloads_are_refused_before_the_device_is_touched() {
     }
 }
 
+/// `kernel.efi` is streamed into the ESP, each chunk verified before it
+/// is written: a registry serving one wrong chunk of it fails the install
+/// naming that chunk, and no sector of the ESP holds the bad bytes; the
+/// disk is left unbootable (its head zeroed). With the right kernel the
+/// same disk installs, the kernel on the ESP whole.
+#[cfg(feature = "loader")]
+#[test]
+fn a_bad_kernel_chunk_is_named_and_never_reaches_the_esp() {
+    const ESP: std::ops::Range<u64> = (1 << 20)..(385 << 20);
+    let registry = Registry::start();
+    let kernel = image(40_000, 50);
+    let system = image(9_000, 51);
+    let pushed = registry.push_metropolis(&kernel, &system, Compression::Raw, 4096);
+    let mut tampered = kernel.clone();
+    tampered[10_000] ^= 0xff;
+    registry.route(&pushed.blob_path(0), Route::ok(RAW, tampered.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let firmware = dir.path().join("efi");
+    std::fs::create_dir(&firmware).unwrap();
+    std::fs::create_dir(firmware.join("efivars")).unwrap();
+    let efi = installer().with_metropolis(MetropolisOptions {
+        firmware_dir: firmware.clone(),
+        efivars_dir: firmware.join("efivars"),
+        network_config: None,
+    });
+    let disk = dir.path().join("disk.img");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&disk)
+        .unwrap();
+    file.set_len(9 << 30).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0xaa; 4096], 0).unwrap();
+
+    let image_ref = registry.image_ref(&pushed.manifest_digest);
+    let err = must_fail(install(&efi, &image_ref, &disk));
+    assert!(
+        matches!(err, InstallError::ChunkMismatch { chunk: 2, .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("payload kernel.efi: chunk 2"),
+        "{err}"
+    );
+    let esp = |file: &std::fs::File| {
+        let mut bytes = vec![0u8; (ESP.end - ESP.start) as usize];
+        std::os::unix::fs::FileExt::read_exact_at(file, &mut bytes, ESP.start).unwrap();
+        bytes
+    };
+    // The 512-byte sector of the bad chunk holding the changed byte.
+    let bad = &tampered[9728..10_240];
+    assert!(
+        !esp(&file).chunks(512).any(|sector| sector == bad),
+        "a bad kernel sector reached the ESP"
+    );
+    let mut head = [0u8; 4096];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0).unwrap();
+    assert!(
+        head.iter().all(|b| *b == 0),
+        "the disk's head was not cleared"
+    );
+
+    // Fixed: the same disk installs; the whole kernel is on the ESP (its
+    // clusters in order: a freshly formatted FAT allocates them so).
+    registry.route(&pushed.blob_path(0), Route::ok(RAW, kernel.clone()));
+    install(&efi, &image_ref, &disk).0.unwrap();
+    let on_esp = esp(&file);
+    assert!(
+        on_esp
+            .windows(kernel.len())
+            .step_by(512)
+            .any(|w| w == kernel.as_slice()),
+        "the kernel is not on the ESP"
+    );
+}
+
 #[test]
 fn chunked_and_close_delimited_blobs_are_written() {
     for framing in [Framing::Chunked, Framing::Close] {

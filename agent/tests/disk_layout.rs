@@ -101,7 +101,7 @@ impl Image {
             ("metropolis/parameters.pb", contents(3, 300)),
         ];
         let given: Vec<(&str, &[u8])> = files.iter().map(|(p, c)| (*p, &c[..])).collect();
-        esp::format(&file, &layout, &given).expect("ESP formatted");
+        esp::format_bytes(&file, &layout, &given).expect("ESP formatted");
         disk::gpt::write(&file, &layout).expect("GPT written");
         Image {
             _dir: dir,

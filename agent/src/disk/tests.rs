@@ -339,7 +339,7 @@ fn the_esp_is_formatted_within_its_partition() {
         ("EFI/metropolis/boot-a.efi", &[7; 5000]),
         ("metropolis/parameters.pb", b""),
     ];
-    esp::format(&file, &layout, &files).expect("formatted");
+    esp::format_bytes(&file, &layout, &files).expect("formatted");
     assert_marks(&file, range);
     let fs = fatfs::FileSystem::new(Window::partition(&file, esp), fatfs::FsOptions::new())
         .expect("mounts");
@@ -370,7 +370,7 @@ fn bad_esp_paths_are_refused_before_anything_is_written() {
     let layout = plan(SMALLEST_512, 512).expect("fits");
     let file = tempfile::tempfile().expect("temporary file");
     for path in ["", "/EFI/x", "EFI//x", "EFI/../x", "EFI/", "./x", "EFI\\x"] {
-        let e = esp::format(&file, &layout, &[(path, b"x")]).expect_err(path);
+        let e = esp::format_bytes(&file, &layout, &[(path, b"x")]).expect_err(path);
         assert!(matches!(e, esp::EspError::BadPath(_)), "{path}: {e}");
     }
     assert_eq!(file.metadata().expect("metadata").len(), 0, "untouched");

@@ -7,21 +7,24 @@
 //!
 //! Everything that can refuse the install is checked before the device is
 //! touched: the agent has the A/B loader, the machine booted with EFI, the
-//! image has both payloads, the disk takes the layout ([`Layout::plan`])
-//! and `system` fits slot A, and `kernel.efi` was fetched and verified
-//! (held in memory: it is at most [`MAX_KERNEL_BYTES`]). Then:
+//! image has both payloads, the disk takes the layout ([`Layout::plan`]),
+//! `kernel.efi` fits the ESP (at most [`MAX_KERNEL_BYTES`]) and `system`
+//! fits slot A. Then:
 //!
 //! 1. the whole device is discarded (errors ignored: not every device
 //!    can), and its first and last mebibyte zeroed and synced, so that
 //!    from here until the end the disk boots neither the old system nor a
 //!    part of the new one (the reference relies on the discard alone);
-//! 2. the ESP is formatted and its files written;
+//! 2. the ESP is formatted and its files written, `kernel.efi` streamed
+//!    from the registry into it as the reference does (each chunk
+//!    verified before it is written; never held whole);
 //! 3. `system` streams into slot A, each chunk verified before it is
 //!    written, and read back;
 //! 4. the GPT: backup first, sync, then the protective MBR and the
 //!    primary, sync ([`gpt::write`]): only now is there a disk to boot;
 //! 5. the boot entry, through efivarfs.
 
+use std::io::Read;
 use std::path::PathBuf;
 
 use metropolis_proto::osbase::net::proto::Net;
@@ -42,9 +45,10 @@ pub(super) const SYSTEM_PAYLOAD: &str = "system";
 pub(super) const KERNEL_PATH: &str = "EFI/metropolis/boot-a.efi";
 /// Where the ESP holds the node's parameters.
 pub(super) const PARAMETERS_PATH: &str = "metropolis/parameters.pb";
-/// The largest `kernel.efi` accepted: it must fit the 384 MiB ESP beside
-/// the loader, and is held in memory until the ESP is written.
-pub const MAX_KERNEL_BYTES: u64 = 256 * 1024 * 1024;
+/// The largest `kernel.efi` accepted: the 384 MiB ESP less 8 MiB for its
+/// FATs, directories, the loader and the parameters (refused before the
+/// disk is touched, rather than when the ESP runs full).
+pub const MAX_KERNEL_BYTES: u64 = 376 * 1024 * 1024;
 
 /// What a Metropolis install needs of the machine besides the disk.
 #[derive(Clone, Debug)]
@@ -122,11 +126,6 @@ pub(super) fn install_metropolis(
         ));
     }
     let parameters = node_parameters(target, options);
-    let kernel_bytes = image.read_payload(KERNEL_PAYLOAD, |payload| {
-        let mut bytes = Vec::with_capacity(kernel.size as usize);
-        std::io::Read::read_to_end(payload, &mut bytes).map_err(StreamError::Read)?;
-        Ok(bytes)
-    })?;
 
     // The device is touched from here on.
     if let Err(e) = disk::discard(device.file(), 0..size) {
@@ -136,12 +135,22 @@ pub(super) fn install_metropolis(
     progress(&Progress::Step {
         done: "old partition table cleared",
     });
-    let files: [(&str, &[u8]); 3] = [
-        (loader::ESP_PATH, loader),
-        (KERNEL_PATH, &kernel_bytes),
-        (PARAMETERS_PATH, &parameters),
-    ];
-    esp::format(device.file(), &layout, &files).map_err(|e| unusable(target, e.to_string()))?;
+    image.read_payload(KERNEL_PAYLOAD, |payload| {
+        let mut kernel = Tracked::new(payload);
+        let (mut loader, mut parameters) = (loader, parameters.as_slice());
+        let mut files: [(&str, &mut dyn Read); 3] = [
+            (loader::ESP_PATH, &mut loader),
+            (KERNEL_PATH, &mut kernel),
+            (PARAMETERS_PATH, &mut parameters),
+        ];
+        let written = esp::format(device.file(), &layout, &mut files);
+        match (written, kernel.failure.take()) {
+            (Ok(()), _) => Ok(()),
+            // The payload failed (its transfer, a chunk): its error.
+            (Err(_), Some(read)) => Err(StreamError::Read(read)),
+            (Err(e), None) => Err(unusable(target, e.to_string()).into()),
+        }
+    })?;
     progress(&Progress::Step {
         done: "ESP formatted: loader, kernel and node parameters written",
     });
@@ -169,6 +178,36 @@ pub(super) fn install_metropolis(
         done: "EFI boot entry written",
     });
     Ok(())
+}
+
+/// A payload reader that keeps its first read error for the caller,
+/// handing the filesystem writing it a stand-in: the payload's error
+/// (which chunk, the transfer) is then reported as the payload's, not as
+/// a failed ESP write.
+struct Tracked<'r, R> {
+    inner: &'r mut R,
+    failure: Option<std::io::Error>,
+}
+
+impl<'r, R: Read> Tracked<'r, R> {
+    fn new(inner: &'r mut R) -> Self {
+        Tracked {
+            inner,
+            failure: None,
+        }
+    }
+}
+
+impl<R: Read> Read for Tracked<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.failure.is_some() {
+            return Err(std::io::Error::other("the payload failed"));
+        }
+        self.inner.read(buf).map_err(|e| {
+            self.failure = Some(e);
+            std::io::Error::other("the payload failed")
+        })
+    }
 }
 
 /// `parameters.pb`: the request's `node_parameters` (empty when unset),

@@ -16,7 +16,7 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use fatfs::{Date, DateTime, FatType, FileSystem, FormatVolumeOptions, FsOptions, Time};
@@ -74,14 +74,33 @@ impl std::error::Error for EspError {
     }
 }
 
+/// [`format`] with each file's contents given whole.
+pub fn format_bytes(
+    device: &File,
+    layout: &Layout,
+    files: &[(&str, &[u8])],
+) -> Result<(), EspError> {
+    let mut readers: Vec<(&str, &[u8])> = files.to_vec();
+    let mut files: Vec<(&str, &mut dyn Read)> = readers
+        .iter_mut()
+        .map(|(path, bytes)| (*path, bytes as &mut dyn Read))
+        .collect();
+    format(device, layout, &mut files)
+}
+
 /// Formats `layout`'s ESP on `device` (the whole disk) as FAT32 and
 /// writes `files` into it: `(path, contents)`, paths relative to the root
 /// with `/` between names (`"EFI/BOOT/BOOTx64.EFI"`), directories created
-/// as needed, a file given twice written with its last contents. Ends
-/// with `sync_data` on the device. Every path is checked before anything
-/// is written.
-pub fn format(device: &File, layout: &Layout, files: &[(&str, &[u8])]) -> Result<(), EspError> {
-    for (path, _) in files {
+/// as needed, a file given twice written with its last contents. Each
+/// file's contents are read to their end and streamed onto the device
+/// (a payload is never held whole). Ends with `sync_data` on the device.
+/// Every path is checked before anything is written.
+pub fn format(
+    device: &File,
+    layout: &Layout,
+    files: &mut [(&str, &mut dyn Read)],
+) -> Result<(), EspError> {
+    for (path, _) in files.iter() {
         check_path(path)?;
     }
     let esp = layout.esp();
@@ -112,8 +131,8 @@ pub fn format(device: &File, layout: &Layout, files: &[(&str, &[u8])]) -> Result
     // Counts the free clusters, so that the FSInfo sector written at
     // unmount holds their number rather than "unknown".
     fs.stats().map_err(EspError::Format)?;
-    for (path, contents) in files {
-        write_file(&fs, path, contents).map_err(|source| EspError::Write {
+    for (path, contents) in files.iter_mut() {
+        write_file(&fs, path, *contents).map_err(|source| EspError::Write {
             path: path.to_string(),
             source,
         })?;
@@ -132,7 +151,7 @@ fn check_path(path: &str) -> Result<(), EspError> {
     }
 }
 
-fn write_file(fs: &FileSystem<Window<'_>>, path: &str, contents: &[u8]) -> io::Result<()> {
+fn write_file(fs: &FileSystem<Window<'_>>, path: &str, contents: &mut dyn Read) -> io::Result<()> {
     let mut dir = fs.root_dir();
     let (dirs, name) = path.rsplit_once('/').unwrap_or(("", path));
     for component in dirs.split('/').filter(|c| !c.is_empty()) {
@@ -140,7 +159,17 @@ fn write_file(fs: &FileSystem<Window<'_>>, path: &str, contents: &[u8]) -> io::R
     }
     let mut file = dir.create_file(name)?;
     file.truncate()?;
-    file.write_all(contents)?;
+    // Cluster-sized writes are what fatfs does best; 64 KiB is many.
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match contents.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        file.write_all(&buf[..n])?;
+    }
     file.flush()
 }
 
