@@ -64,9 +64,9 @@ use metropolis_proto::osbase::net::proto::Net;
     about = "Provisioning agent: heartbeats to the AgentCallback service, reports hardware, installs the OS it is asked to, once per generation",
     long_about = "Provisioning agent: heartbeats to the AgentCallback service, reports hardware, \
         installs the OS it is asked to, once per generation.\n\n\
-        Its flags are checked at start; a heartbeat the curator refuses as invalid \
-        (InvalidArgument) stops the agent, as no retry changes it, while an unreachable \
-        curator is retried. A fatal error is printed once on stderr, as a JSON line with \
+        Its flags are checked at start; failed heartbeats are retried with backoff, with \
+        no give-up (one the curator refuses as invalid, InvalidArgument, is logged as an \
+        error naming --machine-id). A fatal error is printed once on stderr, as a JSON line with \
         --log-format json. Exit status: 0 the machine reboots after an install, 1 any other \
         failure, 2 a usage error (the flag named), 4 permission denied \
         (docs/operations.md, \"Exit status\").\n\n\

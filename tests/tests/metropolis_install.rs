@@ -232,7 +232,7 @@ async fn the_agent_installs_metropolis_and_the_disk_boots_its_slots() {
     let state = dir.path().join("state");
     let agent = AgentProcess::start_with(&d, MACHINE, &key_file, &state, &flags);
 
-    let device = LoopDevice::attach_sparse_in(dir.path(), 8800 * MIB);
+    let device = LoopDevice::attach_sparse_in(dir.path(), 8808 * MIB);
     let owner_key = vec![7u8; 32];
     let parameters_json = dir.path().join("params.json");
     std::fs::write(
