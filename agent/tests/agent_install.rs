@@ -1757,6 +1757,55 @@ fn recorded(recorder: &Recorder) -> Vec<(OsImageRef, std::path::PathBuf, Option<
 }
 
 #[test]
+fn node_parameters_reach_the_installer_as_they_were_sent() {
+    let recorder = Recorder(Mutex::new(Vec::new()));
+    // A NodeParameters with a field this agent does not know (99, "new")
+    // beside network_config (4, empty): as a newer cluster may send.
+    let parameters = [0x22, 0x00, 0x9a, 0x06, 0x03, b'n', b'e', b'w'];
+    let image = OsImageRef {
+        scheme: "http".into(),
+        host: "127.0.0.1:5000".into(),
+        repository: REPO.into(),
+        tag: String::new(),
+        digest: sha256(b"x"),
+    }
+    .encode_to_vec();
+    // MetropolisInstallationRequest: node_parameters (2), root_device
+    // (3), os_image (4); OSInstallationRequest: generation (1),
+    // metropolis (2).
+    let mut metropolis = vec![0x12, parameters.len() as u8];
+    metropolis.extend_from_slice(&parameters);
+    metropolis.extend_from_slice(&[0x1a, 0x03, b's', b'd', b'a']);
+    metropolis.extend_from_slice(&[0x22, image.len() as u8]);
+    metropolis.extend_from_slice(&image);
+    let mut request = vec![0x08, 0x05, 0x12, metropolis.len() as u8];
+    request.extend_from_slice(&metropolis);
+    install_encoded_request(&recorder, &request, &mut |_: &Progress| {}).unwrap();
+    let recorded = recorder.0.lock().unwrap();
+    let (_, target) = &recorded[0];
+    assert_eq!(
+        target.node_parameters_encoded.as_deref(),
+        Some(&parameters[..])
+    );
+    assert!(
+        target
+            .node_parameters
+            .as_ref()
+            .unwrap()
+            .network_config
+            .is_some()
+    );
+    // A request made in process has no encoded parameters.
+    drop(recorded);
+    let decoded = OsInstallationRequest::decode(request.as_slice()).unwrap();
+    install_request(&recorder, &decoded, &mut |_: &Progress| {}).unwrap();
+    assert_eq!(
+        recorder.0.lock().unwrap()[1].1.node_parameters_encoded,
+        None
+    );
+}
+
+#[test]
 fn whole_requests_are_checked_and_dispatched() {
     let recorder = Recorder(Mutex::new(Vec::new()));
     let image = OsImageRef {

@@ -133,6 +133,7 @@ fn downloads_cut_short_resume_from_the_registry() {
             &Target {
                 root_device: target.clone(),
                 node_parameters: None,
+                node_parameters_encoded: None,
             },
             &mut |_| {},
         )
@@ -187,6 +188,7 @@ fn an_install_waits_for_a_registry_that_comes_up() {
             &Target {
                 root_device: target.clone(),
                 node_parameters: None,
+                node_parameters_encoded: None,
             },
             &mut |_| {},
         )

@@ -211,14 +211,33 @@ impl<R: Read> Read for Tracked<'_, R> {
 }
 
 /// `parameters.pb`: the request's `node_parameters` (empty when unset),
-/// with the agent's own network configuration when it has none.
+/// as the request encoded them when it did, with the agent's own network
+/// configuration when they have none (appended as field 4: a parser
+/// merges it in, and the bytes sent stay as they were).
 fn node_parameters(target: &Target, options: &MetropolisOptions) -> Vec<u8> {
-    let mut parameters = target.node_parameters.clone().unwrap_or_default();
-    if parameters.network_config.is_none() {
-        parameters.network_config = options.network_config.clone();
+    let decoded = target.node_parameters.clone().unwrap_or_default();
+    let network = options
+        .network_config
+        .as_ref()
+        .filter(|_| decoded.network_config.is_none());
+    match &target.node_parameters_encoded {
+        Some(sent) => {
+            let mut bytes = sent.clone();
+            if let Some(network) = network {
+                prost::encoding::message::encode(NETWORK_CONFIG_FIELD, network, &mut bytes);
+            }
+            bytes
+        }
+        None => {
+            let mut parameters = decoded;
+            parameters.network_config = parameters.network_config.or(network.cloned());
+            parameters.encode_to_vec()
+        }
     }
-    parameters.encode_to_vec()
 }
+
+/// `NodeParameters.network_config`'s field number.
+const NETWORK_CONFIG_FIELD: u32 = 4;
 
 #[cfg(test)]
 mod tests {
@@ -251,5 +270,39 @@ mod tests {
         let kept = decoded(node_parameters(&target, &options)).unwrap_or_default();
         assert_eq!(kept.network_config, Some(own));
         assert!(node_parameters(&Target::default(), &MetropolisOptions::default()).is_empty());
+    }
+
+    #[test]
+    fn sent_parameters_are_written_as_sent_with_the_network_appended() {
+        // An unknown field (99, "new") and no network_config.
+        let sent = vec![0x9a, 0x06, 0x03, b'n', b'e', b'w'];
+        let agent_net = Net {
+            nameserver: vec![Default::default()],
+            ..Default::default()
+        };
+        let options = MetropolisOptions {
+            network_config: Some(agent_net.clone()),
+            ..MetropolisOptions::default()
+        };
+        let target = Target {
+            node_parameters: NodeParameters::decode(sent.as_slice()).ok(),
+            node_parameters_encoded: Some(sent.clone()),
+            ..Target::default()
+        };
+        let written = node_parameters(&target, &options);
+        assert!(
+            written.starts_with(&sent),
+            "the sent bytes first, unchanged"
+        );
+        let decoded = NodeParameters::decode(written.as_slice()).unwrap_or_default();
+        assert_eq!(decoded.network_config, Some(agent_net));
+        // With their own network_config they are written exactly.
+        let own = [0x22, 0x00, 0x9a, 0x06, 0x01, b'x'];
+        let target = Target {
+            node_parameters: NodeParameters::decode(&own[..]).ok(),
+            node_parameters_encoded: Some(own.to_vec()),
+            ..Target::default()
+        };
+        assert_eq!(node_parameters(&target, &options), own);
     }
 }

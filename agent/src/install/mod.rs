@@ -28,6 +28,7 @@ mod oci;
 mod reference;
 mod stages;
 mod verify;
+mod wire;
 mod writer;
 mod zstd;
 
@@ -56,6 +57,10 @@ pub struct Target {
     pub root_device: PathBuf,
     /// The node's parameters, written to the ESP by a Metropolis install.
     pub node_parameters: Option<NodeParameters>,
+    /// The same parameters as the request encoded them, when it came
+    /// encoded: written as they are (fields this agent does not know
+    /// kept), `network_config` appended when they have none.
+    pub node_parameters_encoded: Option<Vec<u8>>,
 }
 
 /// Something that installs an OS image onto a root device.
@@ -188,6 +193,17 @@ pub fn install_request(
     request: &OsInstallationRequest,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<(), InstallError> {
+    install_checked(installer, request, None, progress)
+}
+
+/// [`install_request`], with `request` as it was `encoded` when it came
+/// so (the node parameters are then written as they were sent).
+fn install_checked(
+    installer: &dyn Installer,
+    request: &OsInstallationRequest,
+    encoded: Option<&[u8]>,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<(), InstallError> {
     let Some(os_installation_request::Type::Metropolis(metropolis)) = &request.r#type else {
         return Err(InstallError::Unsupported {
             what: "installation request of no known type (only metropolis is supported)"
@@ -203,6 +219,12 @@ pub fn install_request(
     let target = Target {
         root_device: root_device_path(&metropolis.root_device)?,
         node_parameters: metropolis.node_parameters.clone(),
+        // OSInstallationRequest.metropolis = 2, then
+        // MetropolisInstallationRequest.node_parameters = 2.
+        node_parameters_encoded: encoded
+            .filter(|_| metropolis.node_parameters.is_some())
+            .and_then(|encoded| wire::field_bytes(encoded, 2))
+            .and_then(|metropolis| wire::field_bytes(&metropolis, 2)),
     };
     installer.install(image, &target, progress)
 }
@@ -219,5 +241,5 @@ pub fn install_encoded_request(
             field: "OSInstallationRequest",
             problem: format!("cannot decode: {e}"),
         })?;
-    install_request(installer, &request, progress)
+    install_checked(installer, &request, Some(encoded), progress)
 }

@@ -780,6 +780,7 @@ pub fn install(
     let target = Target {
         root_device: device.to_path_buf(),
         node_parameters: None,
+        node_parameters_encoded: None,
     };
     let mut reports = Vec::new();
     let result = installer.install(image, &target, &mut |p: &Progress| reports.push(p.clone()));

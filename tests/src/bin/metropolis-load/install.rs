@@ -89,6 +89,7 @@ async fn install(image: OsImageRef, target: PathBuf) -> Result<Timed> {
         let target = Target {
             root_device: target,
             node_parameters: None,
+            node_parameters_encoded: None,
         };
         OciInstaller::new()
             .allow_image_files(true)
