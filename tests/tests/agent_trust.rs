@@ -226,3 +226,58 @@ async fn heartbeats_refused_as_invalid_are_tried_again() {
         agent.log()
     );
 }
+
+/// Holds the first heartbeat for a minute without answering, then
+/// answers the others at once; counts them.
+struct Stalling {
+    seen: Arc<AtomicUsize>,
+}
+
+#[tonic::async_trait]
+impl AgentCallback for Stalling {
+    async fn heartbeat(
+        &self,
+        _: tonic::Request<HeartbeatRequest>,
+    ) -> Result<tonic::Response<HeartbeatResponse>, tonic::Status> {
+        if self.seen.fetch_add(1, Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        Ok(tonic::Response::new(HeartbeatResponse::default()))
+    }
+}
+
+/// Each heartbeat has its own deadline: a curator that accepts a
+/// heartbeat and never answers it holds the agent for --heartbeat-timeout
+/// (1 s here), not for ever; the next heartbeat goes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_heartbeat_ends_at_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("d"), RuntimeKind::Tokio);
+    let (creds, _) = ca_of(&d).issue_curator_node(&[]).unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let (addr, _trigger) = serve(&creds, Stalling { seen: seen.clone() });
+    let EnrolledMachine { key_file, .. } = d.enroll_machine(MACHINE, dir.path()).await;
+    let state = dir.path().join("state");
+    let flags = ["--heartbeat-timeout", "1"];
+    let agent = AgentProcess::start_at(&addr.to_string(), &d, MACHINE, &key_file, &state, &flags);
+    // The first heartbeat reaches the server; from then on the next one
+    // comes within its 1 s deadline and a backoff (the client's own
+    // per-attempt limit, several seconds, would come later).
+    while seen.load(Ordering::SeqCst) < 1 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stalled = Instant::now();
+    while seen.load(Ordering::SeqCst) < 2 {
+        assert!(
+            stalled.elapsed() < Duration::from_secs(3),
+            "the stalled heartbeat held the agent:\n{}",
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        agent.log().contains("--heartbeat-timeout"),
+        "the log does not say which deadline passed:\n{}",
+        agent.log()
+    );
+}
