@@ -81,8 +81,7 @@ fn partitions(device: &Path) -> Vec<(String, String, u64, u64)> {
 
 /// A `Boot####` variable file as efivarfs holds it, decoded by this
 /// test: attributes, load option attributes, description, and the device
-/// path's hard-drive node (partition, start, size, GUID bytes) and file
-/// path.
+/// path's hard-drive node (partition, start, size, GUID) and file path.
 struct BootEntry {
     attributes: u32,
     option_attributes: u32,
@@ -90,6 +89,8 @@ struct BootEntry {
     partition: u32,
     start: u64,
     blocks: u64,
+    /// The partition's unique GUID, as `sfdisk` writes one.
+    guid: String,
     file: String,
 }
 
@@ -117,6 +118,20 @@ fn decode_boot_entry(file: &[u8]) -> BootEntry {
     let partition = le32(at + 4);
     let (start, blocks) = (le64(at + 8), le64(at + 16));
     assert_eq!(&path[40..42], &[2, 2], "GPT format, GUID signature");
+    // The signature: the GUID in its mixed-endian bytes.
+    let g = &path[24..40];
+    let guid = format!(
+        "{:08X}-{:04X}-{:04X}-{:02X}{:02X}-{}",
+        u32::from_le_bytes(g[..4].try_into().unwrap()),
+        u16::from_le_bytes([g[4], g[5]]),
+        u16::from_le_bytes([g[6], g[7]]),
+        g[8],
+        g[9],
+        g[10..]
+            .iter()
+            .map(|b| format!("{b:02X}"))
+            .collect::<String>()
+    );
     let node = &path[42..];
     assert_eq!(&node[..2], &[4, 4], "a file path node");
     let len = usize::from(u16::from_le_bytes([node[2], node[3]]));
@@ -130,8 +145,25 @@ fn decode_boot_entry(file: &[u8]) -> BootEntry {
         partition,
         start,
         blocks,
+        guid,
         file: file_name,
     }
+}
+
+/// A `BootOrder` variable file decoded: its attributes and entries.
+fn decode_boot_order(file: &[u8]) -> (u32, Vec<u16>) {
+    let attributes = u32::from_le_bytes(file[..4].try_into().unwrap());
+    (attributes, u16s(&file[4..]))
+}
+
+/// The unique GUID `sfdisk --json` reads for `device`'s first partition.
+fn first_partition_uuid(device: &Path) -> String {
+    let json = run(Command::new("sfdisk").arg("--json").arg(device));
+    let table: serde_json::Value = serde_json::from_str(&json).unwrap();
+    table["partitiontable"]["partitions"][0]["uuid"]
+        .as_str()
+        .unwrap()
+        .to_uppercase()
 }
 
 /// `metroctl install request` of `image` onto `root_device` for
@@ -349,10 +381,15 @@ async fn the_agent_installs_metropolis_and_the_disk_boots_its_slots() {
         (1, 2048, 786_432)
     );
     assert_eq!(entry.file, "\\EFI\\BOOT\\BOOTx64.EFI");
+    assert_eq!(
+        entry.guid,
+        first_partition_uuid(device.path()),
+        "the ESP's GUID"
+    );
     let order = std::fs::read(efivars.join(format!("BootOrder-{GLOBAL}"))).unwrap();
     assert_eq!(
-        order,
-        [7, 0, 0, 0, 1, 0],
+        decode_boot_order(&order),
+        (7, vec![1]),
         "BootOrder is the new entry alone"
     );
     assert_eq!(
