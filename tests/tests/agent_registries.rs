@@ -43,6 +43,9 @@ use prost::Message;
 
 const MACHINE: &str = "6f1c0c3e-5a8b-4f0e-9a57-0f3a1c2b7d44";
 const REPO: &str = "os/metropolis";
+/// The artifact types of a whole-disk and a Metropolis OS image.
+const DISK: &str = "application/vnd.metropolis-rs.os.disk-image.v1";
+const METROPOLIS: &str = "application/vnd.monogon.os.image.v1";
 
 fn request(host: &str, digest: &str, root: &Path) -> Vec<u8> {
     agent::OsInstallationRequest {
@@ -197,6 +200,111 @@ fn an_install_waits_for_a_registry_that_comes_up() {
     let _proxy = opener.join().unwrap();
     assert!(took >= Duration::from_secs(9), "took {took:?}");
     assert!(std::fs::read(&target).unwrap() == data);
+}
+
+/// Images that do not describe what they hold, served by Debian's
+/// registry: a config of another `format_version`, a payload whose chunk
+/// hashes are fewer than its size needs, a layer of an unknown media
+/// type, a Metropolis image without `system`. Each is refused with an
+/// error saying what is wrong, before the disk is touched.
+#[test]
+fn images_that_do_not_describe_themselves_are_refused_untouched() {
+    use bmaas_agent::install::{Installer, MetropolisOptions, OciInstaller, Target};
+    use metropolis_tests::registry::payload_config;
+    assert!(Registry::available(), "docker-registry is not installed");
+    let registry = Registry::start();
+    let payload = image(3 << 20, 11);
+    let raw = registry.push_blob(REPO, &payload);
+    let layer = |media_type: &str| {
+        format!(
+            r#"{{"mediaType":"{media_type}","digest":"{raw}","size":{}}}"#,
+            payload.len()
+        )
+    };
+    let raw_layer = layer("application/octet-stream");
+    // (artifact type, config, layers, what the error must say)
+    let good = payload_config("disk", &payload, 1 << 20);
+    // Two chunk hashes for a payload of three chunks.
+    let short = payload_config("disk", &payload[..2 << 20], 1 << 20).replace(
+        &format!("\"size\":{}", 2 << 20),
+        &format!("\"size\":{}", payload.len()),
+    );
+    let cases = [
+        (
+            DISK,
+            format!(r#"{{"format_version":"2","payloads":[{good}]}}"#),
+            raw_layer.clone(),
+            "format_version",
+        ),
+        (
+            DISK,
+            format!(r#"{{"format_version":"1","payloads":[{short}]}}"#),
+            raw_layer.clone(),
+            "chunk",
+        ),
+        (
+            DISK,
+            format!(r#"{{"format_version":"1","payloads":[{good}]}}"#),
+            layer("application/gzip"),
+            "application/gzip",
+        ),
+        (
+            METROPOLIS,
+            format!(
+                r#"{{"format_version":"1","payloads":[{}]}}"#,
+                payload_config("kernel.efi", &payload, 1 << 20)
+            ),
+            raw_layer.clone(),
+            "no system payload",
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let firmware = dir.path().join("efi");
+    std::fs::create_dir_all(firmware.join("efivars")).unwrap();
+    let installer =
+        OciInstaller::new()
+            .allow_image_files(true)
+            .with_metropolis(MetropolisOptions {
+                firmware_dir: firmware.clone(),
+                efivars_dir: firmware.join("efivars"),
+                network_config: None,
+            });
+    let disk = dir.path().join("disk.img");
+    std::fs::write(&disk, vec![0xaa; 1 << 20]).unwrap();
+    for (i, (artifact, config, layers, expected)) in cases.into_iter().enumerate() {
+        let config_digest = registry.push_blob(REPO, config.as_bytes());
+        let manifest = format!(
+            r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","artifactType":"{artifact}","config":{{"mediaType":"application/vnd.monogon.os.image.config.v1+json","digest":"{config_digest}","size":{}}},"layers":[{layers}]}}"#,
+            config.len()
+        );
+        let digest = registry.push_manifest(
+            REPO,
+            &format!("bad{i}"),
+            "application/vnd.oci.image.manifest.v1+json",
+            manifest.as_bytes(),
+        );
+        let image = api::OsImageRef {
+            scheme: "http".into(),
+            host: registry.addr.clone(),
+            repository: REPO.into(),
+            tag: String::new(),
+            digest,
+        };
+        let target = Target {
+            root_device: disk.clone(),
+            ..Target::default()
+        };
+        let err = match installer.install(&image, &target, &mut |_| {}) {
+            Ok(()) => panic!("case {i} ({expected}) installed"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains(expected), "case {i}: {err}");
+        let after = std::fs::read(&disk).unwrap();
+        assert!(
+            after.len() == 1 << 20 && after.iter().all(|b| *b == 0xaa),
+            "case {i}: the disk was touched"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
