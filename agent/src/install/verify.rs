@@ -92,7 +92,10 @@ impl fmt::Display for PayloadFailure {
 
 impl std::error::Error for PayloadFailure {}
 
-/// How many threads hash: every core, at most 8.
+/// How many threads hash: every core, at most 8. Eight hash over 10 GB/s
+/// (1.25 to 1.9 GB/s each), more than any disk or link an install
+/// reads from, and each holds batches in memory: more would buy nothing
+/// but memory.
 pub(super) fn workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
 }
