@@ -4,7 +4,8 @@
 //! responses, install results (also for generations not installing),
 //! restarts and time, including huge durations.
 //!
-//! Input: the configuration (interval, jitter, backoff; see [`config`]),
+//! Input: the configuration (interval, jitter, backoff, when to reboot;
+//! see [`config`]),
 //! the seed, the persisted last acted generation, then operations
 //! (`op % 8`): 0 the operator submits a request (a valid one, or bytes
 //! from the input); 1-2 the heartbeat in flight reaches the server and
@@ -22,7 +23,10 @@
 //! hardware report; every report sent answers a generation this run
 //! installed (with the result it got) or refuses one an earlier run acted
 //! on; the loop never stalls (a heartbeat in flight or a timer set); the
-//! next timer is never in the past after it fired.
+//! next timer is never in the past after it fired; a reboot is asked for
+//! only as configured (never; after a success; after any install), only
+//! once that generation's report was acknowledged, never during an
+//! install, and the machine restarting then never installs it again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -64,15 +68,18 @@ pub fn config(input: &mut Input) -> AgentConfig {
     let backoff_base = duration(input);
     let cap = u32::from(input.u8());
     let backoff_jitter = fraction(input);
+    let reboot_after = match input.u8() % 3 {
+        0 => RebootAfter::Never,
+        1 => RebootAfter::Success,
+        _ => RebootAfter::Always,
+    };
     AgentConfig {
         interval,
         jitter: (low, low + spread),
         backoff_base,
         backoff_cap: backoff_base.saturating_mul(cap),
         backoff_jitter,
-        // Reboots end the loop; the harness checks that none is asked for
-        // when none is configured (reboots are the loop's unit tests').
-        reboot_after: RebootAfter::Never,
+        reboot_after,
     }
 }
 
@@ -95,6 +102,12 @@ struct Sim {
     installed: BTreeSet<i64>,
     /// Install results handed to the agent in this run.
     results: BTreeMap<i64, ReportResult>,
+    /// The report the heartbeat in flight carries.
+    carried: Option<(i64, ReportResult)>,
+    /// Reports a heartbeat carried and was answered, in this run.
+    acknowledged: BTreeMap<i64, ReportResult>,
+    /// The loop asked for a reboot: the run ends (the machine restarts).
+    rebooting: bool,
 }
 
 impl Sim {
@@ -107,6 +120,11 @@ impl Sim {
         for _ in 0..64 {
             while let Some(action) = self.agent.poll_action() {
                 self.act(action);
+                if self.rebooting {
+                    // The machine restarts: nothing more of this run.
+                    self.rebooting = false;
+                    self.restart(false);
+                }
             }
             match self.agent.poll_timeout() {
                 Some(at) if at <= self.now => self.agent.handle_timeout(self.now),
@@ -162,7 +180,23 @@ impl Sim {
                 self.installing = Some(generation);
             }
             Action::Reboot { generation } => {
-                panic!("reboot after generation {generation} with reboot_after Never")
+                // Only after that generation's report was acknowledged,
+                // and as configured: after a success, or after any.
+                let acknowledged = self.acknowledged.get(&generation);
+                match self.config.reboot_after {
+                    RebootAfter::Never => panic!("reboot after {generation} configured never"),
+                    RebootAfter::Success => assert_eq!(
+                        acknowledged,
+                        Some(&ReportResult::Success),
+                        "reboot after {generation} without its success acknowledged"
+                    ),
+                    RebootAfter::Always => assert!(
+                        acknowledged.is_some(),
+                        "reboot after {generation} without its report acknowledged"
+                    ),
+                }
+                assert_eq!(self.installing, None, "reboot during an install");
+                self.rebooting = true;
             }
             Action::SendHeartbeat(plan) => {
                 assert!(self.in_flight.is_none(), "two heartbeats in flight");
@@ -173,6 +207,10 @@ impl Sim {
                     );
                     self.first_of_run = false;
                 }
+                self.carried = plan
+                    .installation_report
+                    .as_ref()
+                    .map(|r| (r.generation, r.result.clone()));
                 if let Some(report) = &plan.installation_report {
                     match self.results.get(&report.generation) {
                         Some(result) => assert_eq!(&report.result, result, "report changed"),
@@ -202,6 +240,9 @@ impl Sim {
     }
 
     fn respond(&mut self, offer: Option<(i64, Bytes)>) {
+        if let Some((generation, result)) = self.carried.take() {
+            self.acknowledged.insert(generation, result);
+        }
         self.offered = offer.clone();
         self.agent.handle_heartbeat_ok(self.now, offer);
     }
@@ -217,6 +258,8 @@ impl Sim {
         self.just_persisted = None;
         self.first_of_run = true;
         self.results.clear();
+        self.carried = None;
+        self.acknowledged.clear();
         self.acted_before = self.disk_last_acted;
         self.agent = AgentLoop::new(
             self.config.clone(),
@@ -273,6 +316,7 @@ impl Sim {
                     if processed {
                         self.serve(&plan);
                     }
+                    self.carried = None;
                     self.agent.handle_heartbeat_failed(self.now);
                 }
             }
@@ -355,6 +399,9 @@ pub fn run(data: &[u8]) {
         installing: None,
         installed: BTreeSet::new(),
         results: BTreeMap::new(),
+        carried: None,
+        acknowledged: BTreeMap::new(),
+        rebooting: false,
     };
     sim.settle();
     let mut steps = 0;
