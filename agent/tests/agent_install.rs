@@ -1043,6 +1043,35 @@ fn a_metropolis_image_is_checked_before_the_device_is_touched() {
     }));
 }
 
+/// An installer of Metropolis images on a machine "booted with EFI": its
+/// firmware directory and efivars under `dir`.
+#[cfg(feature = "loader")]
+fn efi_installer(dir: &Path) -> OciInstaller {
+    let firmware = dir.join("efi");
+    std::fs::create_dir_all(firmware.join("efivars")).unwrap();
+    installer().with_metropolis(MetropolisOptions {
+        firmware_dir: firmware.clone(),
+        efivars_dir: firmware.join("efivars"),
+        network_config: None,
+    })
+}
+
+/// A sparse 9 GiB disk in `dir` (large enough for the layout) whose
+/// first 4 KiB are 0xaa; its path and the open file.
+#[cfg(feature = "loader")]
+fn marked_disk(dir: &Path) -> (std::path::PathBuf, std::fs::File) {
+    let disk = dir.join("disk.img");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&disk)
+        .unwrap();
+    file.set_len(9 << 30).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0xaa; 4096], 0).unwrap();
+    (disk, file)
+}
+
 /// Payloads larger than their places are refused from the config's
 /// sizes, before any payload is fetched or the device touched: a
 /// `kernel.efi` over [`MAX_KERNEL_BYTES`] (it must fit the ESP) and a
@@ -1054,23 +1083,8 @@ fn oversized_payloads_are_refused_before_the_device_is_touched() {
     const MIB16: u64 = 16 << 20;
     let registry = Registry::start();
     let dir = tempfile::tempdir().unwrap();
-    let firmware = dir.path().join("efi");
-    std::fs::create_dir(&firmware).unwrap();
-    let efi = installer().with_metropolis(MetropolisOptions {
-        firmware_dir: firmware.clone(),
-        efivars_dir: firmware.join("efivars"),
-        network_config: None,
-    });
-    // A sparse disk large enough for the layout, its head marked.
-    let disk = dir.path().join("disk.img");
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&disk)
-        .unwrap();
-    file.set_len(9 << 30).unwrap();
-    std::os::unix::fs::FileExt::write_all_at(&file, &[0xaa; 4096], 0).unwrap();
+    let efi = efi_installer(dir.path());
+    let (disk, file) = marked_disk(dir.path());
     // Entries claiming sizes (with as many chunk hashes as they need);
     // the layers are small and never asked for.
     let entry = |name: &str, size: u64| {
@@ -1144,23 +1158,8 @@ fn a_bad_kernel_chunk_is_named_and_never_reaches_the_esp() {
     tampered[10_000] ^= 0xff;
     registry.route(&pushed.blob_path(0), Route::ok(RAW, tampered.clone()));
     let dir = tempfile::tempdir().unwrap();
-    let firmware = dir.path().join("efi");
-    std::fs::create_dir(&firmware).unwrap();
-    std::fs::create_dir(firmware.join("efivars")).unwrap();
-    let efi = installer().with_metropolis(MetropolisOptions {
-        firmware_dir: firmware.clone(),
-        efivars_dir: firmware.join("efivars"),
-        network_config: None,
-    });
-    let disk = dir.path().join("disk.img");
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&disk)
-        .unwrap();
-    file.set_len(9 << 30).unwrap();
-    std::os::unix::fs::FileExt::write_all_at(&file, &[0xaa; 4096], 0).unwrap();
+    let efi = efi_installer(dir.path());
+    let (disk, file) = marked_disk(dir.path());
 
     let image_ref = registry.image_ref(&pushed.manifest_digest);
     let err = must_fail(install(&efi, &image_ref, &disk));

@@ -107,13 +107,27 @@ fn auth_file(path: &Path, registries: &[&str], user: &str, password: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
+/// Installs `image` onto the file `target` with the installer in this
+/// process (its defaults, image files allowed), as the agent would;
+/// panics with the error and `registry`'s log if it fails.
+fn install_in_process(image: &api::OsImageRef, target: &Path, registry: &Registry) {
+    use bmaas_agent::install::{Installer, OciInstaller, Target};
+    let target = Target {
+        root_device: target.to_path_buf(),
+        ..Target::default()
+    };
+    OciInstaller::new()
+        .allow_image_files(true)
+        .install(image, &target, &mut |_| {})
+        .unwrap_or_else(|e| panic!("{e}\n{}", registry.log()));
+}
+
 /// The installer in this process against Debian's registry through a
 /// link that drops twice in the middle of the layer: each break is
 /// resumed with a `Range` from where it stopped (the registry answers
 /// 206), and the target holds the image exactly.
 #[test]
 fn downloads_cut_short_resume_from_the_registry() {
-    use bmaas_agent::install::{Installer, OciInstaller, Target};
     use metropolis_tests::cut_proxy::{CutProxy, Way};
     assert!(Registry::available(), "docker-registry is not installed");
     let registry = Registry::start();
@@ -129,18 +143,7 @@ fn downloads_cut_short_resume_from_the_registry() {
         tag: String::new(),
         digest,
     };
-    OciInstaller::new()
-        .allow_image_files(true)
-        .install(
-            &image,
-            &Target {
-                root_device: target.clone(),
-                node_parameters: None,
-                node_parameters_encoded: None,
-            },
-            &mut |_| {},
-        )
-        .unwrap_or_else(|e| panic!("{e}\n{}", registry.log()));
+    install_in_process(&image, &target, &registry);
     assert_eq!(proxy.cut.load(Ordering::SeqCst), 2);
     assert!(std::fs::read(&target).unwrap() == data);
     let log = registry.log();
@@ -158,7 +161,6 @@ fn downloads_cut_short_resume_from_the_registry() {
 /// 7.5 s of waits, the policy before, gave up first.)
 #[test]
 fn an_install_waits_for_a_registry_that_comes_up() {
-    use bmaas_agent::install::{Installer, OciInstaller, Target};
     use metropolis_tests::proxy::{Proxy, copy_in_background};
     assert!(Registry::available(), "docker-registry is not installed");
     let registry = Registry::start();
@@ -184,18 +186,7 @@ fn an_install_waits_for_a_registry_that_comes_up() {
         })
     });
     let started = Instant::now();
-    OciInstaller::new()
-        .allow_image_files(true)
-        .install(
-            &image,
-            &Target {
-                root_device: target.clone(),
-                node_parameters: None,
-                node_parameters_encoded: None,
-            },
-            &mut |_| {},
-        )
-        .unwrap_or_else(|e| panic!("{e}\n{}", registry.log()));
+    install_in_process(&image, &target, &registry);
     let took = started.elapsed();
     let _proxy = opener.join().unwrap();
     assert!(took >= Duration::from_secs(9), "took {took:?}");
