@@ -74,7 +74,7 @@ impl std::error::Error for EspError {
     }
 }
 
-/// [`format`] with each file's contents given whole.
+/// [`format()`] with each file's contents given whole.
 pub fn format_bytes(
     device: &File,
     layout: &Layout,
