@@ -32,8 +32,9 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     /// Four retries, waiting 0.5 s, 1 s, 2 s and 4 s: a registry that is
-    /// down fails the install within about 8 s, and the agent's next
-    /// generation may try again.
+    /// down fails a request within about 8 s. For callers without a
+    /// deadline of their own; the agent's installer uses
+    /// [`RetryPolicy::until_deadline`] within its installation limit.
     fn default() -> Self {
         RetryPolicy {
             retries: 4,
