@@ -33,6 +33,11 @@ pub enum OsimageCommand {
     /// Push an image layout directory (from `osimage build`) to a
     /// registry. Prints the image reference `metroctl install request
     /// --image` takes.
+    ///
+    /// Blobs the registry has are skipped. A request that fails for a
+    /// passing reason (no connection, 429, 5xx) is tried three more times
+    /// (after 0.5, 1 and 2 s, or as Retry-After asks), an upload cut
+    /// short starts over, and each retry is said on stderr.
     Push(PushArgs),
 }
 
