@@ -20,7 +20,7 @@
 
 #![cfg_attr(not(test), no_std)]
 
-#[cfg(not(test))]
+#[cfg(all(not(test), feature = "rt"))]
 mod rt;
 pub mod state;
 pub mod vars;

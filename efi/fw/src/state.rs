@@ -81,6 +81,11 @@ fn varint(bytes: &[u8], pos: &mut usize) -> Option<u64> {
     for shift in (0..70).step_by(7) {
         let byte = *bytes.get(*pos)?;
         *pos += 1;
+        // The tenth byte holds the 64th bit alone: more overflows, and
+        // protobuf (prost, as the reference's loader) refuses it.
+        if shift == 63 && byte > 1 {
+            return None;
+        }
         value |= u64::from(byte & 0x7f) << shift;
         if byte & 0x80 == 0 {
             return Some(value);
@@ -321,6 +326,11 @@ mod tests {
             &[
                 0x1a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
             ], // huge length
+            // Found by the `loader_state` fuzz target: a tenth varint byte
+            // over 1 overflows 64 bits; prost refuses it.
+            &[
+                0x10, 0xbf, 0x98, 0xe2, 0x98, 0xe2, 0x98, 0xe2, 0xef, 0xef, 0x30,
+            ],
         ] {
             assert_eq!(LoaderData::decode(bad), None, "{bad:02x?}");
         }

@@ -18,6 +18,7 @@ pub mod certificate;
 pub mod election_value;
 pub mod input;
 pub mod lines;
+pub mod loader_state;
 pub mod logs;
 pub mod records;
 pub mod replay;
@@ -32,7 +33,7 @@ pub type Harness = fn(&[u8]);
 
 /// Every target: its name (the cargo-fuzz binary and corpus directory)
 /// and its harness.
-pub const TARGETS: [(&str, Harness); 11] = [
+pub const TARGETS: [(&str, Harness); 12] = [
     ("rpc", rpc::run),
     ("watch_machine", watch::run),
     ("trace_session", trace::run),
@@ -44,4 +45,5 @@ pub const TARGETS: [(&str, Harness); 11] = [
     ("peer_certificate", certificate::run),
     ("stored_records", records::run),
     ("trace_pipe_lines", lines::run),
+    ("loader_state", loader_state::run),
 ];

@@ -38,6 +38,7 @@ pub fn all() -> Vec<(&'static str, Seeds)> {
         ("leader_election_value", decoders::election()),
         ("stored_records", decoders::records()),
         ("trace_pipe_lines", decoders::lines()),
+        ("loader_state", decoders::loader_state()),
     ]
 }
 

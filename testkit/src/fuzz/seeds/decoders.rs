@@ -182,3 +182,18 @@ pub fn lines() -> Seeds {
     out.push(("no-wait".to_string(), w.finish()));
     out
 }
+
+/// `loader_state` seeds: files the node's OS writes, and a few it must
+/// not (an invalid slot, a group).
+pub fn loader_state() -> Seeds {
+    [
+        ("empty", &b""[..]),
+        ("active-b", b"\x08\x02"),
+        ("active-a-next-b", b"\x08\x01\x10\x02"),
+        ("next-invalid", b"\x10\xff\xff\xff\xff\x0f"),
+        ("group", b"\x0b\x0c"),
+    ]
+    .into_iter()
+    .map(|(name, bytes)| (name.to_string(), bytes.to_vec()))
+    .collect()
+}
