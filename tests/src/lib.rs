@@ -251,6 +251,20 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The log once it holds `text`, waiting up to 10 s: a line logged
+    /// after the listeners are bound can come after the daemon already
+    /// answers connections.
+    pub fn log_once_it_holds(&self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log();
+            if log.contains(text) || Instant::now() >= deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn wait_ready(&mut self) {
         if let Err(log) = self.try_wait_ready() {
             panic!("metropolisd exited early:\n{log}");

@@ -107,14 +107,10 @@ async fn generated_ca_kubeconfig(runtime: RuntimeKind) {
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
     assert!(e.message().starts_with("id:"), "{}", e.message());
     // Every issuance is logged, with the expiry.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !d.log().contains("issued a debug kubeconfig") {
-        assert!(std::time::Instant::now() < deadline, "{}", d.log());
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert!(d.log().contains("not_after_unix"), "{}", d.log());
+    let log = d.log_once_it_holds("issued a debug kubeconfig");
+    assert!(log.contains("issued a debug kubeconfig"), "{log}");
+    assert!(log.contains("not_after_unix"), "{log}");
     // With the caller's address.
-    let log = d.log();
     let issued = log
         .lines()
         .find(|l| l.contains("issued a debug kubeconfig"))
@@ -351,18 +347,11 @@ async fn metropolis_identities_are_refused(runtime: RuntimeKind) {
     );
 }
 
-/// Waits up to 5 s for `d`'s log to contain `text`: the daemon answers on
-/// its listeners (bound first) a moment before it logs what it serves.
-async fn logs_soon(d: &Daemon, text: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !d.log().contains(text) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{text:?} not logged:\n{}",
-            d.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// Asserts that `d` logs `text` within 10 s: the daemon answers on its
+/// listeners (bound first) a moment before it logs what it serves.
+fn logs_soon(d: &Daemon, text: &str) {
+    let log = d.log_once_it_holds(text);
+    assert!(log.contains(text), "{text:?} not logged:\n{log}");
 }
 
 /// A debug listener beyond loopback needs --debug-listen-non-loopback:
@@ -389,7 +378,7 @@ async fn non_loopback_debug_listen_needs_the_opt_in(runtime: RuntimeKind) {
     );
 
     let d = Daemon::start_debug_on(&data, runtime, "0.0.0.0", &["--debug-listen-non-loopback"]);
-    logs_soon(&d, "REACHABLE FROM THE NETWORK").await;
+    logs_soon(&d, "REACHABLE FROM THE NETWORK");
     d.debug_client()
         .await
         .get_debug_kubeconfig(debug::GetDebugKubeconfigRequest {
@@ -402,7 +391,7 @@ async fn non_loopback_debug_listen_needs_the_opt_in(runtime: RuntimeKind) {
     // On loopback, the opt-in changes nothing but the flag being allowed.
     let other = dir.path().join("other");
     let d = Daemon::start_debug(&other, runtime, &["--debug-listen-non-loopback"]);
-    logs_soon(&d, "UNAUTHENTICATED").await;
+    logs_soon(&d, "UNAUTHENTICATED");
     assert!(
         !d.log().contains("REACHABLE FROM THE NETWORK"),
         "{}",

@@ -111,7 +111,7 @@ async fn notifies_ready_watchdog_and_stopping(runtime: RuntimeKind) {
 async fn text_logs_without_colours_when_not_a_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = metropolis_tests::Daemon::start(&dir.path().join("data"), RuntimeKind::Tokio);
-    let log = d.log();
+    let log = d.log_once_it_holds("curator serving");
     assert!(log.contains("curator serving"), "{log}");
     assert!(
         !log.contains('\u{1b}'),
