@@ -34,6 +34,10 @@ pub enum Canary {
     /// The agent loop installs without asking for its generation to be
     /// persisted first: a restarted agent acts on it again.
     ForgetLastActed,
+    /// The agent loop has the machine reboot as soon as a successful
+    /// install ends, before a heartbeat has delivered its report: the
+    /// curator never learns of the install.
+    RebootBeforeDelivered,
     /// A cancelled trace session leaves tracefs as it set it (no teardown).
     SkipTeardown,
     /// The embedded store tells the callers of a batch whose write failed
@@ -57,7 +61,7 @@ pub enum Canary {
 
 impl Canary {
     /// Every canary, planted ones only.
-    pub const ALL: [Canary; 13] = [
+    pub const ALL: [Canary; 14] = [
         Canary::DropFence,
         Canary::SkipCacheFailure,
         Canary::DropTombstones,
@@ -65,6 +69,7 @@ impl Canary {
         Canary::ForwardForwarded,
         Canary::AcceptUnregisteredAgentKey,
         Canary::ForgetLastActed,
+        Canary::RebootBeforeDelivered,
         Canary::SkipTeardown,
         Canary::AckFailedWrite,
         Canary::WatchPastDurable,
@@ -84,6 +89,7 @@ impl Canary {
             Canary::ForwardForwarded => "forward-forwarded",
             Canary::AcceptUnregisteredAgentKey => "accept-unregistered-agent-key",
             Canary::ForgetLastActed => "forget-last-acted",
+            Canary::RebootBeforeDelivered => "reboot-before-delivered",
             Canary::SkipTeardown => "skip-teardown",
             Canary::AckFailedWrite => "ack-failed-write",
             Canary::WatchPastDurable => "watch-past-durable",

@@ -144,7 +144,8 @@ pub enum RebootError {
         /// Why, for the operator.
         reason: String,
     },
-    /// This agent does not reboot machines (a simulated one).
+    /// This agent has no machine it may reboot (an embedder's agent run
+    /// where rebooting is not its to do).
     Unsupported {
         /// Why, for the operator.
         reason: String,

@@ -63,6 +63,7 @@ impl World {
                 Canary::ForwardForwarded,
                 Canary::AcceptUnregisteredAgentKey,
                 Canary::ForgetLastActed,
+                Canary::RebootBeforeDelivered,
             ],
             World::Traces => &[Canary::SkipTeardown],
             World::Storage => &[

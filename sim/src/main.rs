@@ -59,7 +59,8 @@ struct Args {
     /// Plant a bug in the production code: drop-fence,
     /// skip-cache-failure, drop-tombstones, skip-read-your-writes,
     /// forward-forwarded, accept-unregistered-agent-key,
-    /// forget-last-acted (cluster); skip-teardown (traces);
+    /// forget-last-acted, reboot-before-delivered (cluster);
+    /// skip-teardown (traces);
     /// ack-failed-write, damage-read-as-torn (storage, embedded);
     /// read-error-as-missing, repair-on-one-read (storage);
     /// watch-past-durable (embedded). A campaign with a canary passes only if some seed

@@ -465,6 +465,13 @@ impl AgentLoop {
         if matches!(self.heartbeat, Heartbeat::Waiting(_)) {
             self.heartbeat = Heartbeat::Due;
         }
+        if crate::canary_planted!(RebootBeforeDelivered)
+            && self.config.reboot_after != RebootAfter::Never
+            && self.report.as_ref().is_some_and(|r| r.result.is_success())
+        {
+            self.rebooting = true;
+            self.actions.push_back(Action::Reboot { generation });
+        }
     }
 
     /// The latest generation acted on, by this run or an earlier one.

@@ -12,12 +12,18 @@
 //! generation it last persisted, as `bmaas-agent` does from its state
 //! file (persisted before each install starts).
 //!
+//! Agent 0 has its machine reboot after each successful install
+//! ([`RebootAfter::Success`], as `bmaas-agent` runs by default); the
+//! machine is back, taken over by a fresh agent, 0.5-2 s later. Agent 1
+//! never reboots.
+//!
 //! Checked by the caller at the end ([`Provisioning::check`]): the
 //! impostor was never answered OK; no agent installed a generation twice
 //! (across its restarts) or one it was not handed; each machine's current
 //! generation was reported installed, or failed only because its agent
-//! restarted after acting on it; and each agent heartbeats successfully
-//! again.
+//! restarted after acting on it; no machine rebooted before a heartbeat
+//! carrying its install's success was answered; and each agent
+//! heartbeats successfully again.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,10 +36,10 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use metropolis_core::identity::Identity;
 use metropolis_core::ports::{MonotonicClock, Timer};
-use metropolis_core::provisioning::{AgentConfig, AgentLoop, offered_request};
+use metropolis_core::provisioning::{AgentConfig, AgentLoop, RebootAfter, offered_request};
 use metropolis_proto::prelude::{agent, storage as machines};
 use metropolis_service::agent_driver::{
-    AgentPorts, HeartbeatError, InstallError, PersistError, RebootError, drive_agent,
+    AgentPorts, AgentStopped, HeartbeatError, InstallError, PersistError, RebootError, drive_agent,
 };
 use prost::Message;
 
@@ -73,6 +79,11 @@ pub struct AgentRecord {
     pub restarted_with: Vec<Option<i64>>,
     /// Restarts that killed an install in progress.
     pub interrupted: u64,
+    /// Generations whose success report a heartbeat carried and a curator
+    /// answered OK.
+    pub acknowledged: Vec<i64>,
+    /// The generations after whose install the machine rebooted, in order.
+    pub rebooted_after: Vec<i64>,
 }
 
 /// The provisioning clients of one run.
@@ -207,15 +218,17 @@ impl Provisioning {
         self.start_agents();
     }
 
-    /// Installs started, and installs a restart killed, over all agents.
-    pub fn installs(&self) -> (u64, u64) {
+    /// Installs started, installs a restart killed, and reboots, over all
+    /// agents.
+    pub fn installs(&self) -> (u64, u64, u64) {
         self.agents
             .iter()
-            .fold((0, 0), |(started, killed), record| {
+            .fold((0, 0, 0), |(started, killed, reboots), record| {
                 let record = record.lock().unwrap();
                 (
                     started + record.installed.len() as u64,
                     killed + record.interrupted,
+                    reboots + record.rebooted_after.len() as u64,
                 )
             })
     }
@@ -394,42 +407,56 @@ async fn operator(
 }
 
 /// Agent `m`: core's `AgentLoop` run by core's agent driver on the
-/// agents' node, over [`SimAgent`].
+/// agents' node, over [`SimAgent`]. When the driver has the machine
+/// reboot, the machine is down 0.5-2 s (booting what was installed, then
+/// taken over again) and a fresh agent starts from what was persisted.
 async fn run_agent(
     world: Arc<World>,
     m: usize,
-    mut rng: Rng,
+    rng: Rng,
     out: Arc<Mutex<AgentRecord>>,
     disk: Arc<Mutex<Option<i64>>>,
 ) {
     let node = world.rt.node(world.agents);
-    let persisted = *disk.lock().unwrap();
     let config = AgentConfig {
         interval: Duration::from_millis(500),
         backoff_base: Duration::from_millis(100),
         backoff_cap: Duration::from_secs(2),
+        reboot_after: if m == 0 {
+            RebootAfter::Success
+        } else {
+            RebootAfter::Never
+        },
         ..AgentConfig::default()
     };
-    let Ok(machine) = AgentLoop::new(config, persisted, rng.below(u64::MAX), node.now()) else {
-        panic!("the agent's configuration is valid");
-    };
-    let ports = SimAgent {
+    let ports = Arc::new(SimAgent {
         world,
         m,
         rng: Mutex::new(rng),
         out,
-        disk,
-    };
-    let clock = Arc::new(node.clone());
-    let stopped = drive_agent(
-        machine,
-        machine_id(m),
-        Arc::new(ports),
-        clock,
-        Arc::new(node),
-    )
-    .await;
-    panic!("agent {m} stopped: {stopped}");
+        disk: disk.clone(),
+    });
+    loop {
+        let persisted = *disk.lock().unwrap();
+        let seed = ports.rng.lock().unwrap().below(u64::MAX);
+        let Ok(machine) = AgentLoop::new(config.clone(), persisted, seed, node.now()) else {
+            panic!("the agent's configuration is valid");
+        };
+        let clock = Arc::new(node.clone());
+        let stopped = drive_agent(
+            machine,
+            machine_id(m),
+            ports.clone(),
+            clock,
+            Arc::new(node.clone()),
+        )
+        .await;
+        let AgentStopped::Rebooting { .. } = stopped else {
+            panic!("agent {m} stopped: {stopped}");
+        };
+        let down = Duration::from_millis(ports.rng.lock().unwrap().range(500, 2000));
+        node.sleep_until(node.now() + down).await;
+    }
 }
 
 /// What agent `m`'s driver reaches: heartbeats as framed gRPC through
@@ -451,6 +478,13 @@ impl AgentPorts for SimAgent {
         let target = self.rng.lock().unwrap().index(self.world.curators);
         let (world, out) = (self.world.clone(), self.out.clone());
         let identity = Identity::Agent(agent_key(self.m));
+        let success = request.installation_report.as_ref().and_then(|report| {
+            matches!(
+                report.result,
+                Some(agent::os_installation_report::Result::Success(_))
+            )
+            .then_some(report.generation)
+        });
         Box::pin(async move {
             let result = unary(
                 &world.rt,
@@ -470,6 +504,7 @@ impl AgentPorts for SimAgent {
                 Ok(response) => {
                     o.ok += 1;
                     o.last_ok_us = world.rt.now().as_micros();
+                    o.acknowledged.extend(success);
                     Ok(response
                         .installation_request
                         .map(|r| Bytes::from(r.encode_to_vec())))
@@ -522,12 +557,19 @@ impl AgentPorts for SimAgent {
         agent::AgentHardwareReport::default()
     }
 
+    // Checked here, where it would happen: a machine reboots only once
+    // the curator has its install's success (a report not delivered would
+    // be lost with the agent).
     fn reboot(&self, generation: i64) -> Result<(), RebootError> {
-        Err(RebootError::Unsupported {
-            reason: format!(
-                "the simulated agents never reboot (generation {generation}): their loop has reboot_after Never"
-            ),
-        })
+        let mut o = self.out.lock().unwrap();
+        assert!(
+            o.acknowledged.contains(&generation),
+            "agent {} rebooted after generation {generation} before a heartbeat carrying its \
+             success was answered: {o:?}",
+            self.m
+        );
+        o.rebooted_after.push(generation);
+        Ok(())
     }
 }
 

@@ -51,6 +51,8 @@ pub(super) struct Fired {
     pub(super) left_out: u64,
     pub(super) installs: u64,
     pub(super) installs_killed: u64,
+    /// Reboots after an install (agent 0's machine).
+    pub(super) reboots: u64,
     /// Runs with 2, 3, 4 and 5 curators.
     pub(super) clusters_of: [u64; MAX_CURATORS - 1],
 }
@@ -78,6 +80,7 @@ impl Fired {
             ("left_out", self.left_out),
             ("installs", self.installs),
             ("installs_killed", self.installs_killed),
+            ("reboots", self.reboots),
             ("clusters of 2 curators", self.clusters_of[0]),
             ("clusters of 3 curators", self.clusters_of[1]),
             ("clusters of 4 curators", self.clusters_of[2]),

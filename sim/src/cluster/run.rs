@@ -8,7 +8,9 @@ use crate::Outcome;
 /// One seeded run: writers for 34 s; the first 20 s with faults at seeded
 /// moments (crashes, each restarted after a seeded pause; partitions, each
 /// healed after one; the store's watches broken, compaction, its member
-/// paused or restarted; the leader's key deleted; wall-clock jumps; the agents killed and restarted).
+/// paused or restarted; the leader's key deleted; wall-clock jumps; the
+/// agents killed and restarted; machines rebooted by their agent after an
+/// install).
 /// Panics on a broken invariant, naming the seed.
 pub fn run(seed: u64) -> Outcome {
     let mut cluster = Cluster::new(seed);
@@ -138,7 +140,7 @@ pub fn run(seed: u64) -> Outcome {
     provisioning.read_back();
     cluster.rt.run_for(Duration::from_secs(5));
     provisioning.check(seed, 33_000_000);
-    (fired.installs, fired.installs_killed) = provisioning.installs();
+    (fired.installs, fired.installs_killed, fired.reboots) = provisioning.installs();
     let violations = cluster.check.violations();
     assert!(
         violations.is_empty(),
