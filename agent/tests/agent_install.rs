@@ -1755,20 +1755,25 @@ fn recorded(recorder: &Recorder) -> Vec<(OsImageRef, std::path::PathBuf, Option<
         .collect()
 }
 
-#[test]
-fn node_parameters_reach_the_installer_as_they_were_sent() {
-    let recorder = Recorder(Mutex::new(Vec::new()));
-    // A NodeParameters with a field this agent does not know (99, "new")
-    // beside network_config (4, empty): as a newer cluster may send.
-    let parameters = [0x22, 0x00, 0x9a, 0x06, 0x03, b'n', b'e', b'w'];
-    let image = OsImageRef {
+/// An image reference for requests that are checked and dispatched to a
+/// recording installer, never fetched.
+fn unfetched_image() -> OsImageRef {
+    OsImageRef {
         scheme: "http".into(),
         host: "127.0.0.1:5000".into(),
         repository: REPO.into(),
         tag: String::new(),
         digest: sha256(b"x"),
     }
-    .encode_to_vec();
+}
+
+#[test]
+fn node_parameters_reach_the_installer_as_they_were_sent() {
+    let recorder = Recorder(Mutex::new(Vec::new()));
+    // A NodeParameters with a field this agent does not know (99, "new")
+    // beside network_config (4, empty): as a newer cluster may send.
+    let parameters = [0x22, 0x00, 0x9a, 0x06, 0x03, b'n', b'e', b'w'];
+    let image = unfetched_image().encode_to_vec();
     // MetropolisInstallationRequest: node_parameters (2), root_device
     // (3), os_image (4); OSInstallationRequest: generation (1),
     // metropolis (2).
@@ -1807,13 +1812,7 @@ fn node_parameters_reach_the_installer_as_they_were_sent() {
 #[test]
 fn whole_requests_are_checked_and_dispatched() {
     let recorder = Recorder(Mutex::new(Vec::new()));
-    let image = OsImageRef {
-        scheme: "http".into(),
-        host: "127.0.0.1:5000".into(),
-        repository: REPO.into(),
-        tag: String::new(),
-        digest: sha256(b"x"),
-    };
+    let image = unfetched_image();
     let request = |root_device: &str, os_image: Option<OsImageRef>| OsInstallationRequest {
         generation: 1,
         r#type: Some(os_installation_request::Type::Metropolis(
