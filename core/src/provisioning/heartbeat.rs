@@ -13,7 +13,8 @@ use super::{MachineId, MachineIdError};
 pub enum HeartbeatError {
     /// `machine_id` is not a UUID in a form the reference accepts.
     MachineId(MachineIdError),
-    /// `installation_report` carries neither success nor error.
+    /// `installation_report` carries neither success nor error, but is not
+    /// empty (it names a generation).
     ReportWithoutResult,
 }
 
@@ -23,7 +24,8 @@ impl fmt::Display for HeartbeatError {
             HeartbeatError::MachineId(e) => e.fmt(f),
             HeartbeatError::ReportWithoutResult => f.write_str(
                 "installation_report.result: must be success or error; a report with \
-                 neither is refused and nothing of this heartbeat was recorded",
+                 neither is refused and nothing of this heartbeat was recorded (send no \
+                 installation_report while there is nothing to report)",
             ),
         }
     }
@@ -40,12 +42,26 @@ impl std::error::Error for HeartbeatError {
 
 /// Checks `heartbeat` and returns its machine ID in canonical form: the
 /// key its record is looked up and stored under.
+///
+/// An installation report that encodes to zero bytes (generation 0, no
+/// result) is no report: the reference skips it, and so does
+/// [`MachineRecord::handle_heartbeat`](super::MachineRecord::handle_heartbeat).
+/// Only a report naming a generation without a result is refused.
 pub fn check_heartbeat(heartbeat: &agent::HeartbeatRequest) -> Result<MachineId, HeartbeatError> {
     let id = MachineId::parse(&heartbeat.machine_id).map_err(HeartbeatError::MachineId)?;
     match &heartbeat.installation_report {
-        Some(report) if report.result.is_none() => Err(HeartbeatError::ReportWithoutResult),
+        Some(report) if report.result.is_none() && !is_empty(report) => {
+            Err(HeartbeatError::ReportWithoutResult)
+        }
         _ => Ok(id),
     }
+}
+
+/// Whether `message` encodes to zero bytes: the reference stores no report
+/// whose encoding is empty (`cloud/bmaas/server/agent_callback_service.go`
+/// at `4cc3d4d2`, lines 99 and 109).
+pub(super) fn is_empty(message: &impl prost::Message) -> bool {
+    message.encoded_len() == 0
 }
 
 #[cfg(test)]
@@ -83,6 +99,14 @@ mod tests {
         let id = "0f8fad5b-d9cb-469f-a165-70867728950e";
         let ok = heartbeat(id, Some(Some(ProtoResult::Success(Success {}))));
         assert!(check_heartbeat(&ok).is_ok());
+        let mut empty = heartbeat(id, Some(None));
+        if let Some(report) = empty.installation_report.as_mut() {
+            report.generation = 0;
+        }
+        assert!(
+            check_heartbeat(&empty).is_ok(),
+            "zero bytes on the wire: no report, skipped as the reference does"
+        );
         let empty = heartbeat(id, Some(None));
         let e = check_heartbeat(&empty).expect_err("no result");
         assert_eq!(e, HeartbeatError::ReportWithoutResult);

@@ -10,6 +10,7 @@ use metropolis_proto::prelude::agent;
 use prost::Message;
 
 use super::ReportResult;
+use super::heartbeat::is_empty;
 
 /// How many generations of installation reports a record keeps: the
 /// reports of the 16 highest generations. The report of the current
@@ -296,7 +297,9 @@ impl MachineRecord {
     /// installation report it carries, and says what to answer.
     ///
     /// The hardware report is stored re-encoded from the decoded message;
-    /// fields this build does not know are not kept. A heartbeat
+    /// fields this build does not know are not kept, and one that encodes
+    /// to zero bytes leaves the stored report as it is (the reference skips
+    /// it; so is an installation report of zero bytes). A heartbeat
     /// [`check_heartbeat`](super::check_heartbeat) refuses must not come
     /// here: its report without a result would be ignored, not refused.
     pub fn handle_heartbeat(
@@ -305,7 +308,8 @@ impl MachineRecord {
         now_unix_ms: i64,
     ) -> HeartbeatOutcome {
         self.last_heartbeat_unix_ms = Some(now_unix_ms);
-        if let Some(hardware) = &heartbeat.hardware_report {
+        // A report of zero bytes replaces nothing, as in the reference.
+        if let Some(hardware) = heartbeat.hardware_report.as_ref().filter(|h| !is_empty(*h)) {
             self.hardware_report = Some(Bytes::from(hardware.encode_to_vec()));
         }
         let report = heartbeat.installation_report.as_ref().and_then(|report| {
@@ -934,6 +938,40 @@ mod tests {
         let stored = record.hardware_report.as_ref().expect("stored");
         let decoded = agent::AgentHardwareReport::decode(stored.as_ref()).expect("decodes");
         assert_eq!(decoded.warning, vec!["second".to_string()]);
+    }
+
+    #[test]
+    fn a_zero_byte_hardware_report_keeps_the_stored_one() {
+        let mut record = MachineRecord::new(ID, KEY);
+        let mut hb = heartbeat(None);
+        hb.hardware_report = Some(agent::AgentHardwareReport::default());
+        record.handle_heartbeat(&hb, 10);
+        assert_eq!(record.hardware_report, None, "nothing stored for nothing");
+        hb.hardware_report = Some(agent::AgentHardwareReport {
+            report: None,
+            warning: vec!["kept".to_string()],
+        });
+        record.handle_heartbeat(&hb, 20);
+        let kept = record.hardware_report.clone();
+        hb.hardware_report = Some(agent::AgentHardwareReport::default());
+        record.handle_heartbeat(&hb, 30);
+        assert_eq!(record.hardware_report, kept, "an empty report replaced it");
+        assert_eq!(record.last_heartbeat_unix_ms, Some(30), "still a heartbeat");
+    }
+
+    #[test]
+    fn a_zero_byte_installation_report_is_no_report() {
+        let mut record = MachineRecord::new(ID, KEY);
+        let r = record
+            .submit_request(&request_bytes("a"), 1_000)
+            .expect("valid");
+        let mut hb = heartbeat(None);
+        hb.installation_report = Some(agent::OsInstallationReport::default());
+        assert!(super::super::check_heartbeat(&hb).is_ok());
+        let out = record.handle_heartbeat(&hb, 10);
+        assert_eq!(out.report, None);
+        assert!(record.reports.is_empty());
+        assert_eq!(out.response_request, Some(r.encoded));
     }
 
     #[test]
