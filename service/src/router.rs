@@ -13,6 +13,8 @@ use tonic::server::NamedService;
 
 use futures::future::Either;
 
+mod wrong_port;
+
 use super::admission::RequestLimits;
 use super::forward::{Destination, Routing, forward, grpc_timeout, on_behalf_of};
 use super::metrics::Metrics;
@@ -222,7 +224,9 @@ impl Router {
             return local.call(self.admit(request));
         }
         let Some(service) = self.services.get(service_name).cloned() else {
-            let status = tonic::Status::unimplemented(format!("no service at {}", quoted(path)));
+            let held = self.services.keys().copied();
+            let status =
+                tonic::Status::unimplemented(wrong_port::no_service_here(service_name, held));
             return refuse(status);
         };
         if let Some(rule) = authorization::policy(path).and_then(|p| p.rule) {
