@@ -79,12 +79,24 @@ pub enum InstallCommand {
     Request {
         /// The machine's ID.
         id: String,
-        /// The OS image: http(s)://HOST[:PORT]/REPOSITORY@sha256:DIGEST
+        /// The OS image: http(s)://HOST[:PORT]/REPOSITORY@sha256:DIGEST,
+        /// or http(s)://HOST[:PORT]/REPOSITORY:TAG, whose tag is looked up
+        /// now (with --registry-auth and --registry-ca) and the request
+        /// made by the digest it names; the digest is printed.
         #[arg(long)]
         image: String,
-        /// Tag to fetch instead of the digest (the digest still verifies).
+        /// With an image by digest: a tag the agent fetches instead of the
+        /// digest (the digest still verifies).
         #[arg(long)]
         tag: Option<String>,
+        /// For an image by tag: a Docker config.json with the login for
+        /// the registry's host, as bmaas-agent --registry-auth reads.
+        #[arg(long, value_name = "FILE")]
+        registry_auth: Option<PathBuf>,
+        /// For an image by tag: PEM CA certificates to trust besides the
+        /// system's (repeatable), as bmaas-agent --registry-ca.
+        #[arg(long, value_name = "FILE")]
+        registry_ca: Vec<PathBuf>,
         /// The device to install to: a device name (sda, meaning
         /// /dev/sda) or a path under /dev/ without . or .. components
         /// (/dev/nvme0n1, /dev/disk/by-id/...). The curator refuses
@@ -208,20 +220,35 @@ pub fn check_install(command: &InstallCommand) -> Result<(), CliError> {
     }
 }
 
-/// Parses `http(s)://HOST[:PORT]/REPOSITORY@sha256:DIGEST`.
+/// Parses `http(s)://HOST[:PORT]/REPOSITORY@sha256:DIGEST` (with `tag`,
+/// the `--tag` the agent fetches by) or `http(s)://HOST[:PORT]/REPOSITORY:TAG`.
+/// An image by tag has an empty digest: `resolve_image` looks it up.
 pub fn parse_image(image: &str, tag: Option<String>) -> Result<api::OsImageRef, CliError> {
+    let shown = super::osimage::format::quoted(image);
     let bad = |why: &str| {
-        format!("--image {image:?}: {why} (expected http(s)://HOST/REPOSITORY@sha256:DIGEST)")
+        usage(format!(
+            "--image {shown}: {why} (expected http(s)://HOST/REPOSITORY@sha256:DIGEST or \
+             http(s)://HOST/REPOSITORY:TAG)"
+        ))
     };
-    let bad = |why: &str| usage(bad(why));
     let (scheme, rest) = image.split_once("://").ok_or_else(|| bad("no scheme"))?;
     if scheme != "http" && scheme != "https" {
         return Err(bad("the scheme must be http or https"));
     }
     let (host, path) = rest.split_once('/').ok_or_else(|| bad("no repository"))?;
-    let (repository, digest) = path
-        .rsplit_once('@')
-        .ok_or_else(|| bad("no @sha256: digest"))?;
+    let Some((repository, digest)) = path.rsplit_once('@') else {
+        return parse_tagged(scheme, host, path, tag, &bad);
+    };
+    if repository
+        .rsplit('/')
+        .next()
+        .is_some_and(|last| last.contains(':'))
+    {
+        return Err(bad(
+            "give either :TAG or @sha256:DIGEST, not both (with a digest, --tag TAG names the \
+             tag the agent fetches)",
+        ));
+    }
     let hexpart = digest
         .strip_prefix("sha256:")
         .ok_or_else(|| bad("the digest must start with sha256:"))?;
@@ -244,6 +271,83 @@ pub fn parse_image(image: &str, tag: Option<String>) -> Result<api::OsImageRef, 
         tag: tag.unwrap_or_default(),
         digest: digest.into(),
     })
+}
+
+/// `REPOSITORY:TAG` of an image by tag: its reference, digest empty.
+fn parse_tagged(
+    scheme: &str,
+    host: &str,
+    path: &str,
+    tag: Option<String>,
+    bad: &dyn Fn(&str) -> CliError,
+) -> Result<api::OsImageRef, CliError> {
+    use super::osimage::reference::{is_repository, is_tag};
+    let (repository, image_tag) = match path.rsplit_once(':') {
+        Some((repository, t)) if !t.contains('/') => (repository, t),
+        _ => return Err(bad("no :TAG or @sha256:DIGEST")),
+    };
+    if tag.is_some() {
+        return Err(bad(
+            "--tag goes with an image by digest; an image by tag is looked up and requested by \
+             its digest",
+        ));
+    }
+    if host.is_empty() || !is_repository(repository) {
+        return Err(bad(
+            "empty host, or the repository is not lowercase letters and digits separated by \
+             '.', '_', '__', '-' or '/'",
+        ));
+    }
+    if !is_tag(image_tag) {
+        return Err(bad(
+            "the tag must be letters, digits, '_', '.' and '-', at most 128, not starting \
+             with '.' or '-'",
+        ));
+    }
+    Ok(api::OsImageRef {
+        scheme: scheme.into(),
+        host: host.into(),
+        repository: repository.into(),
+        tag: image_tag.into(),
+        digest: String::new(),
+    })
+}
+
+/// An image by tag (an empty digest) looked up through the registry
+/// client with `--registry-auth` and `--registry-ca`: the reference the
+/// agent gets names the digest and no tag. An image by digest is
+/// returned as it is.
+async fn resolve_image(
+    image: api::OsImageRef,
+    registry_auth: Option<PathBuf>,
+    registry_ca: Vec<PathBuf>,
+) -> Result<(api::OsImageRef, Option<String>), CliError> {
+    use super::osimage::resolve::{TagLookup, resolve};
+    if !image.digest.is_empty() {
+        return Ok((image, None));
+    }
+    let lookup = TagLookup {
+        scheme: image.scheme.clone(),
+        host: image.host.clone(),
+        repository: image.repository.clone(),
+        tag: image.tag.clone(),
+        auth_file: registry_auth,
+        ca_files: registry_ca,
+        connect_limit: std::time::Duration::from_secs(10),
+    };
+    // The registry client blocks: one lookup, on a thread of its own.
+    let digest = tokio::task::spawn_blocking(move || resolve(&lookup))
+        .await
+        .map_err(|e| format!("the tag lookup failed: {e}"))??;
+    let tag = image.tag.clone();
+    Ok((
+        api::OsImageRef {
+            tag: String::new(),
+            digest,
+            ..image
+        },
+        Some(tag),
+    ))
 }
 
 fn age(now_ms: i64, then_ms: i64) -> String {
@@ -480,12 +584,32 @@ pub async fn install(
             tag,
             root_device,
             node_parameters,
+            registry_auth,
+            registry_ca,
         } => {
             let os_image = parse_image(&image, tag)?;
             let node_parameters = match node_parameters {
                 None => None,
                 Some(path) => Some(super::osimage::read_node_parameters(&path)?),
             };
+            // A tag is looked up before anything is submitted.
+            let (os_image, resolved_tag) =
+                resolve_image(os_image, registry_auth, registry_ca).await?;
+            let reference = format!(
+                "{}://{}/{}@{}",
+                os_image.scheme, os_image.host, os_image.repository, os_image.digest
+            );
+            if let Some(tag) = &resolved_tag
+                && !format.structured()
+            {
+                outln!(
+                    "resolved {}:{tag} to {}",
+                    os_image.repository,
+                    os_image.digest
+                );
+            }
+            let fetch_tag = (!os_image.tag.is_empty()).then(|| os_image.tag.clone());
+            let digest = os_image.digest.clone();
             let request = agent::OsInstallationRequest {
                 generation: 0,
                 r#type: Some(agent::os_installation_request::Type::Metropolis(
@@ -504,8 +628,22 @@ pub async fn install(
                 .await
                 .map_err(status_error)?
                 .into_inner();
+            if format.structured() {
+                emit(
+                    &serde_json::json!({
+                        "machine_id": id,
+                        "generation": response.generation,
+                        "image": reference,
+                        "digest": digest,
+                        "resolved": resolved_tag.is_some(),
+                        "tag": resolved_tag.or(fetch_tag),
+                    }),
+                    format,
+                );
+                return Ok(());
+            }
             outln!(
-                "installation request for {id} submitted: generation {}",
+                "installation request for {id} submitted: generation {}, image {reference}",
                 response.generation
             );
         }
@@ -610,5 +748,37 @@ mod tests {
         }
         assert!(hex_key(&"ab".repeat(32)).is_ok());
         assert!(hex_key("zz").is_err());
+    }
+
+    #[test]
+    fn images_by_tag_leave_the_digest_to_the_lookup() {
+        let r = parse_image("https://127.0.0.1:5000/os/trial:v2", None).expect("valid");
+        assert_eq!(
+            (r.repository.as_str(), r.tag.as_str(), r.digest.as_str()),
+            ("os/trial", "v2", "")
+        );
+        let message = |image: &str, tag: Option<&str>| {
+            parse_image(image, tag.map(str::to_owned))
+                .expect_err(image)
+                .to_string()
+        };
+        let d = "a".repeat(64);
+        for (image, tag, why) in [
+            ("http://h/os/trial:v2", Some("v3"), "--tag goes with"),
+            ("http://h/Os/trial:v2", None, "repository"),
+            ("http://h/os/trial:-v2", None, "the tag must be"),
+            (
+                &format!("http://h/os/trial:v2@sha256:{d}"),
+                None,
+                "not both",
+            ),
+            ("http://h:5000/os/trial", None, "no :TAG or @sha256:DIGEST"),
+        ] {
+            let said = message(image, tag);
+            assert!(
+                said.contains("--image") && said.contains(why),
+                "{image}: {said}"
+            );
+        }
     }
 }

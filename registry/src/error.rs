@@ -28,6 +28,12 @@ pub enum RegistryError {
         /// The connection error.
         source: io::Error,
     },
+    /// An `https` registry answered the TLS handshake in plain HTTP: it
+    /// speaks `http`.
+    PlainHttp {
+        /// The registry, as `host[:port]`.
+        registry: String,
+    },
     /// The TLS handshake with the registry failed.
     Tls {
         /// The registry, as `host[:port]`.
@@ -155,6 +161,9 @@ impl From<HttpError> for RegistryError {
                 registry: authority,
                 source,
             },
+            HttpError::PlainHttp { authority } => RegistryError::PlainHttp {
+                registry: authority,
+            },
             HttpError::TlsUnavailable { url } => RegistryError::NoTls { url },
             HttpError::Io { url, source } => RegistryError::Transfer { url, source },
             HttpError::Protocol { url, problem } => RegistryError::Protocol { url, problem },
@@ -193,6 +202,11 @@ impl fmt::Display for RegistryError {
             Unreachable { registry, source } => {
                 write!(f, "registry {registry} unreachable: {}", reason(source))
             }
+            PlainHttp { registry } => write!(
+                f,
+                "registry {registry} answered the TLS handshake in plain HTTP: this registry \
+                 speaks plain HTTP, not https"
+            ),
             Tls { registry, source } => {
                 write!(f, "TLS handshake with registry {registry} failed: {source}")
             }

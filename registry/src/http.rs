@@ -56,6 +56,12 @@ pub enum HttpError {
         /// The handshake error.
         source: io::Error,
     },
+    /// An `https` URL whose server answered the TLS handshake in plain
+    /// HTTP: it speaks `http`, not `https`.
+    PlainHttp {
+        /// `host[:port]`.
+        authority: String,
+    },
     /// An `https` URL without a TLS client configuration.
     TlsUnavailable {
         /// The URL.
@@ -377,18 +383,73 @@ impl Client {
                 };
                 let name = ServerName::try_from(url.host.clone())
                     .map_err(|e| tls_error(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
-                let connection = rustls::ClientConnection::new(config.clone(), name)
+                let mut connection = rustls::ClientConnection::new(config.clone(), name)
                     .map_err(|e| tls_error(io::Error::other(e)))?;
-                let mut stream = rustls::StreamOwned::new(connection, socket);
-                while stream.conn.is_handshaking() {
-                    stream
-                        .conn
-                        .complete_io(&mut stream.sock)
-                        .map_err(tls_error)?;
+                let mut socket = FirstBytes::new(socket);
+                while connection.is_handshaking() {
+                    if let Err(e) = connection.complete_io(&mut socket) {
+                        if socket.is_http_response() {
+                            return Err(HttpError::PlainHttp {
+                                authority: url.authority.clone(),
+                            });
+                        }
+                        return Err(tls_error(e));
+                    }
                 }
-                Ok(Box::new(stream))
+                Ok(Box::new(rustls::StreamOwned::new(
+                    connection,
+                    socket.into_inner(),
+                )))
             }
         }
+    }
+}
+
+/// A socket that keeps the first bytes read from it: a server that
+/// answers a TLS `ClientHello` with `HTTP/1.x 400 ...` speaks plain HTTP,
+/// which these bytes tell from a broken TLS server.
+struct FirstBytes<S> {
+    inner: S,
+    head: [u8; 5],
+    len: usize,
+}
+
+impl<S> FirstBytes<S> {
+    fn new(inner: S) -> Self {
+        FirstBytes {
+            inner,
+            head: [0; 5],
+            len: 0,
+        }
+    }
+
+    /// Whether the peer's first bytes are an HTTP/1 status line's.
+    fn is_http_response(&self) -> bool {
+        self.len == self.head.len() && &self.head == b"HTTP/"
+    }
+
+    fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Read> Read for FirstBytes<S> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let take = (self.head.len() - self.len).min(n);
+        self.head[self.len..self.len + take].copy_from_slice(&buf[..take]);
+        self.len += take;
+        Ok(n)
+    }
+}
+
+impl<S: Write> Write for FirstBytes<S> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
     }
 }
 
@@ -545,5 +606,19 @@ mod tests {
         assert!(read_head(&mut Cursor::new(huge.into_bytes())).is_err());
         assert!(parse_head(b"HTTP/2 200 OK\r\n\r\n").is_err());
         assert!(parse_head(b"garbage\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn an_http_answer_to_a_tls_handshake_is_told_apart() {
+        let mut plain = FirstBytes::new(Cursor::new(b"HTTP/1.1 400 Bad Request\r\n".to_vec()));
+        let mut buf = [0u8; 3];
+        plain.read_exact(&mut buf).unwrap();
+        assert!(!plain.is_http_response(), "only 3 bytes seen");
+        plain.read_exact(&mut buf).unwrap();
+        assert!(plain.is_http_response());
+        let mut tls = FirstBytes::new(Cursor::new(vec![0x15, 3, 3, 0, 2, 2, 40]));
+        let mut all = Vec::new();
+        tls.read_to_end(&mut all).unwrap();
+        assert!(!tls.is_http_response());
     }
 }

@@ -10,6 +10,7 @@ pub mod format;
 mod layout;
 mod push;
 pub mod reference;
+pub mod resolve;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -73,6 +73,15 @@ const LOGIN_HINT: &str = "; give --registry-auth FILE with a login that may push
 /// The failure a registry error is, its exit status by its kind, with
 /// what to do about it.
 fn registry_failure(what: &str, e: RegistryError) -> CliError {
+    if let RegistryError::PlainHttp { registry } = &e {
+        return failed(
+            Exit::Failure,
+            format!(
+                "{what}: {} (https is assumed without a scheme)",
+                super::resolve::plain_http(registry)
+            ),
+        );
+    }
     let (exit, hint) = match &e {
         RegistryError::Unauthorized { .. } => (Exit::Denied, LOGIN_HINT),
         RegistryError::Status { status, .. } => match status {
