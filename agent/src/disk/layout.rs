@@ -91,6 +91,9 @@ pub enum LayoutError {
         needed: u64,
         /// Bytes left at its place, up to the backup partition array.
         available: u64,
+        /// The smallest disk, in bytes, that takes the whole layout
+        /// with this block size ([`Layout::minimum_bytes`]).
+        minimum: u64,
     },
 }
 
@@ -105,12 +108,16 @@ impl fmt::Display for LayoutError {
                 partition,
                 needed,
                 available,
+                minimum,
             } => write!(
                 f,
                 "disk too small: partition {partition} needs {needed} bytes \
-                 ({} MiB), only {available} bytes ({} MiB) are left for it",
+                 ({} MiB), only {available} bytes ({} MiB) are left for it; the whole \
+                 layout (ESP, system slots A and B, data) needs a disk of at least \
+                 {minimum} bytes ({} MiB)",
                 needed / MIB,
-                available / MIB
+                available / MIB,
+                minimum.div_ceil(MIB)
             ),
         }
     }
@@ -162,6 +169,7 @@ impl Layout {
                     partition: name,
                     needed,
                     available: left * block,
+                    minimum: Layout::minimum_bytes(logical_block),
                 });
             }
             *place = (start, blocks);
@@ -187,6 +195,24 @@ impl Layout {
             disk_guid,
             partitions,
         })
+    }
+
+    /// The smallest disk, in bytes, that takes the layout with logical
+    /// blocks of `logical_block` bytes: the aligned start of the ESP, the
+    /// ESP and both system slots, each starting on a whole MiB, 1 MiB of
+    /// data, then the backup partition array and header. With 512-byte
+    /// blocks that is 8578 MiB and 33 blocks (8 994 701 824 bytes), with
+    /// 4096-byte blocks 8578 MiB and 5 blocks.
+    pub fn minimum_bytes(logical_block: u32) -> u64 {
+        let block = u64::from(logical_block.max(1));
+        let array_blocks = (GPT_ENTRIES * GPT_ENTRY_SIZE).div_ceil(block);
+        let align = MIB.max(block) / block;
+        let round_up = |lba: u64| lba.div_ceil(align) * align;
+        let mut end = round_up(2 + array_blocks);
+        for (_, _, bytes) in PARTITIONS {
+            end = round_up(end + bytes.unwrap_or(MIB).div_ceil(block));
+        }
+        (end + array_blocks + 1) * block
     }
 
     /// The logical block size in bytes.

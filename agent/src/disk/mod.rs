@@ -17,6 +17,11 @@
 //!    leaves a disk without a valid table rather than one pointing at
 //!    half-written partitions.
 //!
+//! After a whole-disk image (not a layout of ours) was written,
+//! [`backup_gpt::move_backup_to_end`] moves its backup GPT to the end of a
+//! larger device. After either, [`reread_partitions`] has the kernel read
+//! the new table.
+//!
 //! What is the crates' and what is written here: the GPT headers, entries
 //! and checksums, and the protective MBR record, are the `gpt` crate's,
 //! but not its write order (see [`gpt`]); FAT32 is the `fatfs` crate's,
@@ -26,6 +31,7 @@
 //! choosing, but cannot take our GUIDs or report which partition did not
 //! fit.
 
+pub mod backup_gpt;
 pub mod esp;
 pub mod gpt;
 mod layout;
@@ -68,6 +74,36 @@ pub fn discard(device: &File, range: Range<u64>) -> io::Result<()> {
     // `span`, alive and of that size for the call; the descriptor is
     // open for as long as `device` is borrowed.
     let rc = unsafe { libc::ioctl(device.as_raw_fd(), BLKDISCARD, span.as_ptr()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `BLKRRPART` from linux/fs.h: `_IO(0x12, 95)`, without an argument.
+const BLKRRPART: libc::Ioctl = libc::_IO(0x12, 95);
+
+/// Asks the kernel to read the partition table of the block device
+/// `device` again (`BLKRRPART`, what `blockdev --rereadpt` does), so that
+/// the partitions just written show as devices (`/dev/sda1`) without a
+/// reboot. The kernel refuses while a partition of the device is in use
+/// (`EBUSY`), for a device that has no partitions of its own (a loop
+/// device attached without `--partscan`: `EINVAL`) and to a caller
+/// without `CAP_SYS_ADMIN` (`EACCES`); the table on the disk is written
+/// either way, and read at the next boot.
+///
+/// Anything other than a block device gets an `Unsupported` error.
+pub fn reread_partitions(device: &File) -> io::Result<()> {
+    if !device.metadata()?.file_type().is_block_device() {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "re-reading partitions: not a block device",
+        ));
+    }
+    // SAFETY: BLKRRPART takes no argument and touches no memory of ours;
+    // the descriptor is open for as long as `device` is borrowed.
+    let rc = unsafe { libc::ioctl(device.as_raw_fd(), BLKRRPART) };
     if rc == 0 {
         Ok(())
     } else {

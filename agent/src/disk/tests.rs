@@ -92,6 +92,7 @@ fn the_smallest_disk_fits_and_one_mib_less_is_refused() {
             partition: "METROPOLIS-NODE-DATA",
             needed: MIB,
             available: 0,
+            minimum: SMALLEST_512,
         })
     );
     // Just short of a whole MiB for the data partition.
@@ -102,6 +103,7 @@ fn the_smallest_disk_fits_and_one_mib_less_is_refused() {
             partition: "METROPOLIS-NODE-DATA",
             needed: MIB,
             available: MIB - 512,
+            minimum: SMALLEST_512,
         }
     );
     assert!(
@@ -121,11 +123,20 @@ fn a_small_disk_names_the_first_partition_that_does_not_fit() {
             partition: "METROPOLIS-SYSTEM-A",
             needed: 4096 * MIB,
             available: (8_388_575 - 788_480) * 512,
+            minimum: SMALLEST_512,
         }
     );
     let text = e.to_string();
     assert!(
         text.contains("METROPOLIS-SYSTEM-A") && text.contains("4096 MiB"),
+        "{text}"
+    );
+    // The whole layout's minimum, not only the partition's.
+    assert!(
+        text.ends_with(
+            "the whole layout (ESP, system slots A and B, data) needs a disk of at least \
+             8994701824 bytes (8579 MiB)"
+        ),
         "{text}"
     );
     assert!(matches!(
@@ -143,6 +154,28 @@ fn a_small_disk_names_the_first_partition_that_does_not_fit() {
             ..
         })
     ));
+}
+
+#[test]
+fn the_minimum_is_the_smallest_disk_that_fits() {
+    for block in [512u32, 4096] {
+        let minimum = Layout::minimum_bytes(block);
+        let b = u64::from(block);
+        assert!(plan(minimum, block).is_ok(), "{block}");
+        let e = plan(minimum - b, block).expect_err("one block less");
+        assert!(
+            matches!(e, LayoutError::TooSmall { minimum: m, .. } if m == minimum),
+            "{e:?}"
+        );
+        // A disk too small for the ESP names the whole layout's minimum too.
+        let e = plan(100 * MIB, block).expect_err("refused");
+        assert!(
+            matches!(e, LayoutError::TooSmall { partition: "ESP", minimum: m, .. } if m == minimum),
+            "{e:?}"
+        );
+    }
+    assert_eq!(Layout::minimum_bytes(512), SMALLEST_512);
+    assert_eq!(Layout::minimum_bytes(4096), 8578 * MIB + 5 * 4096);
 }
 
 #[test]

@@ -179,7 +179,18 @@ impl<'a> Device<'a> {
         })
     }
 
-    fn error(&self, action: &'static str, source: io::Error) -> InstallError {
+    /// The device's path, as the request named it.
+    pub(super) fn path(&self) -> &Path {
+        self.path
+    }
+
+    /// Whether it is a block device (not an image file).
+    pub(super) fn is_block(&self) -> bool {
+        self.block
+    }
+
+    /// An error of the device while doing `action`.
+    pub(super) fn error(&self, action: &'static str, source: io::Error) -> InstallError {
         InstallError::Device {
             path: self.path.to_path_buf(),
             action,

@@ -1,11 +1,14 @@
 //! Installing a whole-disk image (`application/vnd.metropolis-rs.os.disk-image.v1`,
 //! this project's, for operating systems other than Metropolis): its one
 //! payload, `disk`, written over the root device from its first byte,
-//! the head last (`device.rs`, "Head last").
+//! the head last (`device.rs`, "Head last"). Then, on a block device
+//! larger than the image, the image's backup GPT is moved to the
+//! device's end, and the kernel asked to read the table (`table.rs`).
 
 use super::aligned::AlignedBuf;
 use super::device::Device;
 use super::image::FetchedImage;
+use super::table;
 use super::writer::{Placement, write_payload};
 use super::{InstallError, Progress, Target};
 
@@ -54,5 +57,7 @@ pub(super) fn install_disk(
         write_payload(payload, &place, &device, progress)
     })?;
     device.commit(&head, spec.size, &mut AlignedBuf::new(0))?;
+    table::move_image_backup(&device, progress)?;
+    table::reread(&device, progress);
     Ok(())
 }

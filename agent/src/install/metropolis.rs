@@ -22,6 +22,7 @@
 //!    written, and read back;
 //! 4. the GPT: backup first, sync, then the protective MBR and the
 //!    primary, sync ([`gpt::write`]): only now is there a disk to boot;
+//!    the kernel is asked to read it ([`disk::reread_partitions`]);
 //! 5. the boot entry, through efivarfs.
 
 use std::io::Read;
@@ -32,6 +33,7 @@ use prost::Message;
 
 use super::device::Device;
 use super::image::FetchedImage;
+use super::table;
 use super::writer::{Placement, StreamError, write_payload};
 use super::{InstallError, Progress, Target};
 use crate::disk::{self, Layout, esp, gpt};
@@ -168,6 +170,7 @@ pub(super) fn install_metropolis(
     progress(&Progress::Step {
         done: "partition table written",
     });
+    table::reread(&device, progress);
     let entry = efivars::add_boot_entry(&options.efivars_dir, &layout).map_err(|e| {
         InstallError::Unbootable {
             problem: format!("the disk is written but the boot entry is not: {e}"),

@@ -27,6 +27,7 @@ mod metropolis;
 mod oci;
 mod reference;
 mod stages;
+mod table;
 mod verify;
 mod wire;
 mod writer;
@@ -107,6 +108,13 @@ pub enum Progress {
         /// What was done.
         done: &'static str,
     },
+    /// Something the operator should know that does not fail the
+    /// install, e.g. that the kernel refused to re-read the partition
+    /// table.
+    Notice {
+        /// What happened, and what it means.
+        text: String,
+    },
 }
 
 /// How many bytes pass between two progress reports of one payload.
@@ -141,6 +149,7 @@ impl fmt::Display for Progress {
                 mib(*total)
             ),
             Progress::Step { done } => f.write_str(done),
+            Progress::Notice { text } => f.write_str(text),
         }
     }
 }
