@@ -16,6 +16,7 @@ const PROTOS: &[&str] = &[
     "metropolis/node/core/curator/proto/private/management.proto",
     "metropolis/node/core/curator/proto/private/machines.proto",
     "metropolis/node/core/curator/proto/private/maintenance.proto",
+    "metropolis/node/core/curator/proto/private/images.proto",
     "cloud/bmaas/server/api/agent.proto",
     "metropolis/proto/api/debug.proto",
 ];

@@ -11,6 +11,10 @@ use metropolis_proto::prelude::debug::{self, node_debug_service_client::NodeDebu
 use metropolis_transport::grpc::Channel;
 use tokio::io::AsyncReadExt;
 
+mod images;
+
+pub use images::{ImagesArgs, images};
+
 use super::exit::usage;
 use super::output::{Format, emit, render};
 use super::{CliError, status_error};
@@ -136,15 +140,20 @@ pub struct KubeconfigArgs {
     file: Option<PathBuf>,
 }
 
-async fn client(endpoint: &str) -> Result<NodeDebugServiceClient<Channel>, CliError> {
-    let channel = connect::plain(&TokioRuntime::shared(), endpoint)
+/// A channel to the debug listener at `endpoint` (plain HTTP/2).
+async fn channel(endpoint: &str) -> Result<Channel, CliError> {
+    connect::plain(&TokioRuntime::shared(), endpoint)
         .await
         .map_err(|e| {
             super::failed(
                 super::Exit::Unavailable,
                 format!("{e} (is metropolisd running with --debug-listen {endpoint}?)"),
             )
-        })?;
+        })
+}
+
+async fn client(endpoint: &str) -> Result<NodeDebugServiceClient<Channel>, CliError> {
+    let channel = channel(endpoint).await?;
     Ok(
         NodeDebugServiceClient::with_origin(channel, Channel::origin())
             .max_decoding_message_size(8 * 1024 * 1024),

@@ -62,8 +62,8 @@ mod tests {
         assert_eq!(hb, Some(None));
         assert_eq!(
             METHODS.len(),
-            2 + 2 + 5 + 1 + 1 + 4,
-            "every method of the three services and the three private ones is listed"
+            2 + 2 + 5 + 1 + 1 + 4 + 1,
+            "every method of the three services and the four private ones is listed"
         );
         let snapshot = policy("/metropolis.node.core.curator.proto.private.Maintenance/Snapshot")
             .and_then(|p| p.rule);

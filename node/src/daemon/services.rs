@@ -311,6 +311,7 @@ impl NodeServices {
                 let mut router = Router::new()
                     .with_limits(config.edge.request_limits())
                     .with_service(debug.server())
+                    .with_service(debug.images().server())
                     .with_health_and_reflection(&health);
                 if let Some(metrics) = &metrics {
                     router = router.with_metrics(metrics.clone());

@@ -44,8 +44,9 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use futures::future::BoxFuture;
 use metropolis_archive::{Descriptor, Digest, ImportPlan, MEDIA_TYPE_OCI_INDEX};
-use metropolis_service::images::{ImageImport, ImageStore, ImageStoreError};
+use metropolis_service::images::{ImageImport, ImageStore, ImageStoreError, ListedImage};
 use serde_json::{Map, Value, json};
 
 use super::staging::{self, Committer, Staged, unavailable};
@@ -217,6 +218,44 @@ impl ImageStore for OciLayoutStore {
                 store: self.inner.clone(),
             }),
         )
+    }
+
+    /// [`OciLayoutStore::list`] on a thread of its own (it reads a file
+    /// under the commit lock).
+    fn list(&self) -> BoxFuture<'static, Result<Vec<ListedImage>, ImageStoreError>> {
+        let store = self.clone();
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("image-list".to_owned())
+            .spawn(move || {
+                let listed = store.list().map_err(|e| {
+                    ImageStoreError::Unavailable(format!("reading the image index: {e}"))
+                });
+                let _ = tx.send(listed);
+            });
+        Box::pin(async move {
+            if let Err(e) = spawned {
+                return Err(ImageStoreError::Unavailable(format!(
+                    "cannot start a thread to read the image index: {e}"
+                )));
+            }
+            let listed = rx.await.map_err(|_| {
+                ImageStoreError::Unavailable("reading the image index failed".to_owned())
+            })??;
+            Ok(listed
+                .into_iter()
+                .map(|image| ListedImage {
+                    name: image.name.unwrap_or_default(),
+                    digest: image.manifest.digest.to_string(),
+                    media_type: image.manifest.media_type,
+                    size: image.manifest.size,
+                })
+                .collect())
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("OCI image layout {}", self.inner.dir.display())
     }
 }
 

@@ -6,6 +6,7 @@
 //! on its own listener, loopback by default.
 
 mod closer;
+mod images;
 mod kubeconfig;
 mod logs;
 mod trace_stream;
@@ -25,6 +26,7 @@ use metropolis_core::ports::{KubeconfigIssuer, MonotonicClock, Timer};
 use metropolis_core::trace::{Target, TraceBuffers, TraceError, Tracefs};
 
 pub use closer::{Closable, Closer};
+pub use images::ImagesService;
 pub use kubeconfig::{MAX_GROUPS, MAX_NAME_LEN, SYSTEM_MASTERS};
 pub use logs::{LogHub, LogStream, MAX_ENTRIES_PER_RESPONSE, MAX_RESPONSE_BYTES};
 pub use trace_stream::{TraceStream, run_session};
@@ -193,6 +195,12 @@ impl DebugService {
     /// The tonic server, for [`Router::with_service`](super::Router::with_service).
     pub fn server(&self) -> NodeDebugServiceServer<DebugService> {
         NodeDebugServiceServer::new(self.clone())
+    }
+
+    /// The project's `NodeImages` extension over the same image store,
+    /// served beside [`server`](Self::server) on the debug listener.
+    pub fn images(&self) -> ImagesService {
+        ImagesService::new(self.inner.images.clone())
     }
 }
 

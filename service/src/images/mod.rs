@@ -72,6 +72,20 @@ impl fmt::Display for ImageStoreError {
 
 impl std::error::Error for ImageStoreError {}
 
+/// An image a store holds, as [`ImageStore::list`] gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedImage {
+    /// Its name, normalised (`docker.io/library/busybox:latest`); empty
+    /// for an entry another tool wrote without one.
+    pub name: String,
+    /// The digest of its manifest or index, `sha256:<hex>`.
+    pub digest: String,
+    /// The media type of that manifest or index.
+    pub media_type: String,
+    /// The size of that manifest or index in bytes.
+    pub size: u64,
+}
+
 /// A node's image store: where `LoadImage` puts images.
 ///
 /// Implementations: the host crate's on-disk OCI image layout (the
@@ -82,6 +96,21 @@ pub trait ImageStore: Send + Sync + 'static {
     /// or a backend for it does that work on its own thread and reports
     /// failures from the import's futures).
     fn begin(&self) -> Result<Box<dyn ImageImport>, ImageStoreError>;
+
+    /// The images the store holds, in any order (the service sorts them).
+    /// Non-blocking, as [`begin`](Self::begin). The default, for a store
+    /// that cannot list, is Unavailable.
+    fn list(&self) -> BoxFuture<'static, Result<Vec<ListedImage>, ImageStoreError>> {
+        Box::pin(futures::future::ready(Err(ImageStoreError::Unavailable(
+            "this image store cannot list its images".to_owned(),
+        ))))
+    }
+
+    /// Which store this is, for people: `OCI image layout <dir>`,
+    /// `containerd <socket>, namespace <ns>`.
+    fn describe(&self) -> String {
+        "image store".to_owned()
+    }
 }
 
 /// One import in progress: staged bytes that become images only at

@@ -10,7 +10,7 @@ use metropolis_proto::containerd::services::content::v1 as content;
 use metropolis_proto::containerd::services::images::v1 as images;
 use metropolis_proto::containerd::services::leases::v1 as leases;
 use metropolis_proto::containerd::types;
-use metropolis_service::images::ImageStoreError;
+use metropolis_service::images::{ImageStoreError, ListedImage};
 use metropolis_transport::grpc::Channel;
 use metropolis_transport::runtime::SharedRuntime;
 use tonic::metadata::AsciiMetadataValue;
@@ -123,6 +123,29 @@ impl Api {
             .images
             .into_iter()
             .map(|i| i.name)
+            .collect())
+    }
+
+    /// Every image in the namespace: its name and target.
+    pub(super) async fn listed_images(&self) -> Result<Vec<ListedImage>, ImageStoreError> {
+        let listed = self
+            .images()
+            .list(self.request(images::ListImagesRequest::default()))
+            .await
+            .map_err(|s| failed("listing images", &s))?;
+        Ok(listed
+            .into_inner()
+            .images
+            .into_iter()
+            .map(|i| {
+                let target = i.target.unwrap_or_default();
+                ListedImage {
+                    name: i.name,
+                    digest: target.digest,
+                    media_type: target.media_type,
+                    size: u64::try_from(target.size).unwrap_or(0),
+                }
+            })
             .collect())
     }
 

@@ -49,7 +49,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use metropolis_service::images::{ImageImport, ImageStore, ImageStoreError};
+use futures::future::BoxFuture;
+use metropolis_service::images::{ImageImport, ImageStore, ImageStoreError, ListedImage};
 use metropolis_transport::runtime::SharedRuntime;
 use tonic::metadata::AsciiMetadataValue;
 
@@ -204,6 +205,20 @@ impl ImageStore for ContainerdStore {
             self.inner.clone(),
             id,
         )))
+    }
+
+    fn list(&self) -> BoxFuture<'static, Result<Vec<ListedImage>, ImageStoreError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move { inner.connect().await?.listed_images().await })
+    }
+
+    fn describe(&self) -> String {
+        let c = &self.inner.config;
+        format!(
+            "containerd {}, namespace {}",
+            c.socket.display(),
+            c.namespace
+        )
     }
 }
 
