@@ -183,6 +183,8 @@ enum Command {
     LoadImage(debug::LoadImageArgs),
     /// Get a kubeconfig for any Kubernetes identity (debug service).
     Kubeconfig(debug::KubeconfigArgs),
+    /// List the images in the node's image store (debug service).
+    Images(debug::ImagesArgs),
     /// Back up the embedded store of a running curator, or restore a
     /// backup into an empty data directory (as `etcdctl snapshot`).
     #[command(subcommand)]
@@ -455,6 +457,7 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
         Command::Trace(args) => return debug::trace(endpoint, args).await,
         Command::LoadImage(args) => return debug::load_image(endpoint, args, format).await,
         Command::Kubeconfig(args) => return debug::kubeconfig(endpoint, args, format).await,
+        Command::Images(args) => return debug::images(endpoint, args, format).await,
         Command::Osimage(command) => {
             let limit = connect_limit.unwrap_or(Duration::from_secs(cli.conn.timeout));
             return osimage::run(command, format, limit).await;
@@ -699,6 +702,7 @@ async fn curator_command(
         | Command::Trace(_)
         | Command::LoadImage(_)
         | Command::Kubeconfig(_)
+        | Command::Images(_)
         | Command::Osimage(_)
         | Command::Snapshot(snapshot::SnapshotCommand::Restore { .. })
         | Command::Completion { .. }
