@@ -36,6 +36,7 @@ const DEBUG: &str = "metropolis.proto.api.NodeDebugService";
 const MACHINES: &str = "metropolis.node.core.curator.proto.private.MachineManagement";
 const MANAGEMENT: &str = "metropolis.node.core.curator.proto.private.NodeManagement";
 const MAINTENANCE: &str = "metropolis.node.core.curator.proto.private.Maintenance";
+const IMAGES: &str = "metropolis.node.core.curator.proto.private.NodeImages";
 
 /// Check of `service`, retried while NOT_SERVING (an elected daemon may
 /// not have won its election yet) for at most 20 s.
@@ -153,7 +154,7 @@ async fn every_listener_answers_health_and_reflection(runtime: RuntimeKind) {
         .await
         .unwrap();
     check_listener("agent", &agent, &[AGENT]).await;
-    check_listener("debug", &d.debug().await, &[DEBUG]).await;
+    check_listener("debug", &d.debug().await, &[DEBUG, IMAGES]).await;
 
     // The older reflection protocol, for older tools.
     let mut alpha = v1alpha::server_reflection_client::ServerReflectionClient::with_origin(
