@@ -50,10 +50,26 @@ impl ServeOptions {
 /// timeout when shorter.
 pub const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(10);
 
+/// `response`, or, when it refuses the call for want of an identity
+/// (trailers-only Unauthenticated) and the peer's certificates were
+/// refused for a reason of their own, the same refusal saying why.
+fn with_refusal(response: Response<Body>, refusal: Option<&str>) -> Response<Body> {
+    let unauthenticated = response
+        .headers()
+        .get("grpc-status")
+        .is_some_and(|code| code.as_bytes() == b"16");
+    match refusal {
+        Some(reason) if unauthenticated => tonic::Status::unauthenticated(reason).into_http(),
+        _ => response,
+    }
+}
+
 /// Serves `router` on one connection whose peer is `peer` (an
 /// [`Identity`](metropolis_core::identity::Identity) converts into one), until the
 /// peer goes away or `shutdown` resolves (then the connection drains
-/// gracefully: in-flight calls finish, no new ones start).
+/// gracefully: in-flight calls finish, no new ones start). A peer with a
+/// [`refusal`](Peer::refusal) gets it as the message of every call refused
+/// for want of an identity.
 ///
 /// With a timer in `options`: HTTP/2 keepalive PINGs as the limits say,
 /// and a connection with no open call is closed once a whole idle timeout
@@ -82,6 +98,7 @@ where
         identity,
         curator,
         addr,
+        refusal,
     } = peer.into();
     let curator = curator.map(CuratorPeer);
     // Formatted once per connection; each call's extensions share it.
@@ -101,8 +118,9 @@ where
         }
         let open = counted.as_ref().map(|calls| calls.open());
         let response = router.call(request);
+        let refusal = refusal.clone();
         Box::pin(async move {
-            let response = response.await;
+            let response = with_refusal(response.await, refusal.as_deref());
             Ok::<_, Infallible>(match open {
                 Some(open) => response.map(|body| {
                     Body::new(CountedBody {

@@ -14,7 +14,7 @@ use metropolis_service::Router;
 
 use crate::edge::{ConnectionTask, EdgeLimits, SharedTimer, accept_until, with_timeout};
 use crate::grpc::{ServeOptions, serve_connection};
-use crate::peer::{Classify, Peer};
+use crate::peer::{Classify, Peer, admit};
 use crate::runtime::{Executor, Io, Listener, SharedRuntime, Socket};
 use crate::shutdown::{Shutdown, TaskTracker};
 
@@ -115,7 +115,7 @@ pub async fn serve_tls(
                         return;
                     }
                 };
-                let peer = classifier.peer(stream.peer_certificates.as_deref());
+                let peer = admit(&*classifier, stream.peer_certificates.as_deref());
                 tracing::debug!(%peer_addr, identity = %peer.identity, "TLS connection");
                 with.serve(stream.io, peer, router).await;
             })

@@ -7,6 +7,13 @@
 //! of the certificate it presents, and [`PeerClassifier`] then verifies the
 //! chain against the cluster CA and derives the [`Identity`] the service
 //! layer authorizes.
+//!
+//! A peer must present exactly one certificate, as the reference's
+//! servers require (`metropolis/node/core/rpc/server_authentication.go` at
+//! `80861fd7`, lines 206-212, used by the BMaaS server at `4cc3d4d2`): a
+//! chain identifies nobody, and [`admit`] gives its [`Peer`] a
+//! [`refusal`](Peer::refusal) that the calls needing an identity are
+//! answered with (see [`serve_connection`](crate::grpc::serve_connection)).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,9 +27,46 @@ use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
 
+/// The peer that presented `chain` (end entity first), as `classifier`
+/// sees it; a peer that presented more than one certificate is
+/// unauthenticated whatever they are, with the [`refusal`](Peer::refusal)
+/// saying so.
+pub fn admit(classifier: &dyn Classify, chain: Option<&[CertificateDer<'_>]>) -> Peer {
+    match chain {
+        Some(chain) if chain.len() > 1 => {
+            tracing::debug!(
+                certificates = chain.len(),
+                "client certificate chain refused"
+            );
+            Peer {
+                refusal: Some(Arc::from(chain_refusal(chain.len()))),
+                ..Peer::from(Identity::Unauthenticated)
+            }
+        }
+        _ => classifier.peer(chain),
+    }
+}
+
+/// Why a peer that presented `count` certificates is unauthenticated.
+fn chain_refusal(count: usize) -> String {
+    format!(
+        "exactly one client certificate must be sent (got {count}): present the \
+         end-entity certificate alone, without intermediates or the CA certificate"
+    )
+}
+
+/// The certificate of `chain` when it holds exactly one.
+fn only_certificate<'a>(chain: Option<&'a [CertificateDer<'a>]>) -> Option<&'a CertificateDer<'a>> {
+    match chain {
+        Some([leaf]) => Some(leaf),
+        _ => None,
+    }
+}
+
 /// Decides who a TLS peer is from the certificate chain it presented
 /// (end entity first), after a [`ClientAuth::Deferred`](metropolis_pki::ClientAuth)
-/// handshake.
+/// handshake. Listeners classify through [`admit`], which refuses a chain
+/// of more than one certificate before asking the classifier.
 pub trait Classify: Send + Sync + 'static {
     /// The identity of a peer that presented `chain`.
     fn classify(&self, chain: Option<&[CertificateDer<'_>]>) -> Identity;
@@ -36,14 +80,14 @@ pub trait Classify: Send + Sync + 'static {
 }
 
 /// Classifies agents on the AgentCallback port: a self-signed Ed25519
-/// certificate is [`Identity::Agent`] with its key; anything else is
-/// unauthenticated.
+/// certificate, presented alone, is [`Identity::Agent`] with its key;
+/// anything else is unauthenticated.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct AgentClassifier;
 
 impl Classify for AgentClassifier {
     fn classify(&self, chain: Option<&[CertificateDer<'_>]>) -> Identity {
-        let Some(leaf) = chain.and_then(|c| c.first()) else {
+        let Some(leaf) = only_certificate(chain) else {
             return Identity::Unauthenticated;
         };
         match agent_key_from_certificate(leaf) {
@@ -63,7 +107,7 @@ impl Classify for PeerClassifier {
 
     fn peer(&self, chain: Option<&[CertificateDer<'_>]>) -> Peer {
         let identity = PeerClassifier::classify(self, chain);
-        let curator = match (&identity, chain.and_then(|c| c.first())) {
+        let curator = match (&identity, only_certificate(chain)) {
             // Only a verified node certificate can mark a curator.
             (Identity::Node(id), Some(leaf)) if is_curator_certificate(leaf) => Some(id.clone()),
             _ => None,
@@ -72,6 +116,7 @@ impl Classify for PeerClassifier {
             identity,
             curator,
             addr: None,
+            refusal: None,
         }
     }
 }
@@ -89,6 +134,10 @@ pub struct Peer {
     /// (as [`RemoteAddr`](metropolis_service::RemoteAddr) in each
     /// call's extensions).
     pub addr: Option<SocketAddr>,
+    /// Why the certificates it presented identify nobody, when that is the
+    /// peer's to fix (it sent a chain): a call that is refused for want of
+    /// an identity is answered Unauthenticated with this message.
+    pub refusal: Option<Arc<str>>,
 }
 
 impl Peer {
@@ -107,6 +156,7 @@ impl From<Identity> for Peer {
             identity,
             curator: None,
             addr: None,
+            refusal: None,
         }
     }
 }
@@ -134,16 +184,14 @@ impl PeerClassifier {
     }
 
     /// The identity of a peer that presented `chain` (end entity first):
-    /// unauthenticated when there is none, when it does not chain to the
-    /// cluster CA, or when it names no known kind of identity.
+    /// unauthenticated when there is none, when there is more than one
+    /// certificate (the reference takes exactly one), when it is not issued
+    /// by the cluster CA, or when it names no known kind of identity.
     pub fn classify(&self, chain: Option<&[CertificateDer<'_>]>) -> Identity {
-        let Some((leaf, intermediates)) = chain.and_then(|c| c.split_first()) else {
+        let Some(leaf) = only_certificate(chain) else {
             return Identity::Unauthenticated;
         };
-        if let Err(e) = self
-            .verifier
-            .verify_client_cert(leaf, intermediates, UnixTime::now())
-        {
+        if let Err(e) = self.verifier.verify_client_cert(leaf, &[], UnixTime::now()) {
             tracing::debug!(error = %e, "client certificate not issued by the cluster CA");
             return Identity::Unauthenticated;
         }
