@@ -15,11 +15,19 @@
 //!   virtual or ARM machines) there is one warning for it rather than one
 //!   per file. `product_serial` is readable by root only, so an agent not
 //!   running as root gets a warning for it.
-//! - **EFI**: `sys/firmware/efi` present → `EFI_SUPPORT_ENABLED` (the
-//!   system was booted through EFI, so the firmware supports it and it is
-//!   in use). Absent → `EFI_SUPPORT_UNKNOWN`: a legacy boot looks the same
-//!   from inside Linux whether or not the firmware could have booted
-//!   through EFI (CSM), so `UNSUPPORTED` would be a guess.
+//! - **EFI**: whether the machine booted with EFI, and if not whether its
+//!   firmware could have. `sys/firmware/efi` present (the kernel creates
+//!   it only when started through EFI; the same directory decides whether
+//!   a Metropolis install goes ahead, `--firmware-dir`) →
+//!   `EFI_SUPPORT_ENABLED`. Absent, the machine did not boot with EFI,
+//!   and the firmware's SMBIOS table (`sys/firmware/dmi/tables/DMI`,
+//!   readable by root only) tells the rest, as in the reference agent:
+//!   its BIOS Information's "UEFI is supported" bit set →
+//!   `EFI_SUPPORT_SUPPORTED` (a legacy boot, CSM, of a firmware that has
+//!   EFI), clear → `EFI_SUPPORT_UNSUPPORTED`. Without a table that says
+//!   (none, or before SMBIOS 2.2) → `EFI_SUPPORT_UNKNOWN` and a warning
+//!   saying the machine did not boot with EFI, so the report says it in
+//!   words where the enum cannot.
 //! - **CPUs**: `proc/cpuinfo`, one `CPU` per processor package (grouped by
 //!   `physical id`; processors without one, as on most ARM machines, form
 //!   a single package). `vendor` ← `vendor_id`, `model` ← `model name`,
@@ -58,6 +66,8 @@
 //!   `current_speed_bytes` ← `speed` (Mb/s) × 125 000 (0 when the link is
 //!   down or the speed unknown). `supported_speed_bytes` needs ethtool
 //!   ioctls and is left empty.
+
+mod smbios;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -207,19 +217,39 @@ impl Gatherer<'_> {
     }
 
     fn efi(&mut self) -> EfiSupport {
+        const PART: &str = "EFI";
         let path = self.path("sys/firmware/efi");
         match fs::metadata(&path) {
-            Ok(meta) if meta.is_dir() => EfiSupport::Enabled,
+            Ok(meta) if meta.is_dir() => return EfiSupport::Enabled,
             Ok(_) => {
-                self.warn("EFI", &path, "not a directory");
-                EfiSupport::Unknown
+                self.warn(PART, &path, "not a directory");
+                return EfiSupport::Unknown;
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => EfiSupport::Unknown,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => {
-                self.warn("EFI", &path, e);
-                EfiSupport::Unknown
+                self.warn(PART, &path, e);
+                return EfiSupport::Unknown;
             }
         }
+        // Not booted with EFI: could the firmware have?
+        let table = self.path("sys/firmware/dmi/tables/DMI");
+        let why = match fs::read(&table) {
+            Ok(bytes) => match smbios::uefi_supported(&bytes) {
+                Some(true) => return EfiSupport::Supported,
+                Some(false) => return EfiSupport::Unsupported,
+                None => format!("{} has no BIOS information saying so", table.display()),
+            },
+            Err(e) => format!("{}: {e}", table.display()),
+        };
+        self.warn(
+            PART,
+            &path,
+            format!(
+                "absent: the machine did not boot with EFI; whether its firmware supports \
+                 EFI is unknown ({why})"
+            ),
+        );
+        EfiSupport::Unknown
     }
 
     fn cpus(&mut self) -> Vec<Cpu> {

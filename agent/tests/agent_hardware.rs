@@ -229,6 +229,11 @@ fn an_empty_tree_gives_an_empty_report_and_a_warning_per_part() {
         report.warning,
         vec![
             format!("DMI: {root}/sys/class/dmi/id: {missing}"),
+            format!(
+                "EFI: {root}/sys/firmware/efi: absent: the machine did not boot with EFI; \
+                 whether its firmware supports EFI is unknown \
+                 ({root}/sys/firmware/dmi/tables/DMI: {missing})"
+            ),
             format!("CPU: {root}/proc/cpuinfo: {missing}"),
             format!("memory: {root}/proc/meminfo: {missing}"),
             format!("block devices: {root}/sys/block: {missing}"),
@@ -307,6 +312,85 @@ fn odd_values_are_warnings_and_fallbacks() {
             report.warning
         );
     }
+}
+
+/// An SMBIOS structure table: BIOS Information (SMBIOS 2.4, 0x18
+/// bytes) with Characteristics Extension Byte 2 `ext2`, its strings, and
+/// the end-of-table structure.
+fn smbios_table(ext2: u8) -> Vec<u8> {
+    let mut table = vec![0u8; 0x18];
+    table[1] = 0x18;
+    table[0x13] = ext2;
+    table.extend_from_slice(b"Firmware Inc.\0v1\0\0");
+    table.extend_from_slice(&[127, 4, 0xff, 0xff, 0, 0]);
+    table
+}
+
+/// The EFI field of a tree with `efi` (whether `sys/firmware/efi`
+/// exists) and an SMBIOS table of `table`, and the EFI warnings.
+fn efi_of(efi: bool, table: Option<Vec<u8>>) -> (EfiSupport, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    if efi {
+        mkdir(dir.path(), "sys/firmware/efi/efivars");
+    }
+    if let Some(table) = table {
+        mkdir(dir.path(), "sys/firmware/dmi/tables");
+        fs::write(dir.path().join("sys/firmware/dmi/tables/DMI"), table).unwrap();
+    }
+    let report = gather_hardware_report(dir.path());
+    let root = dir.path().display().to_string();
+    let warnings = report
+        .warning
+        .iter()
+        .filter(|w| w.starts_with("EFI:"))
+        .map(|w| w.replace(&root, "ROOT"))
+        .collect();
+    (report.report.unwrap().efi_support(), warnings)
+}
+
+#[test]
+fn the_report_says_whether_the_machine_booted_with_efi() {
+    // Booted with EFI: whatever SMBIOS says.
+    assert_eq!(efi_of(true, None), (EfiSupport::Enabled, vec![]));
+    assert_eq!(
+        efi_of(true, Some(smbios_table(0))),
+        (EfiSupport::Enabled, vec![])
+    );
+    // Not: the firmware has EFI (a legacy boot through CSM), or not.
+    assert_eq!(
+        efi_of(false, Some(smbios_table(0x08 | 0x04))),
+        (EfiSupport::Supported, vec![])
+    );
+    assert_eq!(
+        efi_of(false, Some(smbios_table(0x04))),
+        (EfiSupport::Unsupported, vec![])
+    );
+    // Not, and nothing says what the firmware could: the warning says
+    // the machine did not boot with EFI.
+    let absent = "EFI: ROOT/sys/firmware/efi: absent: the machine did not boot with EFI; \
+                  whether its firmware supports EFI is unknown";
+    assert_eq!(
+        efi_of(false, None),
+        (
+            EfiSupport::Unknown,
+            vec![format!(
+                "{absent} (ROOT/sys/firmware/dmi/tables/DMI: No such file or directory \
+                 (os error 2))"
+            )]
+        )
+    );
+    let mut old = smbios_table(0x08);
+    old[1] = 0x12;
+    old.drain(0x12..0x18);
+    assert_eq!(
+        efi_of(false, Some(old)),
+        (
+            EfiSupport::Unknown,
+            vec![format!(
+                "{absent} (ROOT/sys/firmware/dmi/tables/DMI has no BIOS information saying so)"
+            )]
+        )
+    );
 }
 
 #[test]

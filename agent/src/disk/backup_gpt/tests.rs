@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::os::unix::fs::FileExt;
