@@ -311,6 +311,49 @@ fn the_readme_tour_works_as_written() {
         "{:?}",
         tour.ran
     );
+    // What the tour writes lands in the reader's checkout when run from
+    // there: every file it left, and every `./NAME` its blocks (skipped
+    // ones too) write, is ignored by the checkout's .gitignore.
+    let mut written: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for block in &blocks {
+        for line in &block.lines {
+            written.extend(dot_slash_names(line));
+        }
+    }
+    // The reader brings busybox.tar; daemon.log is this test's own.
+    written.retain(|name| name != "busybox.tar" && name != "daemon.log");
+    written.sort();
+    written.dedup();
+    assert!(written.iter().any(|n| n == "metropolis-data"), "{written:?}");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let not_ignored: Vec<&String> = written
+        .iter()
+        .filter(|name| {
+            !Command::new("git")
+                .current_dir(&root)
+                .args(["check-ignore", "--no-index", "-q", name.as_str()])
+                .status()
+                .unwrap()
+                .success()
+        })
+        .collect();
+    assert!(
+        not_ignored.is_empty(),
+        "the tour writes {not_ignored:?} into the checkout, which .gitignore does not cover"
+    );
+}
+
+/// The `NAME` of each `./NAME` in `line` (a path the tour writes or reads
+/// relative to where it runs).
+fn dot_slash_names(line: &str) -> Vec<String> {
+    line.split(|c: char| c.is_whitespace() || matches!(c, '=' | '\'' | '"'))
+        .filter_map(|word| word.strip_prefix("./"))
+        .map(|rest| rest.split('/').next().unwrap_or_default().to_string())
+        .filter(|name| !name.is_empty())
+        .collect()
 }
 
 #[test]
