@@ -49,11 +49,12 @@ pub struct Listeners {
 impl Listeners {
     /// Binds every TCP listener `config` asks for (`--listen`,
     /// `--agent-listen`, `--debug-listen`, `--metrics-listen`) and checks
-    /// that the directory of `--socket` exists; each failure names its
-    /// flag and says what to do.
+    /// that the directory of `--socket` exists (one inside `--data-dir` is
+    /// created, mode 0700, as the data directory itself would be); each
+    /// failure names its flag and says what to do.
     pub fn bind(runtime: &SharedRuntime, config: &Config) -> Result<Listeners, DaemonError> {
         if let Some(socket) = &config.socket {
-            check_socket_dir(socket)?;
+            check_socket_dir(socket, &config.data_dir)?;
         }
         Self::bind_addrs(
             runtime,
@@ -111,12 +112,31 @@ fn bind(
     })
 }
 
-/// Refuses a `--socket` whose directory is missing or not a directory.
-fn check_socket_dir(socket: &Path) -> Result<(), DaemonError> {
+/// Refuses a `--socket` whose directory is not a directory, or is missing
+/// outside `data_dir`; a missing directory at or under `data_dir` is
+/// created (mode 0700), as the daemon creates the data directory.
+fn check_socket_dir(socket: &Path, data_dir: &Path) -> Result<(), DaemonError> {
     let dir = match socket.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
+    if !dir.exists() && dir.starts_with(data_dir) {
+        use std::os::unix::fs::DirBuilderExt;
+        if let Err(e) = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+        {
+            return Err(exit::error(
+                exit::io_status(&e),
+                format!(
+                    "--socket {}: cannot create its directory {} (inside --data-dir): {e}",
+                    socket.display(),
+                    dir.display()
+                ),
+            ));
+        }
+    }
     match std::fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => Ok(()),
         Ok(_) => Err(exit::usage(format!(

@@ -425,3 +425,49 @@ fn both_programs_write_their_man_pages() {
         assert!(text.contains(flag), "{page} documents {flag}");
     }
 }
+
+/// A `--socket` inside a data directory that does not exist yet: the
+/// daemon creates the data directory (and the socket's directory in it)
+/// and serves on that socket, as it does on the default path; a socket
+/// directory missing outside the data directory is still refused, naming
+/// `--socket`, with nothing created.
+#[test]
+fn a_socket_inside_a_new_data_directory_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let socket = data.join("run").join("curator.sock");
+    let log = dir.path().join("daemon.log");
+    let mut child = daemon(&data, &["--socket", socket.to_str().unwrap()])
+        .args(["--log-format", "json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    metropolis_tests::serving_line(&mut child, &log);
+    let listed = Command::new(daemon_bin().with_file_name("metroctl-under-test"))
+        .args(["--socket", socket.to_str().unwrap(), "node", "list"])
+        .output()
+        .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        listed.status.success(),
+        "node list over {}: {}",
+        socket.display(),
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(socket.parent().unwrap())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700, "the socket's directory is private");
+
+    let other = dir.path().join("other");
+    let outside = dir.path().join("missing").join("x.sock");
+    let (code, stderr) = run(&mut daemon(&other, &["--socket", outside.to_str().unwrap()]));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--socket"), "{stderr}");
+    assert!(!other.exists() && !outside.parent().unwrap().exists());
+}
