@@ -466,7 +466,10 @@ fn a_socket_inside_a_new_data_directory_is_served() {
 
     let other = dir.path().join("other");
     let outside = dir.path().join("missing").join("x.sock");
-    let (code, stderr) = run(&mut daemon(&other, &["--socket", outside.to_str().unwrap()]));
+    let (code, stderr) = run(&mut daemon(
+        &other,
+        &["--socket", outside.to_str().unwrap()],
+    ));
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--socket"), "{stderr}");
     assert!(!other.exists() && !outside.parent().unwrap().exists());

@@ -65,18 +65,21 @@ fn commands(text: &str) -> Vec<String> {
 /// subcommand such as `man`).
 fn starts_daemon(command: &str) -> bool {
     let words: Vec<&str> = command.split_whitespace().collect();
-    let at = words.iter().position(|w| *w == "metropolisd").and_then(|i| {
-        let cargo = i >= 1 && words[i - 1] == "-p";
-        // `metropolisd` as the program (first word, after sudo), or the
-        // package of `cargo run`, whose arguments follow `--`.
-        if cargo {
-            words.iter().position(|w| *w == "--").map(|d| d + 1)
-        } else if i == 0 || (i == 1 && words[0] == "sudo") {
-            Some(i + 1)
-        } else {
-            None
-        }
-    });
+    let at = words
+        .iter()
+        .position(|w| *w == "metropolisd")
+        .and_then(|i| {
+            let cargo = i >= 1 && words[i - 1] == "-p";
+            // `metropolisd` as the program (first word, after sudo), or the
+            // package of `cargo run`, whose arguments follow `--`.
+            if cargo {
+                words.iter().position(|w| *w == "--").map(|d| d + 1)
+            } else if i == 0 || (i == 1 && words[0] == "sudo") {
+                Some(i + 1)
+            } else {
+                None
+            }
+        });
     let Some(at) = at else { return false };
     let args = &words[at.min(words.len())..];
     !args

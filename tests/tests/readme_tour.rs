@@ -327,7 +327,10 @@ fn the_readme_tour_works_as_written() {
     written.retain(|name| name != "busybox.tar" && name != "daemon.log");
     written.sort();
     written.dedup();
-    assert!(written.iter().any(|n| n == "metropolis-data"), "{written:?}");
+    assert!(
+        written.iter().any(|n| n == "metropolis-data"),
+        "{written:?}"
+    );
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let not_ignored: Vec<&String> = written
         .iter()
