@@ -24,7 +24,7 @@ use metropolis_core::store::{KeyRange, Op, OpResult, Txn};
 use sha2::Digest;
 
 use crate::daemon::DaemonError;
-use metropolis_pki::{CA_CERT_FILE, CA_KEY_FILE, ClusterCa};
+use metropolis_pki::{CA_CERT_FILE, CA_KEY_FILE, ClusterCa, write_new_file};
 
 /// What to do when an instance's CA is not the cluster's.
 const HOW_TO_JOIN: &str = "to add an instance to an existing cluster, run \
@@ -39,7 +39,10 @@ pub fn fingerprint(ca: &ClusterCa) -> String {
 
 /// Writes the join bundle of the instance whose PKI directory is `pki`
 /// into `out` (created with mode 0700; `ca-key.pem` mode 0600). Refuses an
-/// `out` that already holds a bundle.
+/// `out` that already holds either file of a bundle, and never replaces
+/// one: each file is written whole and linked into place only if nothing
+/// is there ([`metropolis_pki::write_new_file`]); a failure removes what
+/// this call wrote.
 pub fn write_bundle(pki: &Path, out: &Path) -> Result<ClusterCa, DaemonError> {
     let ca = ClusterCa::read_from_dir(pki).map_err(|e| {
         format!(
@@ -47,12 +50,15 @@ pub fn write_bundle(pki: &Path, out: &Path) -> Result<ClusterCa, DaemonError> {
              data directory is readable, e.g. as root on its host, with --data-dir naming it)"
         )
     })?;
-    if out.join(CA_KEY_FILE).exists() || out.join(CA_CERT_FILE).exists() {
-        return Err(format!(
-            "{}: already holds a join bundle (or a CA); choose an empty directory",
-            out.display()
-        )
-        .into());
+    for name in [CA_KEY_FILE, CA_CERT_FILE] {
+        if out.join(name).symlink_metadata().is_ok() {
+            return Err(format!(
+                "--out {}: already holds {name} (a join bundle or a CA); nothing was written: \
+                 give a new or empty directory",
+                out.display()
+            )
+            .into());
+        }
     }
     {
         use std::os::unix::fs::DirBuilderExt;
@@ -62,7 +68,12 @@ pub fn write_bundle(pki: &Path, out: &Path) -> Result<ClusterCa, DaemonError> {
             .create(out)
             .map_err(|e| format!("{}: cannot create the bundle directory: {e}", out.display()))?;
     }
-    ca.write_to_dir(out)?;
+    let key = out.join(CA_KEY_FILE);
+    write_new_file(&key, ca.key_pem().as_bytes(), 0o600)?;
+    if let Err(e) = write_new_file(&out.join(CA_CERT_FILE), ca.cert_pem().as_bytes(), 0o644) {
+        let _ = std::fs::remove_file(&key);
+        return Err(e.into());
+    }
     Ok(ca)
 }
 

@@ -164,6 +164,48 @@ impl Credentials {
         )
     }
 
+    /// Writes the files of [`Credentials::write_to_dir`] into `dir` (created
+    /// with mode 0700 if missing), but only if none of them exists yet:
+    /// never replaces a credential. Each is written completely to a
+    /// temporary file and linked into place, which fails if a file
+    /// appeared there since the check; on any failure the files this call
+    /// wrote are removed again, and what was there before is untouched.
+    pub fn write_new_to_dir(&self, dir: &Path, prefix: &str) -> Result<(), PkiError> {
+        files::check_prefix(prefix)?;
+        self.validate()?;
+        let parts = [
+            (
+                Self::key_path(dir, prefix),
+                &self.key_pem,
+                files::PRIVATE_MODE,
+            ),
+            (
+                Self::cert_path(dir, prefix),
+                &self.cert_pem,
+                files::PUBLIC_MODE,
+            ),
+            (dir.join(CA_CERT_FILE), &self.ca_pem, files::PUBLIC_MODE),
+        ];
+        if let Some((path, _, _)) = parts.iter().find(|(path, _, _)| files::occupied(path)) {
+            return Err(PkiError::Io {
+                path: path.clone(),
+                action: "create (it must not exist yet)",
+                source: std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+            });
+        }
+        let mut written = Vec::new();
+        for (path, text, mode) in &parts {
+            if let Err(e) = files::write_new_file(path, text.as_bytes(), *mode) {
+                for done in written {
+                    let _ = std::fs::remove_file(done);
+                }
+                return Err(e);
+            }
+            written.push(path);
+        }
+        Ok(())
+    }
+
     /// Reads the files [`Credentials::write_to_dir`] writes and
     /// [validates](Credentials::validate) them; errors name the file at
     /// fault. A key file readable by other users is accepted with a

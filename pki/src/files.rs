@@ -21,6 +21,48 @@ pub(crate) const PUBLIC_MODE: u32 = 0o644;
 /// directory (created with `mode`), which is flushed to disk, renamed over
 /// `path`, and the directory is flushed too.
 pub(crate) fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> Result<(), PkiError> {
+    write_through_temporary(path, contents, mode, |tmp| {
+        fs::rename(tmp, path).map_err(|e| PkiError::Io {
+            path: path.to_path_buf(),
+            action: "replace",
+            source: e,
+        })
+    })
+}
+
+/// Writes `contents` to `path`, which must not exist, as
+/// [`write_atomic`] does, except that it never replaces a file: the
+/// complete temporary file is linked to `path` (which fails if anything
+/// is there by then, a file created since a caller's check included) and
+/// then unlinked. A failure leaves nothing at `path`. The directory is
+/// created (mode 0700) if missing.
+pub fn write_new_file(path: &Path, contents: &[u8], mode: u32) -> Result<(), PkiError> {
+    write_through_temporary(path, contents, mode, |tmp| {
+        let linked = fs::hard_link(tmp, path).map_err(|e| PkiError::Io {
+            path: path.to_path_buf(),
+            action: "create (it must not exist yet)",
+            source: e,
+        });
+        let _ = fs::remove_file(tmp);
+        linked
+    })
+}
+
+/// Whether anything (a file, a directory, a dangling symbolic link) is at
+/// `path`.
+pub(crate) fn occupied(path: &Path) -> bool {
+    path.symlink_metadata().is_ok()
+}
+
+/// Writes `contents` into a fresh temporary file beside `path` (created
+/// with `mode`, flushed), hands it to `publish` (which puts it at `path`),
+/// and flushes the directory.
+fn write_through_temporary(
+    path: &Path,
+    contents: &[u8],
+    mode: u32,
+    publish: impl FnOnce(&Path) -> Result<(), PkiError>,
+) -> Result<(), PkiError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -43,13 +85,7 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> Result<()
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(PkiError::io(&tmp, "remove a stale temporary file")(e)),
     }
-    let result = write_new(&tmp, contents, mode).and_then(|()| {
-        fs::rename(&tmp, path).map_err(|e| PkiError::Io {
-            path: path.to_path_buf(),
-            action: "replace",
-            source: e,
-        })
-    });
+    let result = write_new(&tmp, contents, mode).and_then(|()| publish(&tmp));
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
         return result;

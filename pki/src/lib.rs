@@ -38,6 +38,7 @@ pub use error::PkiError;
 pub use fallback_cert::{
     P256_PREFIX, P256_RENEW_BEFORE, P256Status, load_or_issue_p256, p256_mismatch,
 };
+pub use files::write_new_file;
 pub use keys::{generate_ed25519_key, upgrade_key_file};
 pub use kubernetes::{
     Cluster, Context, DEFAULT_KUBECONFIG_VALIDITY, DebugKubeconfigs, GENERATED_KUBERNETES_CA_CERT,
