@@ -13,8 +13,10 @@ macro_rules! outln {
 
 mod debug;
 mod exit;
+mod files;
 mod machine_view;
 mod machines;
+mod nodes;
 mod osimage;
 mod output;
 mod snapshot;
@@ -32,7 +34,7 @@ use futures::StreamExt;
 use metropolis_core::identity::NodeId;
 use metropolis_pki::{Credentials, client_config};
 use metropolis_proto::metropolis::node::core::curator::proto::private::{
-    AddNodeRequest, RemoveNodeRequest, node_management_client::NodeManagementClient,
+    RemoveNodeRequest, node_management_client::NodeManagementClient,
 };
 use metropolis_proto::prelude::curator::curator_client::CuratorClient;
 use metropolis_proto::prelude::{common, curator};
@@ -57,17 +59,24 @@ use metropolis_transport::connect as dial;
 pub struct Cli {
     #[command(flatten)]
     conn: ConnectionArgs,
+    /// Output format: table, wide, json or yaml.
+    ///
     /// How commands print what they got: table (lines for people), wide
     /// (more columns in node and machine lists), json (one object per
     /// line: per item, per event), yaml (one document per item or event).
     /// `--json` on a command is `-o json`.
+    ///
+    /// Environment: METROCTL_OUTPUT. Default: table.
     #[arg(
         short = 'o',
         long = "output",
         global = true,
         env = "METROCTL_OUTPUT",
+        hide_env = true,
         value_enum,
         default_value_t = Format::Table,
+        hide_default_value = true,
+        hide_possible_values = true,
         value_name = "FORMAT",
         help_heading = GLOBAL_OPTIONS
     )]
@@ -77,7 +86,9 @@ pub struct Cli {
 }
 
 /// The heading of the options every command takes, shown after a
-/// command's own in its `--help`.
+/// command's own in its help: one line each in `-h` (the first sentence
+/// of their documentation), everything (the environment variable, the
+/// default) in `--help`.
 const GLOBAL_OPTIONS: &str = "Global options";
 
 /// Environment variables metroctl read before every one of its flags had
@@ -92,26 +103,44 @@ const OLD_ENV_NAMES: [(&str, &str, &str); 2] = [
     ),
 ];
 
+// Each global option's first paragraph is its line in `-h`, so it is
+// short; the environment variable and the default are said in the text of
+// `--help` (clap's own annotations would make every `-h` line wrap).
 #[derive(Args, Debug)]
 #[command(next_help_heading = GLOBAL_OPTIONS)]
 struct ConnectionArgs {
-    /// The daemon's data directory (for the default socket and the owner
-    /// credential <data-dir>/owner).
+    /// The daemon's data directory.
+    ///
+    /// The daemon's data directory: the default socket is
+    /// <data-dir>/curator.sock, the default credential <data-dir>/owner.
+    ///
+    /// Environment: METROCTL_DATA_DIR. Default: /var/lib/metropolis.
     #[arg(
         long,
         global = true,
         env = "METROCTL_DATA_DIR",
-        default_value = "/var/lib/metropolis"
+        hide_env = true,
+        default_value = "/var/lib/metropolis",
+        hide_default_value = true,
+        value_name = "DIR"
     )]
     data_dir: PathBuf,
-    /// Local UNIX socket of the curator. Default: <data-dir>/curator.sock.
+    /// The curator's local UNIX socket.
+    ///
+    /// The curator's local UNIX socket (callers act as this node).
+    ///
+    /// Environment: METROCTL_SOCKET. Default: <data-dir>/curator.sock.
     #[arg(
         long,
         global = true,
         env = "METROCTL_SOCKET",
-        conflicts_with = "endpoints"
+        hide_env = true,
+        conflicts_with = "endpoints",
+        value_name = "PATH"
     )]
     socket: Option<PathBuf>,
+    /// Curators' TLS listeners, instead of the socket.
+    ///
     /// HOST:PORT of curators' TLS listeners (metropolisd --listen; HOST an
     /// IP address or a name), comma-separated or repeated (`--endpoint`
     /// too): tried in order, the first that answers is used. `watch` keeps
@@ -119,37 +148,65 @@ struct ConnectionArgs {
     /// does not end it). Uses --credentials. Needed by the owner-only
     /// commands (node add|rm, machine, install, snapshot save): the local
     /// socket acts as this node.
+    ///
+    /// Environment: METROCTL_ENDPOINTS.
     #[arg(
         long,
         visible_alias = "endpoint",
         global = true,
         env = "METROCTL_ENDPOINTS",
-        value_delimiter = ','
+        hide_env = true,
+        value_delimiter = ',',
+        value_name = "HOST:PORT"
     )]
     endpoints: Vec<String>,
+    /// Credential directory for --endpoints.
+    ///
     /// Credential directory for --endpoints (holding owner.pem or node.pem,
-    /// its -key.pem, and ca.pem). Default: <data-dir>/owner.
-    #[arg(long, global = true, env = "METROCTL_CREDENTIALS")]
+    /// its -key.pem, and ca.pem).
+    ///
+    /// Environment: METROCTL_CREDENTIALS. Default: <data-dir>/owner.
+    #[arg(
+        long,
+        global = true,
+        env = "METROCTL_CREDENTIALS",
+        hide_env = true,
+        value_name = "DIR"
+    )]
     credentials: Option<PathBuf>,
+    /// Seconds a command may take (then exit 3).
+    ///
     /// Seconds a command may take: connecting, and the whole of a command
     /// that is not a stream (watch, logs -f, trace, load-image and
-    /// snapshot save are bounded only while connecting). Then it fails with exit status 3.
+    /// snapshot save are bounded only while connecting). Then it fails
+    /// with exit status 3.
+    ///
+    /// Environment: METROCTL_TIMEOUT. Default: 30.
     #[arg(
         long,
         global = true,
         env = "METROCTL_TIMEOUT",
+        hide_env = true,
         default_value_t = 30,
+        hide_default_value = true,
         value_name = "SECONDS"
     )]
     timeout: u64,
+    /// A node's debug service (logs, trace, load-image, kubeconfig).
+    ///
     /// HOST:PORT of a node's debug service (metropolisd --debug-listen),
     /// used by logs, trace, load-image and kubeconfig. Plain HTTP/2, no
     /// credentials: the debug service is unauthenticated.
+    ///
+    /// Environment: METROCTL_DEBUG_ENDPOINT. Default: 127.0.0.1:7837.
     #[arg(
         long,
         global = true,
         env = "METROCTL_DEBUG_ENDPOINT",
-        default_value = "127.0.0.1:7837"
+        hide_env = true,
+        default_value = "127.0.0.1:7837",
+        hide_default_value = true,
+        value_name = "HOST:PORT"
     )]
     debug_endpoint: String,
 }
@@ -206,6 +263,11 @@ enum Command {
     Man {
         /// The directory (created if missing).
         dir: PathBuf,
+        /// Replace metroctl's pages already in DIR (e.g. after an
+        /// upgrade); without it, a page there is refused and nothing is
+        /// written.
+        #[arg(long)]
+        replace: bool,
     },
 }
 
@@ -244,7 +306,9 @@ enum StatusCommand {
 #[derive(Subcommand, Debug)]
 enum NodeCommand {
     /// Create a node: generate its key here, have the curator register it
-    /// and issue its certificate, and write the credential bundle. Needs
+    /// and issue its certificate, and write the credential bundle (into
+    /// --out, which must hold none of its files: nothing is overwritten,
+    /// and an existing file is refused before the call). Needs
     /// the owner over TLS: --endpoints HOST:PORT (with the owner
     /// credential <data-dir>/owner; the local socket acts as this node).
     /// With --curator: write the join bundle of a new curator instance
@@ -267,9 +331,20 @@ enum NodeCommand {
         #[arg(long)]
         json: bool,
     },
-    /// List the nodes of the cluster.
+    /// List the nodes of the cluster: ID, address, roles and AGE (the
+    /// time since the node last reported its status).
     List {
         /// One JSON object per node and line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one node: roles, address, its last status report (when, and
+    /// how long ago), the curator it runs, its version. Exit status 5 if
+    /// there is no such node.
+    Show {
+        /// The node ID (metropolis-<32 hex>).
+        id: String,
+        /// One JSON object (as `node list --json` prints a node).
         #[arg(long)]
         json: bool,
     },
@@ -465,11 +540,9 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
         Command::Snapshot(snapshot::SnapshotCommand::Restore { file, json }) => {
             return snapshot::restore_into(&cli.conn.data_dir, &file, format.or_json(json));
         }
-        Command::Man { dir } => {
-            std::fs::create_dir_all(&dir)
-                .and_then(|()| clap_mangen::generate_to(Cli::command(), &dir))
-                .map_err(|e| failed(Exit::Failure, format!("{}: {e}", dir.display())))?;
-            outln!("man pages written to {}", dir.display());
+        Command::Man { dir, replace } => {
+            let pages = files::write_man_pages(Cli::command(), &dir, replace)?;
+            outln!("{pages} man pages written to {}", dir.display());
             return Ok(());
         }
         Command::Completion { shell } => {
@@ -486,25 +559,7 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
             curator: true,
             json,
         }) => {
-            let ca = metropolis_node::join::write_bundle(&cli.conn.data_dir.join("pki"), &out)?;
-            let fingerprint = metropolis_node::join::fingerprint(&ca);
-            let format = format.or_json(json);
-            if format.structured() {
-                let value = serde_json::json!({
-                    "join_bundle": out.display().to_string(),
-                    "ca_sha256": fingerprint,
-                });
-                output::emit(&value, format);
-                return Ok(());
-            }
-            outln!(
-                "join bundle of the cluster CA (SHA-256 {}) in {}; on the new instance's host: \
-                 metropolisd --join {} --etcd ... with an empty --data-dir, then delete the bundle",
-                fingerprint,
-                out.display(),
-                out.display()
-            );
-            return Ok(());
+            return nodes::add_curator(&cli.conn.data_dir, &out, format.or_json(json));
         }
         Command::Watch(w) => {
             let limit = connect_limit.unwrap_or(Duration::from_secs(cli.conn.timeout));
@@ -561,9 +616,13 @@ fn check_values(command: &Command) -> Result<(), CliError> {
     match command {
         Command::Machine(m) => machines::check_machine(m),
         Command::Install(i) => machines::check_install(i),
-        Command::Node(NodeCommand::Rm { id }) => NodeId::parse(id)
+        Command::Node(NodeCommand::Rm { id } | NodeCommand::Show { id, .. }) => NodeId::parse(id)
             .map(drop)
             .map_err(|e| usage(format!("ID: {e}"))),
+        Command::Node(NodeCommand::Add { out, curator, .. }) => nodes::check_add(out, *curator),
+        Command::Snapshot(snapshot::SnapshotCommand::Save { file, .. }) => {
+            files::check_new_file("FILE", file)
+        }
         Command::Status(StatusCommand::Set {
             external_address, ..
         }) => external_address.parse::<IpAddr>().map(drop).map_err(|_| {
@@ -635,56 +694,13 @@ async fn curator_command(
             Ok(())
         }
         Command::Node(NodeCommand::List { json }) => {
-            let kind = curator::watch_request::Kind::NodesInCluster(Default::default());
-            let mut stream = curator
-                .watch(curator::WatchRequest { kind: Some(kind) })
-                .await
-                .map_err(status_error)?
-                .into_inner();
-            let mut nodes = Vec::new();
-            while let Some(event) = stream.next().await {
-                let event = event.map_err(status_error)?;
-                let done = event.progress == curator::watch_event::Progress::LastBacklogged as i32;
-                nodes.extend(event.nodes);
-                if done {
-                    break;
-                }
-            }
-            output::print_nodes(&nodes, format.or_json(json));
-            Ok(())
+            nodes::list(conn.channel, format.or_json(json)).await
+        }
+        Command::Node(NodeCommand::Show { id, json }) => {
+            nodes::show(conn.channel, &id, format.or_json(json)).await
         }
         Command::Node(NodeCommand::Add { out, json, .. }) => {
-            // PKCS#8 v1: OpenSSL and BoringSSL read it too.
-            let (key_pem, public) = metropolis_pki::generate_ed25519_key()?;
-            let mut mgmt = NodeManagementClient::with_origin(conn.channel, Channel::origin());
-            let resp = mgmt
-                .add_node(AddNodeRequest {
-                    public_key: public.to_vec().into(),
-                })
-                .await
-                .map_err(status_error)?
-                .into_inner();
-            let creds = Credentials::from_parts(
-                String::from_utf8(resp.certificate.to_vec())?,
-                key_pem,
-                String::from_utf8(resp.ca_certificate.to_vec())?,
-            );
-            creds.write_to_dir(&out, "node")?;
-            let format = format.or_json(json);
-            if format.structured() {
-                let value = serde_json::json!({
-                    "node_id": resp.node_id,
-                    "credentials": out.display().to_string(),
-                });
-                output::emit(&value, format);
-                return Ok(());
-            }
-            outln!(
-                "node {} added; credentials in {}",
-                resp.node_id,
-                out.display()
-            );
-            Ok(())
+            nodes::add(conn.channel, &out, format.or_json(json)).await
         }
         Command::Node(NodeCommand::Rm { id }) => {
             let id = NodeId::parse(&id).map_err(|e| usage(format!("ID: {e}")))?;
@@ -718,8 +734,9 @@ async fn curator_command(
 /// away as one batch. Until the first complete state it fails as a
 /// connection would (exit 3 once each endpoint failed, or after
 /// --timeout); after that it reconnects for as long as it runs, saying
-/// so on standard error. Only a refusal (a credential not allowed to
-/// watch) ends it.
+/// so on standard error once as an outage begins and once as it ends
+/// (with the number of failed attempts), not once per attempt. Only a
+/// refusal (a credential not allowed to watch) ends it.
 async fn watch(
     args: &ConnectionArgs,
     command: WatchCommand,
@@ -761,6 +778,10 @@ async fn watch(
     let started = std::time::Instant::now();
     let mut problems: Vec<(Exit, String)> = Vec::new();
     let mut synced = false;
+    // The reconnect under way, once synced: when it began and how many
+    // attempts failed. Said on standard error once as it begins and once
+    // as it ends, however many attempts it takes.
+    let mut away: Option<(std::time::Instant, u32)> = None;
     // What is handed out until the view is (re)synced, printed as one event.
     let mut batch: Option<curator::WatchEvent> = Some(curator::WatchEvent::default());
     loop {
@@ -832,7 +853,15 @@ async fn watch(
                 }
             }
             NodeEvent::Reconnecting { reason } => {
-                eprintln!("reconnecting: {reason}");
+                match away.as_mut() {
+                    Some((_, attempts)) => *attempts += 1,
+                    None => {
+                        eprintln!(
+                            "reconnecting: {reason} (retrying until a curator answers; said once)"
+                        );
+                        away = Some((std::time::Instant::now(), 1));
+                    }
+                }
                 batch.get_or_insert_with(Default::default);
             }
             NodeEvent::Resynced => {
@@ -841,7 +870,12 @@ async fn watch(
                 if changes > 0 {
                     output::print_event(&event, format);
                 }
-                eprintln!("reconnected ({changes} change(s) while away)");
+                let (since, attempts) = away.take().unwrap_or((std::time::Instant::now(), 0));
+                eprintln!(
+                    "reconnected after {attempts} failed attempt(s) in {:.1} s ({changes} \
+                     change(s) while away)",
+                    since.elapsed().as_secs_f64()
+                );
             }
             _ => {}
         }

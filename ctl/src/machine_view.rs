@@ -90,13 +90,60 @@ fn request_json(m: &Machine) -> Value {
     }
 }
 
-/// A machine as JSON: identity, liveness, the current request, reports
-/// and (with `hardware`) the full hardware report.
+/// What is known of a machine's agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentState {
+    /// It never sent a heartbeat (not started yet, or it cannot reach the
+    /// curator): nothing was lost.
+    NeverSeen,
+    /// It sent heartbeats, but none for longer than the daemon's
+    /// `--agent-lost-after`.
+    Lost,
+    /// It is heard from.
+    Heartbeating,
+}
+
+impl AgentState {
+    /// The state of `m`'s agent.
+    pub fn of(m: &Machine) -> AgentState {
+        if m.last_heartbeat_unix_ms == 0 {
+            AgentState::NeverSeen
+        } else if m.lost {
+            AgentState::Lost
+        } else {
+            AgentState::Heartbeating
+        }
+    }
+
+    /// For people: the AGENT column of `machine list`.
+    pub fn word(self) -> &'static str {
+        match self {
+            AgentState::NeverSeen => "never seen",
+            AgentState::Lost => "LOST",
+            AgentState::Heartbeating => "ok",
+        }
+    }
+
+    /// For programs: the `agent` field of the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            AgentState::NeverSeen => "never_seen",
+            AgentState::Lost => "lost",
+            AgentState::Heartbeating => "ok",
+        }
+    }
+}
+
+/// A machine as JSON: identity, liveness (`agent`: `never_seen`, `lost`
+/// or `ok`; `lost` true for the first two, as the curator says), the
+/// current request, reports and (with `hardware`) the full hardware
+/// report.
 pub fn machine_json(m: &Machine, hardware: bool) -> Value {
     let mut value = json!({
         "machine_id": m.machine_id,
         "agent_public_key": hex::encode(&m.agent_public_key),
         "last_heartbeat": unix_ms(m.last_heartbeat_unix_ms),
+        "agent": AgentState::of(m).name(),
         "lost": m.lost,
         "current_generation": m.current_generation,
         "request": request_json(m),

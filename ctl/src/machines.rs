@@ -1,7 +1,7 @@
 //! `metroctl machine …` and `metroctl install …`: the operator's view of
 //! provisioned machines and their OS installation requests.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Subcommand;
 use metropolis_core::hex;
@@ -14,8 +14,9 @@ use metropolis_transport::grpc::Channel;
 use prost::Message;
 
 use super::exit::usage;
-use super::machine_view;
-use super::output::{Format, emit};
+pub(super) use super::files::{check_new_file, write_private};
+use super::machine_view::{self, AgentState};
+use super::output::{Format, emit, output_width, table_within};
 use super::{CliError, status_error};
 
 /// Said by each command here: it needs the owner over TLS.
@@ -45,8 +46,11 @@ pub enum MachineCommand {
         #[arg(long, value_name = "FILE")]
         generate_key: Option<PathBuf>,
     },
-    /// List machines: last heartbeat age, lost flag, hardware summary,
-    /// current generation and latest report.
+    /// List machines: last heartbeat age, the agent (ok, LOST, or never
+    /// seen: it never sent a heartbeat), current generation, hardware
+    /// summary and latest report. The report is cut to the width of the
+    /// terminal (`COLUMNS` when set; output into a pipe or file is not
+    /// cut, nor is `-o wide`): `machine show ID` has it whole.
     #[command(after_help = OWNER_OVER_TLS)]
     List {
         /// One JSON object per machine and line (times in RFC 3339).
@@ -131,59 +135,6 @@ fn hex_key(s: &str) -> Result<Vec<u8>, CliError> {
     (0..32)
         .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| usage(bad())))
         .collect()
-}
-
-/// Checks, before any call, that `path` (the value of `flag`) can be
-/// written later: it does not exist yet and its directory does.
-pub(super) fn check_new_file(flag: &str, path: &Path) -> Result<(), CliError> {
-    if path.symlink_metadata().is_ok() {
-        return Err(usage(format!(
-            "{flag} {}: the file exists; remove it or give another path (nothing was sent)",
-            path.display()
-        )));
-    }
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    if !dir.is_dir() {
-        return Err(usage(format!(
-            "{flag} {}: the directory {} does not exist (nothing was sent)",
-            path.display(),
-            dir.display()
-        )));
-    }
-    Ok(())
-}
-
-/// Writes `contents` to `path` (the value of `flag`) atomically, mode
-/// 0600: into a temporary file beside it, synced, then renamed over it
-/// (a failure leaves no file at `path`).
-pub(super) fn write_private(flag: &str, path: &Path, contents: &str) -> Result<(), CliError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let name = path
-        .file_name()
-        .ok_or_else(|| usage(format!("{flag} {}: not a file name", path.display())))?;
-    let mut temp_name = std::ffi::OsString::from(".");
-    temp_name.push(name);
-    temp_name.push(format!(".{}.tmp", std::process::id()));
-    let temp = path.with_file_name(temp_name);
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&temp)
-        .and_then(|mut f| {
-            f.write_all(contents.as_bytes())?;
-            f.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&temp, path));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&temp);
-        return Err(format!("{flag} {}: cannot write it: {e}", path.display()).into());
-    }
-    Ok(())
 }
 
 /// Checks a `machine` command's values before connecting.
@@ -376,16 +327,16 @@ fn request_progress(m: &Machine, reported: bool, now_ms: i64) -> String {
         (t, true) => format!("handed to the agent {}", age(now_ms, t)),
         (t, false) => format!("handed to the agent {}, no report yet", age(now_ms, t)),
     };
-    let agent = if m.lost {
-        format!(
+    let agent = match AgentState::of(m) {
+        AgentState::NeverSeen => "agent never seen (no heartbeat yet)".to_string(),
+        AgentState::Lost => format!(
             "agent LOST (last heartbeat {})",
             age(now_ms, m.last_heartbeat_unix_ms)
-        )
-    } else {
-        format!(
+        ),
+        AgentState::Heartbeating => format!(
             "agent heartbeating (last {})",
             age(now_ms, m.last_heartbeat_unix_ms)
-        )
+        ),
     };
     format!("{submitted}{handed}; {agent}")
 }
@@ -418,6 +369,15 @@ fn latest_report(m: &Machine) -> String {
         Some(r) if r.success => format!("gen {}: success", r.generation),
         Some(r) => format!("gen {}: error: {}", r.generation, r.error),
     }
+}
+
+/// [`latest_report`] on one line: control characters (an error's line
+/// breaks) become spaces.
+fn latest_report_line(m: &Machine) -> String {
+    latest_report(m)
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 fn now_ms() -> i64 {
@@ -487,17 +447,12 @@ pub async fn machine(
             }
             let now = now_ms();
             let wide = format == Format::Wide;
-            let mut header = vec![
-                "MACHINE",
-                "HEARTBEAT",
-                "AGENT",
-                "GEN",
-                "LATEST REPORT",
-                "HARDWARE",
-            ];
+            let mut header = vec!["MACHINE", "HEARTBEAT", "AGENT", "GEN", "HARDWARE"];
             if wide {
                 header.extend(["AGENT KEY", "LAST HEARTBEAT"]);
             }
+            // Last, so that it is what a narrow terminal cuts.
+            header.push("LATEST REPORT");
             let rows: Vec<Vec<String>> = machines
                 .machines
                 .iter()
@@ -505,9 +460,8 @@ pub async fn machine(
                     let mut row = vec![
                         m.machine_id.clone(),
                         age(now, m.last_heartbeat_unix_ms),
-                        if m.lost { "LOST" } else { "ok" }.to_string(),
+                        AgentState::of(m).word().to_string(),
                         m.current_generation.to_string(),
-                        latest_report(m),
                         hardware_summary(m),
                     ];
                     if wide {
@@ -517,10 +471,14 @@ pub async fn machine(
                                 .unwrap_or_else(|| "-".into()),
                         );
                     }
+                    row.push(latest_report_line(m));
                     row
                 })
                 .collect();
-            super::output::print_table(&header, &rows);
+            let width = if wide { None } else { output_width() };
+            for line in table_within(&header, &rows, width) {
+                outln!("{line}");
+            }
             outln!("{} machine(s)", machines.machines.len());
         }
         MachineCommand::Show { id, json } => {
@@ -542,7 +500,11 @@ pub async fn machine(
                 machine_view::unix_ms(m.last_heartbeat_unix_ms)
                     .map(|t| format!(" ({t})"))
                     .unwrap_or_default(),
-                if m.lost { ", LOST" } else { "" }
+                match AgentState::of(&m) {
+                    AgentState::NeverSeen => ": the agent never connected",
+                    AgentState::Lost => ", LOST",
+                    AgentState::Heartbeating => "",
+                }
             );
             outln!("generation       {}", m.current_generation);
             outln!("latest report    {}", latest_report(&m));

@@ -50,6 +50,71 @@ pub fn render(value: &Value, format: Format) -> String {
 /// each column padded to its widest cell and separated by two spaces (the
 /// last column is not padded).
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> Vec<String> {
+    layout(header, rows).0
+}
+
+/// The fewest characters of the last column [`table_within`] keeps.
+const LAST_COLUMN_KEEPS: usize = 12;
+
+/// The lines of [`table`], each cut to `width` characters (when given) by
+/// shortening its last column, which ends in `…` then; the last column
+/// keeps at least [`LAST_COLUMN_KEEPS`] characters, so on a very narrow
+/// terminal a line may be longer.
+pub fn table_within(header: &[&str], rows: &[Vec<String>], width: Option<usize>) -> Vec<String> {
+    let (lines, last_start) = layout(header, rows);
+    let Some(width) = width else {
+        return lines;
+    };
+    let keep = width.max(last_start + LAST_COLUMN_KEEPS);
+    lines
+        .into_iter()
+        .map(|line| {
+            if line.chars().count() <= keep {
+                return line;
+            }
+            let mut cut: String = line.chars().take(keep.saturating_sub(1)).collect();
+            cut.push('…');
+            cut
+        })
+        .collect()
+}
+
+/// The width tables for people are cut to (only where a command says
+/// so, e.g. `machine list`): `COLUMNS` when it is set to a positive
+/// number; else, when standard output is a terminal, its width (80 if it
+/// cannot be read); else none: output into a pipe or a file is not cut.
+pub fn output_width() -> Option<usize> {
+    use std::io::IsTerminal as _;
+    let columns = std::env::var("COLUMNS").ok();
+    if let Some(n) = columns
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| *n > 0)
+    {
+        return Some(n);
+    }
+    if !std::io::stdout().is_terminal() {
+        return None;
+    }
+    Some(terminal_width().unwrap_or(80))
+}
+
+/// The width of the terminal on standard output, if it tells.
+fn terminal_width() -> Option<usize> {
+    let mut size = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ on a descriptor only writes a `winsize` into the
+    // struct given, which is valid and exclusively borrowed for the call.
+    let rc = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) };
+    (rc == 0 && size.ws_col > 0).then_some(usize::from(size.ws_col))
+}
+
+/// The lines of [`table`], and where its last column starts (in
+/// characters).
+fn layout(header: &[&str], rows: &[Vec<String>]) -> (Vec<String>, usize) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
@@ -77,7 +142,9 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> Vec<String> {
         rows.iter()
             .map(|r| line(r.iter().map(String::as_str).collect())),
     );
-    lines
+    let last = header.len().saturating_sub(1);
+    let last_start = widths.iter().take(last).map(|w| w + 2).sum();
+    (lines, last_start)
 }
 
 /// Prints the lines of [`table`].
@@ -115,7 +182,8 @@ fn address(node: &curator::Node) -> &str {
         .unwrap_or("")
 }
 
-/// A node as one JSON object (its status time in RFC 3339).
+/// A node as one JSON object (its status time in RFC 3339; the port of
+/// the curator it runs, and its version, null when it did not say).
 pub fn node_json(node: &curator::Node) -> Value {
     json!({
         "id": node.id,
@@ -123,8 +191,81 @@ pub fn node_json(node: &curator::Node) -> Value {
         "status": node.status.as_ref().map(|s| json!({
             "external_address": s.external_address,
             "timestamp": s.timestamp.as_ref().map(rfc3339),
+            "running_curator_port": s.running_curator.as_ref().map(|c| c.port),
+            "version": version(node),
         })),
     })
+}
+
+/// The node's release, `vMAJOR.MINOR.PATCH`, if its status has one.
+fn version(node: &curator::Node) -> Option<String> {
+    let release = node.status.as_ref()?.version.as_ref()?.release.as_ref()?;
+    Some(format!(
+        "v{}.{}.{}",
+        release.major, release.minor, release.patch
+    ))
+}
+
+/// How long ago `then` was, in whole units as `kubectl` prints an AGE:
+/// `45s`, `12m`, `5h`, `3d` (a time in the future counts as now).
+pub fn age_since(then: &prost_types::Timestamp, now: std::time::SystemTime) -> String {
+    let now = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    let s = now.saturating_sub(then.seconds).max(0);
+    match s {
+        0..120 => format!("{s}s"),
+        120..7200 => format!("{}m", s / 60),
+        7200..172_800 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// The AGE of a node: since its last status report, `-` if it made none.
+fn node_age(node: &curator::Node, now: std::time::SystemTime) -> String {
+    node.status
+        .as_ref()
+        .and_then(|s| s.timestamp.as_ref())
+        .map_or_else(|| "-".into(), |t| age_since(t, now))
+}
+
+/// Prints one node (`node show`): a field per line for people, or one
+/// document.
+pub fn print_node(node: &curator::Node, format: Format) {
+    if format.structured() {
+        emit(&node_json(node), format);
+        return;
+    }
+    let roles = roles(node).join(",");
+    let addr = address(node);
+    let status = node.status.as_ref();
+    let reported = status.and_then(|s| s.timestamp.as_ref());
+    outln!("node           {}", node.id);
+    outln!(
+        "roles          {}",
+        if roles.is_empty() { "-" } else { &roles }
+    );
+    outln!(
+        "address        {}",
+        if addr.is_empty() { "-" } else { addr }
+    );
+    match reported {
+        Some(t) => outln!(
+            "last status    {} ago ({})",
+            age_since(t, std::time::SystemTime::now()),
+            rfc3339(t)
+        ),
+        None => outln!("last status    never reported"),
+    }
+    match status.and_then(|s| s.running_curator.as_ref()) {
+        Some(c) => outln!("curator        runs one, port {}", c.port),
+        None => outln!("curator        -"),
+    }
+    outln!(
+        "version        {}",
+        version(node).unwrap_or_else(|| "-".into())
+    );
 }
 
 fn node_line(node: &curator::Node, format: Format) -> String {
@@ -169,8 +310,9 @@ pub fn print_event(event: &curator::WatchEvent, format: Format) {
     }
 }
 
-/// Prints a list of nodes: a table with a header row (`-o wide`: with
-/// the status time), or one document per node.
+/// Prints a list of nodes: a table with a header row, AGE the time since
+/// each node's last status report (`-o wide`: with that report's time),
+/// or one document per node.
 pub fn print_nodes(nodes: &[curator::Node], format: Format) {
     if format.structured() {
         for n in nodes {
@@ -179,7 +321,8 @@ pub fn print_nodes(nodes: &[curator::Node], format: Format) {
         return;
     }
     let wide = format == Format::Wide;
-    let mut header = vec!["ID", "ADDRESS", "ROLES"];
+    let now = std::time::SystemTime::now();
+    let mut header = vec!["ID", "ADDRESS", "ROLES", "AGE"];
     if wide {
         header.push("STATUS TIME");
     }
@@ -196,6 +339,7 @@ pub fn print_nodes(nodes: &[curator::Node], format: Format) {
                     addr.into()
                 },
                 if roles.is_empty() { "-".into() } else { roles },
+                node_age(n, now),
             ];
             if wide {
                 let updated = n.status.as_ref().and_then(|s| s.timestamp.as_ref());

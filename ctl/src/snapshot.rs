@@ -25,12 +25,13 @@ const MAX_BACKUP_BYTES: u64 = 8 << 30;
 #[derive(Subcommand, Debug)]
 pub enum SnapshotCommand {
     /// Save a consistent backup of the curator's embedded store to FILE
-    /// (mode 0600, written to FILE.part and renamed once complete), taken
+    /// (mode 0600, written to FILE.part and moved to FILE once complete;
+    /// an existing FILE is refused before the call, never replaced), taken
     /// at its latest revision once everything before it is durable. Needs
     /// the owner: give --endpoints (the owner credential of --data-dir is
     /// used). A curator over etcd refuses: use `etcdctl snapshot save`.
     Save {
-        /// Where to write the backup.
+        /// Where to write the backup: a file that does not exist yet.
         file: PathBuf,
         /// Print one JSON object: the file, its bytes and the revision.
         #[arg(long)]
@@ -78,19 +79,24 @@ pub fn restore_into(data_dir: &Path, file: &Path, format: Format) -> Result<(), 
 pub async fn save(channel: Channel, file: &Path, format: Format) -> Result<(), CliError> {
     let mut client = MaintenanceClient::with_origin(channel, Channel::origin())
         .max_decoding_message_size(4 << 20);
-    let mut stream = client
-        .snapshot(SnapshotRequest {})
-        .await
-        .map_err(status_error)?
-        .into_inner();
     let part = file.with_extension(match file.extension() {
         Some(e) => format!("{}.part", e.to_string_lossy()),
         None => "part".into(),
     });
     let mut out = open_private(&part)?;
+    let mut stream = match client.snapshot(SnapshotRequest {}).await {
+        Ok(response) => response.into_inner(),
+        Err(status) => {
+            let _ = std::fs::remove_file(&part);
+            return Err(status_error(status));
+        }
+    };
     let (mut total, mut revision, mut written) = (None, 0, 0u64);
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(status_error)?;
+        let chunk = chunk.map_err(|status| {
+            let _ = std::fs::remove_file(&part);
+            status_error(status)
+        })?;
         if total.is_none() {
             if chunk.total_bytes > MAX_BACKUP_BYTES {
                 let _ = std::fs::remove_file(&part);
@@ -123,9 +129,21 @@ pub async fn save(channel: Channel, file: &Path, format: Format) -> Result<(), C
             format!("the backup ended after {written} of {total:?} bytes"),
         ));
     }
+    // Linked, not renamed: a FILE that appeared since the check before
+    // the call is not replaced (the backup stays in FILE.part then).
     out.sync_all()
-        .and_then(|()| std::fs::rename(&part, file))
-        .map_err(|e| failed(Exit::Failure, format!("{}: {e}", file.display())))?;
+        .and_then(|()| std::fs::hard_link(&part, file))
+        .and_then(|()| std::fs::remove_file(&part))
+        .map_err(|e| {
+            failed(
+                Exit::Failure,
+                format!(
+                    "FILE {}: {e}; the backup is in {}",
+                    file.display(),
+                    part.display()
+                ),
+            )
+        })?;
     if format.structured() {
         let value = serde_json::json!({
             "file": file.display().to_string(),
@@ -142,13 +160,20 @@ pub async fn save(channel: Channel, file: &Path, format: Format) -> Result<(), C
     Ok(())
 }
 
+/// Creates `path` (FILE.part), mode 0600; one already there (a save that
+/// was interrupted, or anybody's file) is refused, not truncated.
 fn open_private(path: &Path) -> Result<std::fs::File, CliError> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(path)
-        .map_err(|e| usage(format!("{}: {e}", path.display())))
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => usage(format!(
+                "FILE: {} exists (left by an interrupted save?); remove it and save again",
+                path.display()
+            )),
+            _ => usage(format!("FILE: {}: {e}", path.display())),
+        })
 }
