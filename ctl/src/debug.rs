@@ -12,6 +12,7 @@ use metropolis_transport::grpc::Channel;
 use tokio::io::AsyncReadExt;
 
 mod images;
+mod rename;
 
 pub use images::{ImagesArgs, images};
 
@@ -122,6 +123,14 @@ pub struct LoadImageArgs {
     /// Bytes per streamed message.
     #[arg(long, default_value_t = 1024 * 1024, value_name = "BYTES")]
     chunk_size: usize,
+    /// Name the images of an OCI layout that its index.json leaves
+    /// unnamed (org.opencontainers.image.ref.name a bare tag such as v2,
+    /// or none), as `ctr images import --base-name` does: REPOSITORY
+    /// names each REPOSITORY:<its tag> (latest without one);
+    /// REPOSITORY:TAG names the one unnamed image. Images with a full
+    /// name keep it.
+    #[arg(long, value_name = "REF")]
+    name: Option<String>,
 }
 
 /// `metroctl kubeconfig`.
@@ -484,6 +493,12 @@ pub async fn load_image(
             args.chunk_size
         )));
     }
+    let mut renamer = args
+        .name
+        .as_deref()
+        .map(rename::NameArg::parse)
+        .transpose()?
+        .map(rename::Renamer::new);
     let (mut reader, total): (Box<dyn tokio::io::AsyncRead + Unpin + Send>, Option<u64>) =
         if args.file == "-" {
             (Box::new(tokio::io::stdin()), None)
@@ -522,6 +537,7 @@ pub async fn load_image(
         let mut tx = tx;
         let mut names = ImageNames::new();
         let progress = progress_bar(total);
+        let mut sent = 0u64;
         let mut next = Some(first);
         loop {
             let buf = match next.take() {
@@ -531,17 +547,30 @@ pub async fn load_image(
                     .map_err(|e| -> CliError { usage(format!("FILE {name}: {e}")) })?,
             };
             if buf.is_empty() {
+                if let Some(r) = &renamer
+                    && r.finish()? == 0
+                {
+                    eprintln!(
+                        "metroctl: --name: every image of the archive has a full name \
+                         already; --name named none"
+                    );
+                }
                 progress.finish();
-                return Ok((progress.position(), names.finish()));
+                return Ok((sent, names.finish()));
             }
             let len = buf.len() as u64;
+            let buf = match renamer.as_mut() {
+                Some(r) => r.feed(&buf)?,
+                None => buf,
+            };
+            sent += buf.len() as u64;
             let data = bytes::Bytes::from(buf);
             names.feed(data.clone());
             use futures::SinkExt;
             if tx.send(debug::ImagePart { data_part: data }).await.is_err() {
                 // The call ended early; its status says why.
                 progress.abandon();
-                return Ok((progress.position(), None));
+                return Ok((sent, None));
             }
             progress.inc(len);
         }
