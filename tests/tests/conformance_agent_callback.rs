@@ -3,8 +3,9 @@
 //! (as of `b21bdf9e^`: `TestAgentCallbackService`, `TestOSInstallationFlow`)
 //! black-box, over gRPC against a real `metropolisd` process on both
 //! runtimes, plus the refusals the reference makes that its tests do not
-//! spell out (a `machine_id` that is no UUID, a report with no result) and
-//! the UUID forms its `uuid.Parse` accepts.
+//! spell out (a `machine_id` that is no UUID, a report with no result, a
+//! certificate chain, reports of zero bytes skipped) and the UUID forms its
+//! `uuid.Parse` accepts.
 //!
 //! Where the reference writes machines and requests into its database
 //! directly, these tests go through the owner's MachineManagement API
@@ -84,11 +85,23 @@ async fn heartbeat(
     machine_id: &str,
     report: Option<agent::OsInstallationReport>,
 ) -> Result<agent::HeartbeatResponse, tonic::Status> {
+    let hardware = agent::AgentHardwareReport::default();
+    heartbeat_with(d, key, machine_id, hardware, report).await
+}
+
+/// [`heartbeat`] carrying `hardware`.
+async fn heartbeat_with(
+    d: &Daemon,
+    key: &AgentKey,
+    machine_id: &str,
+    hardware: agent::AgentHardwareReport,
+    report: Option<agent::OsInstallationReport>,
+) -> Result<agent::HeartbeatResponse, tonic::Status> {
     let channel = d.agent_channel(Some(&key.creds), &key.creds.ca_pem).await;
     let mut client = AgentCallbackClient::with_origin(channel, Channel::origin());
     let request = agent::HeartbeatRequest {
         machine_id: machine_id.into(),
-        hardware_report: Some(agent::AgentHardwareReport::default()),
+        hardware_report: Some(hardware),
         installation_report: report,
     };
     bounded("Heartbeat", client.heartbeat(request))
@@ -348,7 +361,96 @@ async fn test_os_installation_flow_report_without_result_refused(rt: RuntimeKind
     assert_eq!(offered(&d, &key, None).await, Some(g));
 }
 
+/// The reference's Heartbeat skips a report that encodes to zero bytes
+/// (`cloud/bmaas/server/agent_callback_service.go` at `4cc3d4d2`, lines
+/// 79-86 and 99-107 for the hardware report, 88-94 and 109 for the
+/// installation report): the empty `AgentHardwareReport` its tests send
+/// leaves the stored report as it is, and an empty `OSInstallationReport`
+/// is no report, while the heartbeat itself is recorded. Owner:
+/// AddMachine, SubmitInstallationRequest, GetMachine; agent: self-signed
+/// certificate of the registered key.
+async fn test_agent_callback_service_zero_byte_reports_skipped(rt: RuntimeKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, key, mut op) = setup(rt, dir.path()).await;
+    let beat = |hardware, report| heartbeat_with(&d, &key, MACHINE, hardware, report);
+    let full = agent::AgentHardwareReport {
+        report: None,
+        warning: vec!["no DMI tables".into()],
+    };
+    beat(full.clone(), None).await.unwrap();
+    assert_eq!(
+        machine(&mut op, MACHINE).await.hardware_report,
+        Some(full.clone())
+    );
+
+    // The reference's own heartbeat: an empty hardware report.
+    let before = machine(&mut op, MACHINE).await.last_heartbeat_unix_ms;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    beat(agent::AgentHardwareReport::default(), None)
+        .await
+        .unwrap();
+    let m = machine(&mut op, MACHINE).await;
+    assert_eq!(
+        m.hardware_report,
+        Some(full.clone()),
+        "replaced by nothing: {m:?}"
+    );
+    assert!(
+        m.last_heartbeat_unix_ms > before,
+        "heartbeat recorded: {m:?}"
+    );
+
+    // An installation report of zero bytes is none: the request stays
+    // offered and nothing is stored.
+    let g = provisioning::submit(&mut op, MACHINE, install_request("/dev/vda")).await;
+    let empty = agent::OsInstallationReport::default();
+    let r = beat(agent::AgentHardwareReport::default(), Some(empty))
+        .await
+        .unwrap();
+    assert_eq!(r.installation_request.map(|r| r.generation), Some(g));
+    let m = machine(&mut op, MACHINE).await;
+    assert!(m.reports.is_empty(), "no report stored: {m:?}");
+    assert_eq!(m.hardware_report, Some(full));
+}
+
+/// The reference's servers take exactly one client certificate
+/// (`GetPeerCertificate`, `metropolis/node/core/rpc/server_authentication.go`
+/// at `4cc3d4d2`, lines 236-242, called by the BMaaS Heartbeat at line
+/// 36): the registered agent's own certificate followed by another one is
+/// Unauthenticated "exactly one client certificate must be sent (got 2)",
+/// and nothing of the heartbeat is recorded; alone, the same certificate
+/// is served. Owner: AddMachine, GetMachine; agent: the registered key's
+/// self-signed certificate with the cluster CA's certificate after it.
+async fn test_agent_callback_service_certificate_chain_unauthenticated(rt: RuntimeKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, key, mut op) = setup(rt, dir.path()).await;
+    let mut chained = key.creds.clone();
+    chained.cert_pem = format!("{}{}", key.creds.cert_pem, key.creds.ca_pem);
+    let channel = d.agent_channel(Some(&chained), &chained.ca_pem).await;
+    let request = agent::HeartbeatRequest {
+        machine_id: MACHINE.into(),
+        ..Default::default()
+    };
+    let e = bounded(
+        "Heartbeat",
+        AgentCallbackClient::with_origin(channel, Channel::origin()).heartbeat(request),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    assert!(
+        e.message()
+            .contains("exactly one client certificate must be sent (got 2)"),
+        "{}",
+        e.message()
+    );
+    assert_eq!(machine(&mut op, MACHINE).await.last_heartbeat_unix_ms, 0);
+    heartbeat(&d, &key, MACHINE, None).await.unwrap();
+}
+
 against_both_runtimes!(
+    test_agent_callback_service_zero_byte_reports_skipped,
+    test_agent_callback_service_certificate_chain_unauthenticated,
     test_agent_callback_service_unknown_machine_refused,
     test_agent_callback_service_registered_machine_accepted,
     test_agent_callback_service_registered_machine_accepted_in_every_uuid_form,

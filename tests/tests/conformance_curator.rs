@@ -419,6 +419,43 @@ async fn test_external_server_security_owner_allowed_node_denied_self_signed_una
     assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
 }
 
+/// TestExternalServerSecurity's `getPeerCertificate`
+/// (`metropolis/node/core/rpc/server_authentication.go` at `80861fd7`,
+/// lines 206-212): exactly one client certificate must be sent. The
+/// owner's and a node's certificates, each followed by the cluster CA's
+/// certificate (a chain that verifies), are Unauthenticated with a message
+/// saying so, on a unary call and on Watch; alone they are served.
+///
+/// Identities: the owner and a node over TLS, each presenting its
+/// certificate and the cluster CA's.
+async fn test_external_server_security_certificate_chain_unauthenticated(rt: RuntimeKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("d"), rt);
+    let node_dir = dir.path().join("n");
+    d.add_node(&node_dir).await;
+    for (creds_dir, prefix) in [(d.data_dir.join("owner"), "owner"), (node_dir, "node")] {
+        let mut chained = Credentials::read_from_dir(&creds_dir, prefix).unwrap();
+        chained.cert_pem = format!("{}{}", chained.cert_pem, chained.ca_pem);
+        let says_why = |e: &tonic::Status, call: &str| {
+            assert_eq!(e.code(), Code::Unauthenticated, "{prefix} {call}: {e:?}");
+            assert!(
+                e.message()
+                    .contains("exactly one client certificate must be sent (got 2)"),
+                "{prefix} {call}: {}",
+                e.message()
+            );
+        };
+        let e = list_machines(tls_with(&d, &chained).await)
+            .await
+            .unwrap_err();
+        says_why(&e, "ListMachines");
+        let e = watch_refused(tls_with(&d, &chained).await, nodes_in_cluster()).await;
+        says_why(&e, "Watch");
+        let mut w = watch(d.tls(&creds_dir, prefix).await, nodes_in_cluster()).await;
+        backlog(&mut w).await;
+    }
+}
+
 /// A certificate for `key` with common name `id`, signed by the cluster
 /// CA of `d` (its key from the data directory), with `sans` (DNS names)
 /// and `usages`.
@@ -525,4 +562,5 @@ against_both_runtimes!(
     test_external_server_security_owner_allowed_node_denied_self_signed_unauthenticated,
     test_external_server_security_node_certificate_needs_server_auth_and_dns_san,
     test_external_server_security_removed_node_unauthenticated,
+    test_external_server_security_certificate_chain_unauthenticated,
 );
