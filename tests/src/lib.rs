@@ -4,6 +4,8 @@
 #![allow(clippy::unwrap_used)]
 
 #[cfg(feature = "system")]
+pub mod campaign;
+#[cfg(feature = "system")]
 pub mod cluster;
 pub mod containerd;
 pub mod cut_proxy;

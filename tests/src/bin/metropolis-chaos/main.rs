@@ -6,8 +6,6 @@
 //! checks the recorded history (`checks.rs`). See docs/chaos.md.
 
 mod checks;
-mod cleanup;
-mod cluster;
 mod faults;
 mod history;
 mod preflight;
@@ -20,6 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use metropolis_tests::campaign::{cleanup, cluster};
 
 use crate::cluster::{Cluster, N, Programs};
 use crate::faults::Injector;

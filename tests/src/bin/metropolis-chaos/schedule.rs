@@ -66,27 +66,7 @@ impl fmt::Display for Curator {
     }
 }
 
-/// Which packets of a cut connection are dropped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Direction {
-    /// Both ways: a partition.
-    Both,
-    /// The initiator's packets: its requests never arrive.
-    RequestsLost,
-    /// The answering side's packets: requests arrive and are carried out,
-    /// their answers never come back.
-    AnswersLost,
-}
-
-impl fmt::Display for Direction {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Direction::Both => "both ways",
-            Direction::RequestsLost => "requests lost",
-            Direction::AnswersLost => "answers lost",
-        })
-    }
-}
+pub use metropolis_tests::campaign::nft::Direction;
 
 /// One fault and what it hits.
 #[derive(Clone, Debug, PartialEq, Eq)]

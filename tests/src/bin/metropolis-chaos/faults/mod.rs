@@ -5,9 +5,7 @@
 //! the fault starts; [`Injector::revert`] undoes one fault, and
 //! [`Injector::heal`] everything (the healing phase).
 
-pub mod clock;
-pub mod disk;
-pub mod nft;
+pub use metropolis_tests::campaign::{clock, disk, nft};
 pub mod process;
 
 use std::time::Duration;

@@ -17,15 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use metropolis_pki::{Credentials, client_config};
-use metropolis_proto::metropolis::node::core::curator::proto::private::{
-    AddMachineRequest, AddNodeRequest, machine_management_client::MachineManagementClient,
-    node_management_client::NodeManagementClient,
-};
 use metropolis_proto::prelude::{agent, common, curator};
-use metropolis_transport::grpc::Channel;
+use metropolis_tests::campaign::enroll::Owner;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::cluster::{Cluster, N};
 use crate::history::{BeatOp, Clock, NodeState, Recorder, Seen, WatchKind, WatcherLog, WriteOp};
@@ -117,46 +111,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     }
 }
 
-/// An owner channel to curator-0, for the set-up calls.
-async fn owner_channel(owner: &Credentials) -> Result<Channel, String> {
-    let config = client_config(Some(owner), &owner.ca_pem)
-        .map_err(|e| format!("the owner's TLS configuration: {e}"))?;
-    let runtime = metropolis_runtime_tokio::rt::TokioRuntime::shared();
-    let mut last = String::new();
-    for _ in 0..50 {
-        match metropolis_transport::connect::tls(
-            &runtime,
-            &Cluster::curator_addr(0),
-            config.clone(),
-        )
-        .await
-        {
-            Ok(c) => return Ok(c),
-            Err(e) => last = e.to_string(),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(format!("connecting to curator-0 as the owner: {last}"))
-}
-
-/// Retries a set-up call while the cluster elects its first leader.
-async fn settle<T, F, Fut>(what: &str, mut f: F) -> Result<T, String>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match f().await {
-            Ok(v) => return Ok(v),
-            Err(s) if Instant::now() < deadline && s.code() == tonic::Code::Unavailable => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(s) => return Err(format!("{what}: {}", s.message())),
-        }
-    }
-}
-
 impl Workload {
     /// Follows `view` as `watcher` until the workload stops.
     fn watch(&mut self, view: client::NodeView, watcher: Watcher, ids: &[String], clock: Clock) {
@@ -177,58 +131,22 @@ impl Workload {
         clock: Clock,
         seed: u64,
     ) -> Result<Workload, String> {
-        let owner = Credentials::read_from_dir(owner_dir, "owner")
-            .map_err(|e| format!("reading the owner credential: {e}"))?;
-        let channel = owner_channel(&owner).await?;
-        let mgmt = NodeManagementClient::with_origin(channel.clone(), Channel::origin());
-        let machines = MachineManagementClient::with_origin(channel, Channel::origin());
+        let owner = Owner::connect(owner_dir).await?;
         let recorder = Recorder::default();
         let mut node_clients = Vec::new();
-        for i in 0..nodes {
-            let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519)
-                .map_err(|e| format!("generating a node key: {e}"))?;
-            let request = AddNodeRequest {
-                public_key: key.public_key_raw().to_vec().into(),
-            };
-            let resp = settle("adding a node", || {
-                let (mut mgmt, request) = (mgmt.clone(), request.clone());
-                async move { mgmt.add_node(request).await }
-            })
-            .await?
-            .into_inner();
-            let creds = Credentials::from_parts(
-                String::from_utf8_lossy(&resp.certificate).into_owned(),
-                key.serialize_pem(),
-                String::from_utf8_lossy(&resp.ca_certificate).into_owned(),
-            );
-            let tls = client_config(Some(&creds), &creds.ca_pem)
-                .map_err(|e| format!("node {i}'s TLS configuration: {e}"))?;
-            recorder.lock().nodes.push(resp.node_id.clone());
-            node_clients.push((resp.node_id, tls));
+        for _ in 0..nodes {
+            let node = owner.add_node().await?;
+            recorder.lock().nodes.push(node.id.clone());
+            node_clients.push((node.id, node.tls));
         }
         let mut agents = Vec::new();
         for a in 0..AGENTS {
-            let machine_id = format!("3b241101-e2bb-4255-8caf-4136c566a9{a:02}");
-            let key = metropolis_pki::generate_agent_key()
-                .map_err(|e| format!("generating an agent key: {e}"))?;
-            let (cert, public) = metropolis_pki::self_signed_agent_certificate(&key)
-                .map_err(|e| format!("the agent's certificate: {e}"))?;
-            let request = AddMachineRequest {
-                machine_id: machine_id.clone(),
-                agent_public_key: public.to_vec().into(),
-            };
-            settle("registering a machine", || {
-                let (mut machines, request) = (machines.clone(), request.clone());
-                async move { machines.add_machine(request).await }
-            })
-            .await?;
-            let creds = Credentials::from_parts(cert, key, owner.ca_pem.clone());
-            let tls = metropolis_pki::curator_client_config(Some(&creds), &owner.ca_pem)
-                .map_err(|e| format!("the agent's TLS configuration: {e}"))?;
-            agents.push((machine_id, tls));
+            let agent = owner
+                .add_agent(&format!("3b241101-e2bb-4255-8caf-4136c566a9{a:02}"))
+                .await?;
+            agents.push((agent.machine_id, agent.tls));
         }
-        let owner_tls = client_config(Some(&owner), &owner.ca_pem)
-            .map_err(|e| format!("the owner's TLS configuration: {e}"))?;
+        let owner_tls = owner.tls()?;
         let config = |first: usize, agent: bool, tls, salt: u64| {
             client::client(
                 endpoints(first, agent),

@@ -6,7 +6,7 @@
 //! can be filled, `faults::disk`) and its wall clock is set through
 //! libfaketime's timestamp file (`faults::clock`).
 //!
-//! Every process is registered with [`crate::cleanup`] as it starts. An
+//! Every process is registered with [`super::cleanup`] as it starts. An
 //! exit the schedule did not ask for is recorded, with the end of the
 //! process's log, for the checks.
 
@@ -21,8 +21,8 @@ use metropolis_node::cluster::DEFAULT_ELECTION_PREFIX;
 use metropolis_proto::prelude::storage::LeaderElectionValue;
 use prost::Message;
 
-use crate::cleanup;
-use crate::faults::nft::Initiator;
+use super::cleanup;
+use super::nft::Initiator;
 
 /// etcd member `i`'s address.
 pub fn etcd_ip(i: usize) -> String {
@@ -118,6 +118,28 @@ impl Proc {
         }
         self.stopped = false;
     }
+
+    /// Sends SIGTERM and waits up to `limit` for the exit (then SIGKILL);
+    /// how long it took to exit, or `None` when it had to be killed.
+    async fn terminate(&mut self, limit: Duration) -> Option<Duration> {
+        let mut child = self.child.take()?;
+        let start = Instant::now();
+        cleanup::signal(child.id(), "TERM");
+        let exited = loop {
+            match child.try_wait() {
+                Ok(Some(_)) | Err(_) => break Some(start.elapsed()),
+                Ok(None) if start.elapsed() > limit => break None,
+                Ok(None) => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        };
+        if exited.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        cleanup::remove_pid(child.id());
+        self.stopped = false;
+        exited
+    }
 }
 
 /// The cluster of one schedule.
@@ -162,8 +184,8 @@ impl Cluster {
                 .await?;
         }
         for i in 0..N {
-            crate::faults::disk::mount(&c.data_dir(i))?;
-            crate::faults::clock::set(&c.clock_file(i), 0)?;
+            super::disk::mount(&c.data_dir(i))?;
+            super::clock::set(&c.clock_file(i), 0)?;
         }
         c.spawn_curator(0)?;
         c.wait_curator(0).await?;
@@ -353,6 +375,12 @@ impl Cluster {
         self.curators[i].kill();
     }
 
+    /// SIGTERMs curator `i` (a graceful stop) and waits up to `limit` for
+    /// it to exit; how long it took, or `None` when it had to be killed.
+    pub async fn terminate_curator(&mut self, i: usize, limit: Duration) -> Option<Duration> {
+        self.curators[i].terminate(limit).await
+    }
+
     /// Starts curator `i` again (if it is not running) and waits for it.
     pub async fn restart_curator(&mut self, i: usize) -> Result<(), String> {
         if self.curators[i].child.is_none() {
@@ -437,7 +465,7 @@ impl Cluster {
             p.kill();
         }
         for i in 0..N {
-            if let Err(e) = crate::faults::disk::unmount(&self.data_dir(i)) {
+            if let Err(e) = super::disk::unmount(&self.data_dir(i)) {
                 problems.push(e);
             }
         }

@@ -115,6 +115,15 @@ pub fn signal(pid: u32, name: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// The running program's name, for its messages.
+fn program() -> String {
+    std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "metropolis-tests".into())
+}
+
 /// Runs `program args`, its standard error as the error.
 pub fn quiet(program: &str, args: &[&str]) -> Result<(), String> {
     let out = Command::new(program)
@@ -139,7 +148,7 @@ pub fn install_panic_hook() {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         for line in undo_all() {
-            eprintln!("metropolis-chaos: cleanup: {line}");
+            eprintln!("{}: cleanup: {line}", program());
         }
         previous(info);
     }));
@@ -157,16 +166,16 @@ pub async fn on_signals() {
     ] {
         match listen(kind) {
             Ok(s) => streams.push(s),
-            Err(e) => eprintln!("metropolis-chaos: cannot listen for a signal: {e}"),
+            Err(e) => eprintln!("{}: cannot listen for a signal: {e}", program()),
         }
     }
     if streams.is_empty() {
         return std::future::pending().await;
     }
     futures::future::select_all(streams.iter_mut().map(|s| Box::pin(s.recv()))).await;
-    eprintln!("metropolis-chaos: interrupted; removing what this run set up");
+    eprintln!("{}: interrupted; removing what this run set up", program());
     for line in undo_all() {
-        eprintln!("metropolis-chaos: cleanup: {line}");
+        eprintln!("{}: cleanup: {line}", program());
     }
     std::process::exit(130);
 }

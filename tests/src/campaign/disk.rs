@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::cleanup;
+use super::cleanup;
 
 /// The size of each curator's tmpfs.
 const SIZE: &str = "32m";

@@ -1,6 +1,6 @@
 //! Cuts between processes as nftables rules, in a table of the campaign's
 //! own (`inet metropolis_chaos`), deleted at the end (and by
-//! [`crate::cleanup`] however the program ends).
+//! [`super::cleanup`] however the program ends).
 //!
 //! Every process listens on an address of its own (etcd members on
 //! 127.0.10.x, curators on 127.0.20.x), but the kernel gives every
@@ -13,8 +13,31 @@
 //! (`ct direction original`: the initiator's packets; `reply`: the
 //! answers) or both.
 
-use crate::cleanup;
-use crate::schedule::Direction;
+use std::fmt;
+
+use super::cleanup;
+
+/// Which packets of a cut connection are dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Both ways: a partition.
+    Both,
+    /// The initiator's packets: its requests never arrive.
+    RequestsLost,
+    /// The answering side's packets: requests arrive and are carried out,
+    /// their answers never come back.
+    AnswersLost,
+}
+
+impl fmt::Display for Direction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Direction::Both => "both ways",
+            Direction::RequestsLost => "requests lost",
+            Direction::AnswersLost => "answers lost",
+        })
+    }
+}
 
 /// The table's name (family `inet`).
 pub const TABLE: &str = "metropolis_chaos";
