@@ -2,16 +2,19 @@
 //! 1 GiB, a whole-disk image whose one payload is raw or zstd) from a
 //! local registry (Debian's `docker-registry`, started here, storage on
 //! the work directory's disk) onto a target on the same disk, against
-//! `dd ... oflag=direct conv=fsync` writing the same bytes to the same
-//! target (after `zstd -d` for a zstd payload), in alternating windows.
-//! The installer's figure includes everything an install does: fetching
-//! the manifest and config, streaming the payload, verifying every chunk,
-//! invalidating the target's ends, writing, reading the image back and
-//! syncing. Since an install reads
+//! what an operator would run instead: `curl` of the same layer blob from
+//! the same registry piped into `dd oflag=direct conv=fsync` onto the same
+//! target (through `zstd -d` for a zstd payload), verifying nothing (the
+//! project's comparison). The same `dd` fed from a local file is timed
+//! too, as the device's limit. The installer's figure includes everything
+//! an install does: fetching the manifest and config, streaming the
+//! payload, verifying every chunk, invalidating the target's ends,
+//! writing, reading the image back and syncing. Since an install reads
 //! back all it wrote, each round also times `dd ... iflag=direct` reading
-//! the target back: the installer is compared with dd's write alone (the
-//! project's target) and with dd's write followed by that read (the same
-//! device work). Prints MB/s, the per-round ratios and their medians.
+//! the target back. Each round runs installer, peer, dd from the file and
+//! the read, in that order, so that the machine's drift over a minute
+//! reaches all sides alike. Prints MB/s per round, the per-round ratios
+//! and their medians.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,6 +25,8 @@ use metropolis_proto::prelude::debug::OsImageRef;
 use metropolis_tests::loop_device::LoopDevice;
 use metropolis_tests::registry::{DISK_ARTIFACT, Payload, Registry};
 
+use super::install_peer::{DD_BS, dd_read, dd_write, peer_line, peer_write, same_bytes};
+use super::rounds::{format_ratios, median};
 use super::util::{Context, Result, print_table, row};
 
 /// Arguments of `install`.
@@ -30,15 +35,16 @@ pub struct InstallArgs {
     /// Size of the image, in MiB.
     #[arg(long, default_value_t = 1024)]
     pub size_mib: u64,
-    /// Windows per side, alternating (installer, dd, installer, ...).
-    #[arg(long, default_value_t = 3)]
+    /// Rounds; each times the installer, then the peer (curl | dd), then
+    /// dd from a local file, then dd reading the target back.
+    #[arg(long, default_value_t = 5)]
     pub rounds: usize,
     /// What is written: a loop device over a file on the work directory's
     /// disk (needs root), or a regular file there.
     #[arg(long, value_enum, default_value_t = TargetKind::Loop)]
     pub target: TargetKind,
     /// How the payload is stored: raw, or one zstd frame (made by the
-    /// `zstd` program, level 3; dd's side then runs `zstd -d | dd`). The
+    /// `zstd` program, level 3; the peer then runs `curl | zstd -d | dd`). The
     /// zstd image is half compressible (every other 8 KiB zeroed).
     #[arg(long, value_enum, default_value_t = Compression::None)]
     pub compression: Compression,
@@ -114,49 +120,12 @@ async fn install(image: OsImageRef, target: PathBuf) -> Result<Timed> {
     })
 }
 
-/// `dd` of `source` onto `target`, direct and synced (through `zstd -d`
-/// when `compressed`); its duration.
-async fn dd_write(source: &Path, target: &Path, compressed: bool) -> Result<Duration> {
-    if compressed {
-        let mut command = Command::new("sh");
-        command.arg("-c").arg(format!(
-            "zstd -q -d -c '{}' | dd of='{}' bs=1M iflag=fullblock oflag=direct \
-             conv=fsync,notrunc status=none",
-            source.display(),
-            target.display()
-        ));
-        return dd(command).await;
-    }
-    let mut command = Command::new("dd");
-    command
-        .arg(format!("if={}", source.display()))
-        .arg(format!("of={}", target.display()))
-        .args(["bs=1M", "oflag=direct", "conv=fsync,notrunc", "status=none"]);
-    dd(command).await
-}
-
-/// `dd` reading the first `mib` MiB of `target` back, direct; its
-/// duration.
-async fn dd_read(target: &Path, mib: u64) -> Result<Duration> {
-    let mut command = Command::new("dd");
-    command
-        .arg(format!("if={}", target.display()))
-        .args(["of=/dev/null", "bs=1M", "iflag=direct", "status=none"])
-        .arg(format!("count={mib}"));
-    dd(command).await
-}
-
-/// Runs `command` (a dd); its duration.
-async fn dd(mut command: Command) -> Result<Duration> {
-    let started = Instant::now();
-    let status = tokio::task::spawn_blocking(move || command.status())
-        .await
-        .map_err(|e| format!("the dd thread failed: {e}"))?
-        .context(|| "running dd".into())?;
-    if !status.success() {
-        return Err(format!("dd failed: {status}").into());
-    }
-    Ok(started.elapsed())
+/// One round's durations.
+struct Round {
+    installer: Timed,
+    peer: Duration,
+    dd: Duration,
+    read: Duration,
 }
 
 /// Runs the scenario.
@@ -191,7 +160,7 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
         }
         zst
     } else {
-        raw
+        raw.clone()
     };
     // The registry's storage on the same disk as the target.
     let registry = Registry::start_in(work);
@@ -200,8 +169,9 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
     } else {
         None
     };
+    let repository = "os/metropolis";
     let digest = registry.push_payloads(
-        "os/metropolis",
+        repository,
         "bench",
         DISK_ARTIFACT,
         &[Payload {
@@ -210,12 +180,18 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
             zstd: frame.as_deref(),
         }],
     );
+    // The layer as the registry stores it: what the peer fetches.
+    let blob_url = format!(
+        "http://{}/v2/{repository}/blobs/{}",
+        registry.addr,
+        metropolis_tests::registry::digest(frame.as_deref().unwrap_or(&data))
+    );
     drop(data);
     drop(frame);
     let image = OsImageRef {
         scheme: "http".into(),
         host: registry.addr.clone(),
-        repository: "os/metropolis".into(),
+        repository: repository.into(),
         tag: String::new(),
         digest,
     };
@@ -229,75 +205,121 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
         TargetKind::File => (None, work.join("target.img")),
     };
     println!(
-        "install: {} MiB {:?} image from docker-registry at {} onto {} ({:?}), against dd \
-         oflag=direct conv=fsync",
+        "install: {} MiB {:?} image from docker-registry at {} (open, no login) onto {} ({:?})",
         args.size_mib,
         args.compression,
         registry.addr,
         target.display(),
         args.target
     );
-    // One untimed dd write first: the target's backing file is new and
+    println!("  peer: {}", peer_line(&blob_url, &target, compressed));
+    println!(
+        "  dd from the local file: dd if={} of={} bs={DD_BS} oflag=direct conv=fsync,notrunc{}",
+        source.display(),
+        target.display(),
+        if compressed { " (after zstd -d)" } else { "" }
+    );
+    // One untimed peer run first: the target's backing file is new and
     // sparse, and whichever side writes it first pays for its blocks and
     // page cache (under memory pressure, reclaiming other pages), which
-    // a real disk does not charge. The installer's first round would pay
-    // it alone.
-    let warm_up = dd_write(&source, &target, compressed).await?;
+    // a real disk does not charge; the installer's first round would pay
+    // it alone. It also checks that the peer writes the image.
+    let warm_up = peer_write(&blob_url, &target, compressed).await?;
+    same_bytes(&target, &raw, size)?;
     println!(
-        "  warm-up (untimed): dd wrote the target once in {:.2} s",
+        "  warm-up (untimed): the peer wrote the image onto the target in {:.2} s (checked)",
         warm_up.as_secs_f64()
     );
-    let (mut installer, mut direct, mut read, mut both) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for round in 0..args.rounds {
-        let timed = install(image.clone(), target.clone()).await?;
-        let w = dd_write(&source, &target, compressed).await?;
-        let r = dd_read(&target, args.size_mib).await?;
-        let i = mb_per_s(size, timed.total);
-        let (d, rd, wr) = (mb_per_s(size, w), mb_per_s(size, r), mb_per_s(size, w + r));
-        println!(
-            "  round {}: installer {i:.0} MB/s ({:.2} s streaming, writing and reading back, \
-             {:.2} s committing), dd write {d:.0} MB/s, dd read {rd:.0} MB/s; installer/dd \
-             write {:.3}, installer/(dd write + read) {:.3}",
-            round + 1,
-            timed.written.as_secs_f64(),
-            (timed.total - timed.written).as_secs_f64(),
-            i / d,
-            i / wr
+    let mut rounds = Vec::new();
+    for n in 1..=args.rounds {
+        let installer = install(image.clone(), target.clone()).await?;
+        let peer = peer_write(&blob_url, &target, compressed).await?;
+        let dd = dd_write(&source, &target, compressed).await?;
+        let read = dd_read(&target, args.size_mib).await?;
+        let r = Round {
+            installer,
+            peer,
+            dd,
+            read,
+        };
+        let (i, p, d, rd) = (
+            mb_per_s(size, r.installer.total),
+            mb_per_s(size, r.peer),
+            mb_per_s(size, r.dd),
+            mb_per_s(size, r.read),
         );
-        installer.push(i);
-        direct.push(d);
-        read.push(rd);
-        both.push(wr);
+        println!(
+            "  round {n}: installer {i:.0} MB/s ({:.2} s streaming, writing and reading back, \
+             {:.2} s committing), peer {p:.0} MB/s, dd from file {d:.0} MB/s, dd read {rd:.0} \
+             MB/s; installer/peer {:.3}, installer/dd {:.3}",
+            r.installer.written.as_secs_f64(),
+            (r.installer.total - r.installer.written).as_secs_f64(),
+            i / p,
+            i / d
+        );
+        rounds.push(r);
     }
-    let ratios = |baseline: &[f64]| -> (String, f64) {
-        let mut ratios: Vec<f64> = installer.iter().zip(baseline).map(|(i, d)| i / d).collect();
-        let per_round = ratios
-            .iter()
-            .map(|r| format!("{r:.3}"))
-            .collect::<Vec<_>>()
-            .join(" ");
-        ratios.sort_by(f64::total_cmp);
-        (per_round, ratios[ratios.len() / 2])
+    drop(registry);
+    summary(&args, size, &rounds);
+    drop(device);
+    Ok(())
+}
+
+/// Prints the table and the `RESULT` line of `rounds`.
+fn summary(args: &InstallArgs, size: u64, rounds: &[Round]) {
+    let figures = |f: &dyn Fn(&Round) -> Duration| -> Vec<f64> {
+        rounds.iter().map(|r| mb_per_s(size, f(r))).collect()
     };
-    let (per_round, median) = ratios(&direct);
-    let (per_round_both, median_both) = ratios(&both);
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let installer = figures(&|r| r.installer.total);
+    let peer = figures(&|r| r.peer);
+    let dd = figures(&|r| r.dd);
+    let read = figures(&|r| r.read);
+    let both = figures(&|r| r.dd + r.read);
+    let over = |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(x, y)| x / y).collect() };
+    let per_round = |v: &[f64]| -> String {
+        v.iter()
+            .map(|x| format!("{x:.0}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let vs_peer = over(&installer, &peer);
+    let vs_dd = over(&installer, &dd);
+    let peer_vs_dd = over(&peer, &dd);
+    let vs_both = over(&installer, &both);
     print_table(
         &format!(
             "install: {} MiB {:?}, {} rounds, {:?} target",
             args.size_mib, args.compression, args.rounds, args.target
         ),
         &[
-            row("installer MB/s (mean)", format!("{:.0}", mean(&installer))),
-            row("dd write MB/s (mean)", format!("{:.0}", mean(&direct))),
-            row("dd read MB/s (mean)", format!("{:.0}", mean(&read))),
-            row("installer/dd write per round", per_round),
-            row("installer/dd write, median round", format!("{median:.3}")),
-            row("installer/(dd write + read) per round", per_round_both),
+            row("installer MB/s per round", per_round(&installer)),
+            row(
+                if args.compression == Compression::Zstd {
+                    "peer (curl | zstd -d | dd) MB/s per round"
+                } else {
+                    "peer (curl | dd) MB/s per round"
+                },
+                per_round(&peer),
+            ),
+            row("dd from file MB/s per round", per_round(&dd)),
+            row("dd read MB/s per round", per_round(&read)),
+            row("installer/peer per round", format_ratios(&vs_peer)),
+            row(
+                "installer/peer, median round",
+                format!("{:.3}", median(&vs_peer)),
+            ),
+            row("installer/dd from file per round", format_ratios(&vs_dd)),
+            row(
+                "installer/dd from file, median round",
+                format!("{:.3}", median(&vs_dd)),
+            ),
+            row(
+                "peer/dd from file, median round",
+                format!("{:.3}", median(&peer_vs_dd)),
+            ),
             row(
                 "installer/(dd write + read), median round",
-                format!("{median_both:.3}"),
+                format!("{:.3}", median(&vs_both)),
             ),
         ],
     );
@@ -306,16 +328,18 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
         TargetKind::File => "file",
     };
     println!(
-        "RESULT install size_mib={} compression={:?} rounds={} target={kind} installer_mbps={:.0} \
-         dd_mbps={:.0} dd_read_mbps={:.0} ratio_median={median:.3} \
-         ratio_write_read_median={median_both:.3}",
+        "RESULT install size_mib={} compression={:?} rounds={} target={kind} \
+         installer_mbps={:.0} peer_mbps={:.0} dd_mbps={:.0} dd_read_mbps={:.0} \
+         ratio_peer_median={:.3} ratio_dd_median={:.3} ratio_write_read_median={:.3}",
         args.size_mib,
         args.compression,
         args.rounds,
-        mean(&installer),
-        mean(&direct),
-        mean(&read)
+        median(&installer),
+        median(&peer),
+        median(&dd),
+        median(&read),
+        median(&vs_peer),
+        median(&vs_dd),
+        median(&vs_both)
     );
-    drop(device);
-    Ok(())
 }

@@ -26,7 +26,8 @@
 //! - `load-image`: LoadImage of a 1 GiB archive against the disk's speed,
 //!   or into containerd against `ctr images import`.
 //! - `install`: the agent's installer from a local registry onto a loop
-//!   device, against `dd oflag=direct conv=fsync`.
+//!   device, against `curl` of the same blob into `dd oflag=direct
+//!   conv=fsync` (and that dd from a local file).
 //!
 //! Traffic goes only to 127.0.0.1 and UNIX sockets; every loop is bounded.
 
@@ -53,6 +54,7 @@ mod heartbeat;
 #[cfg(feature = "system")]
 mod heartbeat_etcd;
 mod install;
+mod install_peer;
 mod load_image;
 mod rounds;
 #[cfg(feature = "system")]
@@ -164,8 +166,10 @@ enum Command {
     LoadImage(load_image::LoadImageArgs),
     /// The agent's installer putting a large OS image (default 1 GiB) from
     /// a local docker-registry onto a loop device (or a file) on the work
-    /// directory's disk, against dd oflag=direct conv=fsync of the same
-    /// bytes onto the same target, alternating: MB/s and the ratio.
+    /// directory's disk, against an operator's `curl` of the same blob from
+    /// the same registry into `dd oflag=direct conv=fsync` onto the same
+    /// target (`curl | zstd -d | dd` for zstd), and that dd from a local
+    /// file, alternating: MB/s per round and the ratios' medians.
     Install(install::InstallArgs),
     /// The echo server of update-tls (started by it).
     #[command(hide = true)]
