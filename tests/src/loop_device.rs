@@ -34,10 +34,29 @@ impl LoopDevice {
         Self::attach_file(&backing, dir)
     }
 
+    /// [`attach_sparse_in`](Self::attach_sparse_in), with partitions of
+    /// its own (`losetup --partscan`): the kernel reads its partition
+    /// table, shows `/dev/loopNpM`, and re-reads it when asked
+    /// (`BLKRRPART`); without, the kernel refuses that (EINVAL).
+    pub fn attach_sparse_partitioned_in(parent: &Path, size: u64) -> LoopDevice {
+        let dir = tempfile::tempdir_in(parent).unwrap();
+        let backing = dir.path().join("backing.img");
+        std::fs::File::create(&backing)
+            .unwrap()
+            .set_len(size)
+            .unwrap();
+        Self::attach_with(&backing, dir, &["--partscan"])
+    }
+
     fn attach_file(backing: &Path, dir: tempfile::TempDir) -> LoopDevice {
+        Self::attach_with(backing, dir, &[])
+    }
+
+    fn attach_with(backing: &Path, dir: tempfile::TempDir, flags: &[&str]) -> LoopDevice {
         let out = Command::new("losetup")
             .arg("--find")
             .arg("--show")
+            .args(flags)
             .arg(backing)
             .output()
             .expect("losetup (util-linux) is not installed");
@@ -58,6 +77,14 @@ impl LoopDevice {
     /// The device's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The path of its partition `n` (`/dev/loop3p1`), which exists only
+    /// while the kernel knows the partition.
+    pub fn partition(&self, n: u32) -> PathBuf {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(format!("p{n}"));
+        PathBuf::from(name)
     }
 }
 

@@ -10,11 +10,15 @@
 //! filesystem with inode flags (ext4, tmpfs since Linux 6.0, ...) and
 //! e2fsprogs' `chattr` and `lsattr`; without them it fails, naming what is
 //! missing.
+//!
+//! And a whole-disk image's backup GPT moved to the end of a larger
+//! sparse file, checked with util-linux's `sfdisk --verify` (fdisk).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use bmaas_agent::disk::Layout;
+use bmaas_agent::disk::backup_gpt::{BackupGpt, move_backup_to_end};
 use bmaas_agent::efivars::{GLOBAL_VARIABLE_GUID, add_boot_entry};
 
 fn chattr(flag: &str, path: &Path) -> Result<(), String> {
@@ -80,4 +84,87 @@ fn an_immutable_boot_order_is_replaced_and_stays_immutable() {
     assert!(immutable(&boot_order), "the flag is set again");
     let entry = dir.path().join(format!("Boot0000-{GLOBAL_VARIABLE_GUID}"));
     assert!(!immutable(&entry), "a new entry is created as it comes");
+}
+
+/// `sfdisk --verify FILE`: whether it found nothing wrong, and what it
+/// said on stderr.
+fn sfdisk_verify(path: &Path) -> (bool, String) {
+    let out = Command::new("sfdisk")
+        .arg("--verify")
+        .arg(path)
+        .output()
+        .expect("sfdisk (fdisk) is not installed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (
+        out.status.success() && stdout.contains("No errors detected") && stderr.is_empty(),
+        stderr,
+    )
+}
+
+/// `bmaas_agent::disk::backup_gpt` on a sparse file, checked by
+/// util-linux: an 8 MiB GPT image made by `sfdisk` (partitions at 1 MiB
+/// and 3 MiB) written into a 64 MiB sparse file, which `sfdisk --verify`
+/// finds wrong (the backup is not at the end, the protective MBR covers
+/// 8 MiB); the backup moved, it finds nothing wrong, and the file is
+/// still sparse past the image (only the new backup's blocks written).
+#[test]
+fn a_moved_backup_gpt_passes_sfdisk_verify_on_a_sparse_file() {
+    use std::os::unix::fs::MetadataExt;
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let disk = dir.path().join("disk.img");
+    std::fs::File::create(&disk)
+        .and_then(|f| f.set_len(8 * MIB))
+        .expect("image file");
+    let mut sfdisk = Command::new("sfdisk")
+        .args(["--quiet", "--no-reread", "--no-tell-kernel"])
+        .arg(&disk)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("sfdisk (fdisk) is not installed");
+    std::io::Write::write_all(
+        sfdisk.stdin.as_mut().expect("stdin"),
+        b"label: gpt\nstart=2048, size=4096\nstart=6144\n",
+    )
+    .expect("sfdisk script");
+    drop(sfdisk.stdin.take());
+    assert!(sfdisk.wait().expect("sfdisk").success());
+    let (clean, _) = sfdisk_verify(&disk);
+    assert!(clean, "the image as made");
+
+    let file = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(&disk)
+        .expect("open");
+    file.set_len(64 * MIB).expect("grow");
+    let (clean, said) = sfdisk_verify(&disk);
+    assert!(!clean, "a backup in the middle is found wrong");
+    assert!(
+        said.contains("The backup GPT table is not on the end of the device"),
+        "{said}"
+    );
+    let blocks_before = file.metadata().expect("stat").blocks();
+
+    let moved = move_backup_to_end(&file, 512, 64 * MIB).expect("moved");
+    assert_eq!(
+        moved,
+        BackupGpt::Moved {
+            from_lba: 16_383,
+            to_lba: 131_071,
+            last_usable_lba: 131_038,
+        }
+    );
+    let (clean, said) = sfdisk_verify(&disk);
+    assert!(clean, "sfdisk --verify: {said}");
+    let allocated = file.metadata().expect("stat").blocks() - blocks_before;
+    assert!(
+        allocated <= 64,
+        "{allocated} more 512-byte blocks allocated: the file is no longer sparse"
+    );
+    assert_eq!(
+        move_backup_to_end(&file, 512, 64 * MIB).expect("again"),
+        BackupGpt::AtEnd
+    );
 }
