@@ -27,8 +27,8 @@
 //! (and Unavailable for a `Watch` once the store failed: the watch cache
 //! may notice only then); successful responses decode as the
 //! method's response type (and say what the store says: the status
-//! written, the installation request offered, the node added, the
-//! backlog of logs); a dropped `GetLogs` follower unsubscribes; a `Trace`
+//! written, the installation request offered, the hardware report stored
+//! unless it encodes to zero bytes, the node added, the backlog of logs); a dropped `GetLogs` follower unsubscribes; a `Trace`
 //! that touched tracefs leaves it restored (tracing off, `nop`, filters
 //! empty, pipe closed, instance removed); `LoadImage` is accepted exactly
 //! when the validator accepts the archive, and the plan committed is
@@ -921,10 +921,12 @@ impl World {
                 };
                 // A report must carry a result (as the reference refuses
                 // one without): nothing of such a heartbeat is recorded.
+                // One of zero bytes (generation 0, no result) is no report
+                // and is skipped, as the reference skips it.
                 let no_result = req
                     .installation_report
                     .as_ref()
-                    .is_some_and(|r| r.result.is_none());
+                    .is_some_and(|r| r.result.is_none() && r.encoded_len() > 0);
                 if canonical_uuid(&req.machine_id).is_none() || no_result {
                     return pre(InvalidArgument);
                 }
@@ -1102,7 +1104,7 @@ impl World {
             for msg in &messages {
                 assert!(m.response_decodes(msg), "{m:?}: undecodable response");
             }
-            self.check_success(m, &who, &msgs, &messages);
+            self.check_success(m, &who, &msgs, &messages, machine_before.as_ref());
         }
         if m == Method::Heartbeat
             && matches!(code_enum, Code::InvalidArgument | Code::Unauthenticated)
@@ -1134,13 +1136,15 @@ impl World {
         self.poll_watches();
     }
 
-    /// What a successful call must have done.
+    /// What a successful call must have done; `machine_before` is the
+    /// stored record of [`MACHINE_A`] before the call.
     fn check_success(
         &self,
         m: Method,
         who: &Option<Identity>,
         msgs: &[&[u8]],
         responses: &[Bytes],
+        machine_before: Option<&Bytes>,
     ) {
         use metropolis_proto::metropolis::node::core::curator::proto::private as p;
         let Some(msg) = msgs.first() else { return };
@@ -1197,6 +1201,25 @@ impl World {
                     "the offered request"
                 );
                 assert_eq!(record.last_heartbeat_unix_ms, Some(NOW_UNIX_MS));
+                // A hardware report is stored re-encoded; one of zero bytes,
+                // like none, leaves the stored one (the reference skips it).
+                let sent = req.hardware_report.as_ref().filter(|h| h.encoded_len() > 0);
+                if let Some(hardware) = sent {
+                    let stored = record.hardware_report.as_deref();
+                    assert_eq!(
+                        stored,
+                        Some(&hardware.encode_to_vec()[..]),
+                        "hardware report"
+                    );
+                } else if canonical_uuid(&req.machine_id).as_deref() == Some(MACHINE_A) {
+                    let before = machine_before
+                        .map(|v| MachineRecord::decode(v).expect("stored machine records decode"));
+                    assert_eq!(
+                        record.hardware_report,
+                        before.and_then(|r| r.hardware_report),
+                        "a hardware report of zero bytes replaced the stored one"
+                    );
+                }
             }
             Method::GetLogs => {
                 let Result::Ok(req) = debug::GetLogsRequest::decode(*msg) else {
