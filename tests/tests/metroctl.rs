@@ -107,7 +107,7 @@ fn the_tour_works_and_errors_name_the_field() {
     );
     let list = ctl.ok(true, &["machine", "list"]);
     assert!(
-        list.contains(machine) && list.contains("never") && list.contains("LOST"),
+        list.contains(machine) && list.contains("never seen") && !list.contains("LOST"),
         "{list}"
     );
     let digest = "a".repeat(64);
@@ -135,7 +135,7 @@ fn the_tour_works_and_errors_name_the_field() {
     // Where it stands: no agent has fetched it, none is heard from.
     assert!(
         status.contains(
-            "submitted 0s ago, not handed to the agent yet; agent LOST (last heartbeat never)"
+            "submitted 0s ago, not handed to the agent yet; agent never seen (no heartbeat yet)"
         ),
         "{status}"
     );
@@ -390,7 +390,9 @@ fn every_json_output_parses() {
     let wide = ctl.ok(true, &["-o", "wide", "machine", "list"]);
     let header = wide.lines().next().unwrap_or_default();
     assert!(
-        header.starts_with("MACHINE ") && header.ends_with("LAST HEARTBEAT"),
+        header.starts_with("MACHINE ")
+            && header.contains("  LAST HEARTBEAT  ")
+            && header.ends_with("LATEST REPORT"),
         "{wide}"
     );
     assert!(wide.lines().nth(1).unwrap().ends_with("  -"), "{wide}");
