@@ -443,7 +443,8 @@ async fn the_agent_installs_metropolis_and_the_disk_boots_its_slots() {
 
 /// What refuses a Metropolis install leaves the disk untouched and says
 /// why: a machine that did not boot with EFI, a disk too small for the
-/// layout (naming the partition and the space). The disk: a sparse 2 GiB
+/// layout (naming the partition, the space and the whole layout's
+/// minimum). The disk: a sparse 2 GiB
 /// file (the ESP fits, slot A does not) whose first and last MiB hold an
 /// "old system"; untouched means those MiB and its allocated blocks are
 /// as they were.
@@ -532,6 +533,15 @@ async fn refused_installs_leave_the_disk_untouched() {
         "{}\n{}",
         r.error,
         agent.log()
+    );
+    // The whole layout's minimum, not only the partition's.
+    assert!(
+        r.error.ends_with(
+            "the whole layout (ESP, system slots A and B, data) needs a disk of at least \
+             8994701824 bytes (8579 MiB)"
+        ),
+        "{}",
+        r.error
     );
     assert!(untouched(), "the disk was touched");
     assert_eq!(
