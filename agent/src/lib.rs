@@ -306,15 +306,17 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
         machine = %args.machine_id,
         endpoint = %args.endpoint.join(","),
         key = %metropolis_core::hex::Hex(&public),
-        last_acted = ?last_acted,
+        last_acted = %shown_generation(last_acted),
         "agent starting"
     );
+    // Installed before the agent says it is ready: a SIGTERM from then
+    // on is logged as the agent's own stop.
+    let runtime = metropolis_runtime_tokio::rt::TokioRuntime::shared();
+    let signals = metropolis_transport::runtime::Runtime::termination(runtime.as_ref())
+        .map_err(|e| format!("cannot handle SIGTERM and SIGINT: {e}"))?;
     // Ready once the key, CA and state are read (the agent has no
     // listener, and retries its heartbeats from now on).
-    let _ = metropolis_node::notify::notify_ready(
-        &metropolis_runtime_tokio::rt::TokioRuntime::shared(),
-        "heartbeating",
-    );
+    let _ = metropolis_node::notify::notify_ready(&runtime, "heartbeating");
     let mut ports = MachinePorts::new(
         args.endpoint.clone(),
         tls,
@@ -325,6 +327,7 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
     )
     .map_err(|e| exit::usage(format!("--endpoint: {e}")))?;
     ports.heartbeat_timeout = heartbeat_timeout;
+    ports.interval = Duration::from_secs_f64(args.interval);
     ports.reboot = match &args.reboot_command {
         Some(program) => RebootMethod::Command(program.clone()),
         None => RebootMethod::Kernel,
@@ -336,7 +339,16 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
         Arc::new(clock),
         Arc::new(ProcessTimer(clock)),
     );
-    let stopped = driven.await;
+    let stopped = match futures::future::select(Box::pin(driven), signals).await {
+        futures::future::Either::Left((stopped, _)) => stopped,
+        futures::future::Either::Right(((), _)) => {
+            tracing::info!(
+                last_acted = %shown_generation(read_last_acted(&args.state_dir).ok().flatten()),
+                "agent stopping on SIGTERM or SIGINT"
+            );
+            return Ok(());
+        }
+    };
     match stopped {
         AgentStopped::Rebooting { generation } => {
             tracing::info!(generation, "the machine is rebooting; the agent exits");
@@ -344,6 +356,11 @@ pub async fn run(args: AgentArgs, installer: Arc<dyn Installer>) -> Result<(), A
         }
         other => Err(other.to_string().into()),
     }
+}
+
+/// A generation for the log: its number, or `none`.
+fn shown_generation(generation: Option<i64>) -> String {
+    generation.map_or_else(|| "none".to_string(), |g| g.to_string())
 }
 
 /// When the loop reboots: `--reboot`, by default `success`, or `never`
@@ -502,7 +519,11 @@ pub fn main() -> std::process::ExitCode {
         Ok(installer) => installer,
         Err(e) => return fail(e),
     };
-    match runtime.block_on(run(args, Arc::new(installer))) {
+    let result = runtime.block_on(run(args, Arc::new(installer)));
+    // An install still writing on a blocking thread (the agent was
+    // stopped by SIGTERM) ends with the process, not before it.
+    runtime.shutdown_background();
+    match result {
         Ok(()) => Exit::Done.code(),
         Err(e) => fail(e),
     }

@@ -4,19 +4,26 @@
 //! heartbeat's deadline), the
 //! state file, the host's hardware report and the installer on a blocking
 //! thread; and a timer on the process's clock.
+//!
+//! A heartbeat that failed for a reason no retry fixes (a `--ca` that
+//! does not sign the curator's certificate, an `--endpoint` that is not an
+//! AgentCallback port) is logged at once, as an error saying which flag to
+//! check, and is tried again only after [`MachinePorts::interval`] (the
+//! heartbeat interval): not retried like a network blip.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use metropolis_client::{Backoff, CallError, Client, ClientConfig, ClientError};
+use metropolis_client::{Backoff, CallError, Client, ClientConfig, ClientError, Misconfiguration};
 use metropolis_core::ports::Timer;
 use metropolis_core::time::Instant;
 use metropolis_node::clock::ProcessClock;
 use metropolis_proto::prelude::agent;
+use metropolis_proto::wire::EncodedHeartbeatResponse;
 use metropolis_runtime_tokio::rt::TokioRuntime;
 use metropolis_service::agent_driver::{
     AgentPorts, HeartbeatError, InstallError, PersistError, RebootError,
@@ -30,6 +37,9 @@ use crate::write_last_acted;
 
 /// The default of [`MachinePorts::heartbeat_timeout`] (the reference's).
 pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default of [`MachinePorts::interval`] (`--interval`'s).
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The agent's ports on this machine.
 pub struct MachinePorts {
@@ -48,6 +58,13 @@ pub struct MachinePorts {
     pub heartbeat_timeout: Duration,
     /// How the machine reboots after an install, when the loop asks.
     pub reboot: RebootMethod,
+    /// How long a heartbeat that failed for a reason no retry fixes is
+    /// held before it is reported failed (and the loop's backoff
+    /// follows): the agent's `--interval`.
+    pub interval: Duration,
+    /// The last such failure logged, so that it is logged once (again
+    /// after a heartbeat went through).
+    logged: Arc<Mutex<Option<String>>>,
 }
 
 impl MachinePorts {
@@ -79,6 +96,8 @@ impl MachinePorts {
             installer,
             heartbeat_timeout: DEFAULT_HEARTBEAT_TIMEOUT,
             reboot: RebootMethod::Kernel,
+            interval: DEFAULT_INTERVAL,
+            logged: Arc::new(Mutex::new(None)),
         })
     }
 }
@@ -94,46 +113,39 @@ impl AgentPorts for MachinePorts {
     ) -> BoxFuture<'static, Result<Option<Bytes>, HeartbeatError>> {
         let client = self.client.clone();
         let deadline = self.heartbeat_timeout;
+        let (interval, logged) = (self.interval, self.logged.clone());
         async move {
-            match client.heartbeat_encoded(request, deadline).await {
-                Ok(response) => Ok(response.installation_request),
-                Err(CallError::Rejected {
-                    code: tonic::Code::InvalidArgument,
-                    message,
-                    ..
-                }) => {
-                    // No retry changes such a heartbeat, but the agent
-                    // keeps trying (with backoff) as the contract says:
-                    // a curator may be fixed, or the machine registered
-                    // anew. The operator is told what to check.
-                    tracing::error!(
-                        "the curator refused the heartbeat as invalid: {message}; check \
-                         --machine-id (the agent keeps trying)"
-                    );
-                    Err(HeartbeatError::Invalid { message })
+            let result = client.heartbeat_encoded(request, deadline).await;
+            let Some(reason) = result.as_ref().err().and_then(permanent) else {
+                if result.is_ok() {
+                    *logged.lock().unwrap_or_else(|p| p.into_inner()) = None;
                 }
-                Err(CallError::Rejected {
-                    endpoint,
-                    code,
-                    message,
-                }) => Err(HeartbeatError::Refused {
-                    code,
-                    curator: Some(endpoint),
-                    message,
-                }),
-                Err(e @ CallError::DeadlineExceeded { .. }) => Err(HeartbeatError::Unanswered {
-                    reason: format!("{e} (--heartbeat-timeout)"),
-                }),
-                Err(e) => Err(HeartbeatError::Unanswered {
-                    reason: e.to_string(),
-                }),
+                return heartbeat_result(result);
+            };
+            let first = {
+                let mut logged = logged.lock().unwrap_or_else(|p| p.into_inner());
+                let first = logged.as_deref() != Some(reason.as_str());
+                *logged = Some(reason.clone());
+                first
+            };
+            if first {
+                tracing::error!(
+                    "cannot heartbeat: {reason}; tried again after --interval ({} s)",
+                    interval.as_secs_f64()
+                );
             }
+            tokio::time::sleep(interval).await;
+            Err(HeartbeatError::Unanswered { reason })
         }
         .boxed()
     }
 
     fn reboot(&self, generation: i64) -> Result<(), RebootError> {
-        tracing::info!(generation, method = ?self.reboot, "rebooting");
+        let method = match &self.reboot {
+            RebootMethod::Command(program) => format!("--reboot-command {}", program.display()),
+            _ => "reboot(2)".to_string(),
+        };
+        tracing::info!(generation, %method, "rebooting");
         // As the reference's agent: close the connection to the curator
         // and give it a second to go (reboot(2) ends no connection; the
         // curator would hold it until its keepalive, and QEMU's user
@@ -189,11 +201,127 @@ fn install(
     })
 }
 
+/// What the agent makes of a heartbeat's outcome (a failure no retry
+/// fixes excepted: see [`permanent`]).
+fn heartbeat_result(
+    result: Result<EncodedHeartbeatResponse, CallError>,
+) -> Result<Option<Bytes>, HeartbeatError> {
+    match result {
+        Ok(response) => Ok(response.installation_request),
+        Err(CallError::Rejected {
+            code: tonic::Code::InvalidArgument,
+            message,
+            ..
+        }) => {
+            // No retry changes such a heartbeat, but the agent keeps
+            // trying (with backoff) as the contract says: a curator may be
+            // fixed, or the machine registered anew. The operator is told
+            // what to check.
+            tracing::error!(
+                "the curator refused the heartbeat as invalid: {message}; check --machine-id \
+                 (the agent keeps trying)"
+            );
+            Err(HeartbeatError::Invalid { message })
+        }
+        Err(CallError::Rejected {
+            endpoint,
+            code,
+            message,
+        }) => Err(HeartbeatError::Refused {
+            code,
+            curator: Some(endpoint),
+            message,
+        }),
+        Err(e @ CallError::DeadlineExceeded { .. }) => Err(HeartbeatError::Unanswered {
+            reason: format!("{e} (--heartbeat-timeout)"),
+        }),
+        Err(e) => Err(HeartbeatError::Unanswered {
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// What the operator reads for a heartbeat that failed for a reason no
+/// retry fixes, naming the flag to check; `None` for any other failure.
+fn permanent(error: &CallError) -> Option<String> {
+    let check = match error {
+        CallError::Misconfigured { problem, .. } => match problem {
+            Misconfiguration::UntrustedServer | Misconfiguration::CertificateTime => "check --ca",
+            Misconfiguration::CredentialRefused => "check --key and --ca",
+            _ => "check --endpoint",
+        },
+        // The port serves other services (it says which port it is), or
+        // the curator is of a version without AgentCallback.
+        CallError::Rejected {
+            code: tonic::Code::Unimplemented,
+            ..
+        } => "check --endpoint",
+        _ => return None,
+    };
+    Some(format!("{error}; {check}"))
+}
+
 /// Sleeps on tokio until an instant of the process's clock.
 pub struct ProcessTimer(pub ProcessClock);
 
 impl Timer for ProcessTimer {
     fn sleep_until(&self, deadline: Instant) -> BoxFuture<'static, ()> {
         tokio::time::sleep_until(self.0.instant(deadline).into()).boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_no_retry_fixes_name_the_flag_to_check() {
+        let wrong_ca = CallError::Misconfigured {
+            endpoint: "10.0.0.1:7836".into(),
+            problem: Misconfiguration::UntrustedServer,
+            reason: "invalid peer certificate: BadSignature".into(),
+        };
+        let said = permanent(&wrong_ca).unwrap_or_default();
+        assert!(
+            said.starts_with("10.0.0.1:7836: the server's certificate is not signed")
+                && said.contains("(invalid peer certificate: BadSignature)")
+                && said.ends_with("; check --ca"),
+            "{said}"
+        );
+        let debug_port = CallError::Misconfigured {
+            endpoint: "10.0.0.1:7837".into(),
+            problem: Misconfiguration::NotTls,
+            reason: "received corrupt message of type InvalidContentType".into(),
+        };
+        let said = permanent(&debug_port).unwrap_or_default();
+        assert!(said.ends_with("; check --endpoint"), "{said}");
+        let curator_port = CallError::Rejected {
+            endpoint: "10.0.0.1:7835".into(),
+            code: tonic::Code::Unimplemented,
+            message: "this is the Curator port (metropolisd --listen); the AgentCallback \
+                      service is on --agent-listen (default port 7836)"
+                .into(),
+        };
+        let said = permanent(&curator_port).unwrap_or_default();
+        assert!(
+            said.starts_with("10.0.0.1:7835: Unimplemented: this is the Curator port")
+                && said.contains("check --endpoint"),
+            "{said}"
+        );
+        // What may pass is retried as before.
+        for passing in [
+            CallError::DeadlineExceeded {
+                deadline: Duration::from_secs(10),
+                attempts: 3,
+                last: None,
+            },
+            CallError::Rejected {
+                endpoint: "e".into(),
+                code: tonic::Code::InvalidArgument,
+                message: "machine_id".into(),
+            },
+        ] {
+            assert_eq!(permanent(&passing), None, "{passing}");
+        }
     }
 }

@@ -1,7 +1,10 @@
 //! What the operator reads in the agent's log while an image installs:
 //! the image, then per payload the bytes written, the rate and the time
 //! left, at most every [`ProgressLog::EVERY`] and always at the start and
-//! the end; and each step of laying out the disk.
+//! the end; and each step of laying out the disk. Sizes read in the unit
+//! that fits them ([`size`]: 512 KiB, not 0.5 MiB); a rate is given only
+//! once a payload has been written for [`ProgressLog::RATE_AFTER`], never
+//! over no time.
 
 use std::time::{Duration, Instant};
 
@@ -21,8 +24,58 @@ impl Default for ProgressLog {
     }
 }
 
-fn mib_per_s(bytes: u64, elapsed: Duration) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0) / elapsed.as_secs_f64().max(1e-3)
+const KIB: f64 = 1024.0;
+const MIB: f64 = 1024.0 * 1024.0;
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// `bytes` for people: bytes under 1 KiB, KiB under 1 MiB, MiB under
+/// 1 GiB, else GiB (`512 B`, `64.0 KiB`, `12.5 MiB`, `1.50 GiB`).
+pub fn size(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b < KIB {
+        format!("{bytes} B")
+    } else if b < MIB {
+        format!("{:.1} KiB", b / KIB)
+    } else if b < GIB {
+        format!("{:.1} MiB", b / MIB)
+    } else {
+        format!("{:.2} GiB", b / GIB)
+    }
+}
+
+/// The rate of `bytes` written over `elapsed` (`12.5 MiB/s`), or `None`
+/// when too little time has passed for it to mean anything.
+fn rate(bytes: u64, elapsed: Duration) -> Option<String> {
+    if elapsed < ProgressLog::RATE_AFTER {
+        return None;
+    }
+    let per_s = (bytes as f64 / elapsed.as_secs_f64()).round() as u64;
+    Some(format!("{}/s", size(per_s)))
+}
+
+/// What `progress` says, sizes in the unit that fits them.
+fn describe(progress: &Progress) -> String {
+    match progress {
+        Progress::Image { kind, payloads } => {
+            let mut text = format!("image verified: {kind}");
+            for (i, (name, bytes, compressed)) in payloads.iter().enumerate() {
+                let sep = if i == 0 { "; " } else { ", " };
+                let zstd = if *compressed { " (zstd)" } else { "" };
+                text.push_str(&format!("{sep}{name} {}{zstd}", size(*bytes)));
+            }
+            text
+        }
+        Progress::Writing {
+            payload,
+            written,
+            total,
+        } => format!(
+            "{payload}: verified, written and read back {} of {}",
+            size(*written),
+            size(*total)
+        ),
+        other => other.to_string(),
+    }
 }
 
 fn eta(done: u64, total: u64, elapsed: Duration) -> String {
@@ -43,6 +96,11 @@ impl ProgressLog {
     /// The longest gap between two lines of a stage.
     pub const EVERY: Duration = Duration::from_secs(2);
 
+    /// How long a payload must have been written before its rate is
+    /// given (a rate over less time is noise, over none a division by
+    /// zero).
+    pub const RATE_AFTER: Duration = Duration::from_millis(500);
+
     /// A log that has written nothing yet.
     pub fn new() -> ProgressLog {
         ProgressLog {
@@ -61,7 +119,7 @@ impl ProgressLog {
             } => (payload, *written, *total),
             _ => {
                 self.last_line = Some(now);
-                return Some(progress.to_string());
+                return Some(describe(progress));
             }
         };
         let start = match &self.writing {
@@ -80,12 +138,13 @@ impl ProgressLog {
         }
         self.last_line = Some(now);
         let elapsed = now.duration_since(start);
-        // The rate of the payload's verified bytes (uncompressed).
-        Some(format!(
-            "{progress}, {:.1} MiB/s, ETA {}",
-            mib_per_s(done, elapsed),
-            eta(done, total, elapsed)
-        ))
+        let text = describe(progress);
+        // The rate of the payload's verified bytes (uncompressed), and
+        // the time left at that rate.
+        Some(match rate(done, elapsed) {
+            Some(rate) => format!("{text}, {rate}, ETA {}", eta(done, total, elapsed)),
+            None => text,
+        })
     }
 }
 
@@ -120,7 +179,10 @@ mod tests {
         let t1 = t0 + Duration::from_secs(4);
         let line = log.line(&writing(256 * MIB, 1024 * MIB), t1).unwrap();
         // 256 MiB in the 4 s since writing started: 64 MiB/s, 768 MiB left.
-        assert!(line.contains("64.0 MiB/s, ETA 12s"), "{line}");
+        assert_eq!(
+            line,
+            "system: verified, written and read back 256.0 MiB of 1.00 GiB, 64.0 MiB/s, ETA 12s"
+        );
         // The end of a payload is always logged.
         let t2 = t1 + Duration::from_millis(100);
         let line = log.line(&writing(1024 * MIB, 1024 * MIB), t2).unwrap();
@@ -130,6 +192,47 @@ mod tests {
         };
         let line = log.line(&step, t2).unwrap();
         assert_eq!(line, "partition table written");
+    }
+
+    #[test]
+    fn small_sizes_read_in_kib_and_rates_need_time() {
+        assert_eq!(size(0), "0 B");
+        assert_eq!(size(1023), "1023 B");
+        assert_eq!(size(512 * 1024), "512.0 KiB");
+        assert_eq!(size(MIB - 1), "1024.0 KiB");
+        assert_eq!(size(MIB), "1.0 MiB");
+        assert_eq!(size(3 * 1024 * MIB / 2), "1.50 GiB");
+        let image = Progress::Image {
+            kind: crate::install::ImageKind::Metropolis,
+            payloads: vec![("kernel.efi".into(), 300 * 1024, false)],
+        };
+        let mut log = ProgressLog::new();
+        let t0 = Instant::now();
+        let line = log.line(&image, t0).unwrap();
+        assert!(line.ends_with("; kernel.efi 300.0 KiB"), "{line}");
+        // A small payload written at once: no rate over no time.
+        let small = Progress::Writing {
+            payload: "kernel.efi".into(),
+            written: 300 * 1024,
+            total: 300 * 1024,
+        };
+        let line = log.line(&small, t0).unwrap();
+        assert_eq!(
+            line,
+            "kernel.efi: verified, written and read back 300.0 KiB of 300.0 KiB"
+        );
+        assert_eq!(rate(300 * 1024, Duration::ZERO), None);
+        assert_eq!(rate(300 * 1024, Duration::from_millis(499)), None);
+        assert_eq!(
+            rate(300 * 1024, Duration::from_secs(1)).as_deref(),
+            Some("300.0 KiB/s")
+        );
+        for line in [
+            line,
+            log.line(&writing(MIB, 2 * MIB), t0).unwrap_or_default(),
+        ] {
+            assert!(!line.contains("Some(") && !line.contains("inf"), "{line}");
+        }
     }
 
     #[test]

@@ -21,15 +21,45 @@ use tonic::body::Body;
 
 use crate::endpoints::Target;
 use crate::error::chain;
+use crate::misconfiguration::{Misconfiguration, of_connect_error};
 
 /// A failure of the connection itself (not a gRPC status): the HTTP/2
-/// layer's error, rendered for people, and whether the request may have
-/// reached the server. Tonic hands it back as the source of an Unknown
+/// layer's error, rendered for people, whether the request may have
+/// reached the server, and what it shows to be misconfigured (a TLS 1.3
+/// server refuses a client's certificate only after the handshake, on
+/// the first read). Tonic hands it back as the source of an Unknown
 /// status, where [`crate::unary`] and [`crate::view`] find it again.
 #[derive(Debug, Clone)]
 pub(crate) struct TransportError {
     pub(crate) reason: String,
     pub(crate) sent: bool,
+    pub(crate) problem: Option<Misconfiguration>,
+}
+
+/// Why a connection could not be made: the connector's error, rendered
+/// for people, and what it shows to be misconfigured.
+#[derive(Debug, Clone)]
+pub(crate) struct DialError {
+    pub(crate) reason: String,
+    pub(crate) problem: Option<Misconfiguration>,
+}
+
+impl DialError {
+    fn of(error: &(dyn std::error::Error + 'static), reason: String) -> DialError {
+        DialError {
+            reason,
+            problem: of_connect_error(error),
+        }
+    }
+}
+
+impl From<String> for DialError {
+    fn from(reason: String) -> DialError {
+        DialError {
+            reason,
+            problem: None,
+        }
+    }
 }
 
 impl std::fmt::Display for TransportError {
@@ -50,6 +80,7 @@ fn body_error(error: hyper::Error) -> TransportError {
     TransportError {
         reason: chain(&error),
         sent: true,
+        problem: of_connect_error(&error),
     }
 }
 
@@ -66,16 +97,16 @@ pub(crate) async fn dial(
     target: &Target,
     tls: Option<Arc<rustls::ClientConfig>>,
     keepalive: Option<Duration>,
-) -> Result<Connection, String> {
+) -> Result<Connection, DialError> {
     let io: Io = match (target, tls) {
         (Target::Tcp(addr), Some(tls)) => {
             connect::tls_stream(runtime, addr, tls)
                 .await
-                .map_err(|e| chain(&e))?
+                .map_err(|e| DialError::of(&e, chain(&e)))?
                 .io
         }
         (Target::Tcp(addr), None) => {
-            return Err(format!("{addr}: no TLS configuration to reach it with"));
+            return Err(format!("{addr}: no TLS configuration to reach it with").into());
         }
         (Target::Unix(path), _) => runtime
             .connect_unix(path.clone())
@@ -96,7 +127,7 @@ pub(crate) async fn dial(
     let (sender, connection) = builder
         .handshake(io)
         .await
-        .map_err(|e| format!("HTTP/2 handshake failed: {}", chain(&e)))?;
+        .map_err(|e| DialError::of(&e, format!("HTTP/2 handshake failed: {}", chain(&e))))?;
     runtime.spawn(Box::pin(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %chain(&e), "curator connection ended");
@@ -114,6 +145,7 @@ impl tonic::codegen::Service<Request<Body>> for Connection {
         self.sender.poll_ready(cx).map_err(|e| TransportError {
             reason: chain(&e),
             sent: false,
+            problem: of_connect_error(&e),
         })
     }
 
@@ -126,6 +158,7 @@ impl tonic::codegen::Service<Request<Body>> for Connection {
                     // The request comes back when it never left.
                     sent: e.message().is_none(),
                     reason: chain(e.error()),
+                    problem: of_connect_error(e.error()),
                 }),
             }
         })

@@ -141,9 +141,16 @@ impl Endpoints {
             self.keepalive,
         )
         .await
-        .map_err(|reason| AttemptError::Connect {
-            endpoint: slot.name.clone(),
-            reason,
+        .map_err(|e| match e.problem {
+            Some(problem) => AttemptError::Misconfigured {
+                endpoint: slot.name.clone(),
+                problem,
+                reason: e.reason,
+            },
+            None => AttemptError::Connect {
+                endpoint: slot.name.clone(),
+                reason: e.reason,
+            },
         })?;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         *lock(&slot.cached) = Some((generation, connection.clone()));
@@ -173,6 +180,18 @@ impl Endpoints {
             Ordering::Relaxed,
             Ordering::Relaxed,
         );
+    }
+
+    /// Forgets the connection of `generation` to endpoint `index`, if it
+    /// is still the cached one: it failed in a way no retry fixes.
+    pub(crate) fn forget(&self, index: usize, generation: Option<u64>) {
+        let slot = &self.slots[index % self.slots.len()];
+        let mut cached = lock(&slot.cached);
+        if let Some(generation) = generation
+            && cached.as_ref().is_some_and(|(g, _)| *g == generation)
+        {
+            *cached = None;
+        }
     }
 
     /// Forgets every cached connection.

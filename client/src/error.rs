@@ -6,6 +6,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::misconfiguration::Misconfiguration;
+
 /// Why [`Client::new`](crate::Client::new) refused a configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -87,6 +89,17 @@ pub enum AttemptError {
         /// The status message.
         message: String,
     },
+    /// The connection showed a configuration no retry can fix (a server
+    /// certificate that never verifies, a port that does not speak TLS):
+    /// the request was not served.
+    Misconfigured {
+        /// The endpoint.
+        endpoint: String,
+        /// What is wrong.
+        problem: Misconfiguration,
+        /// What the TLS (or HTTP/2) layer said.
+        reason: String,
+    },
 }
 
 impl AttemptError {
@@ -96,16 +109,19 @@ impl AttemptError {
             AttemptError::Connect { endpoint, .. }
             | AttemptError::Broken { endpoint, .. }
             | AttemptError::TimedOut { endpoint, .. }
-            | AttemptError::Status { endpoint, .. } => endpoint,
+            | AttemptError::Status { endpoint, .. }
+            | AttemptError::Misconfigured { endpoint, .. } => endpoint,
         }
     }
 
     /// The gRPC code this failure counts as: the server's, else
     /// Unavailable (a connection failure, as gRPC clients report it) or
-    /// DeadlineExceeded (a timeout).
+    /// DeadlineExceeded (a timeout); a misconfiguration's
+    /// ([`Misconfiguration::code`]).
     pub fn code(&self) -> tonic::Code {
         match self {
             AttemptError::Status { code, .. } => *code,
+            AttemptError::Misconfigured { problem, .. } => problem.code(),
             AttemptError::TimedOut { .. } => tonic::Code::DeadlineExceeded,
             AttemptError::Connect { .. } | AttemptError::Broken { .. } => tonic::Code::Unavailable,
         }
@@ -138,11 +154,27 @@ impl fmt::Display for AttemptError {
                 code,
                 message,
             } => write!(f, "{endpoint}: {}: {message}", code_name(*code)),
+            AttemptError::Misconfigured {
+                endpoint,
+                problem,
+                reason,
+            } => misconfigured(f, endpoint, *problem, reason),
         }
     }
 }
 
 impl std::error::Error for AttemptError {}
+
+/// How a misconfiguration reads: where, what to change, what the library
+/// said.
+fn misconfigured(
+    f: &mut fmt::Formatter<'_>,
+    endpoint: &str,
+    problem: Misconfiguration,
+    reason: &str,
+) -> fmt::Result {
+    write!(f, "{endpoint}: {problem} ({reason})")
+}
 
 /// Why a unary call failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,6 +200,17 @@ pub enum CallError {
         /// What became of the attempt.
         attempt: AttemptError,
     },
+    /// Every endpoint showed a configuration no retry can fix (see
+    /// [`Misconfiguration`]): the call ended at once instead of being
+    /// retried until its deadline. The last endpoint tried is named.
+    Misconfigured {
+        /// The endpoint.
+        endpoint: String,
+        /// What is wrong.
+        problem: Misconfiguration,
+        /// What the TLS (or HTTP/2) layer said.
+        reason: String,
+    },
     /// No attempt succeeded within the deadline; every failure was one
     /// worth retrying. `last` is the last of them.
     DeadlineExceeded {
@@ -187,6 +230,7 @@ impl CallError {
     pub fn code(&self) -> tonic::Code {
         match self {
             CallError::Rejected { code, .. } => *code,
+            CallError::Misconfigured { problem, .. } => problem.code(),
             CallError::OutcomeUnknown { attempt } => attempt.code(),
             CallError::DeadlineExceeded {
                 last: Some(last), ..
@@ -204,6 +248,11 @@ impl fmt::Display for CallError {
                 code,
                 message,
             } => write!(f, "{endpoint}: {}: {message}", code_name(*code)),
+            CallError::Misconfigured {
+                endpoint,
+                problem,
+                reason,
+            } => misconfigured(f, endpoint, *problem, reason),
             CallError::OutcomeUnknown { attempt } => write!(
                 f,
                 "{attempt}; the call may or may not have been applied (not retried: a late \
@@ -346,6 +395,29 @@ mod tests {
             e.to_string(),
             "unix:/s: connection broken before the request was sent: connection closed"
         );
+        assert_eq!(e.code(), tonic::Code::Unavailable);
+    }
+
+    #[test]
+    fn misconfigurations_say_what_to_change_and_what_tls_said() {
+        let e = CallError::Misconfigured {
+            endpoint: "10.0.0.1:7836".into(),
+            problem: Misconfiguration::UntrustedServer,
+            reason: "invalid peer certificate: BadSignature".into(),
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with("10.0.0.1:7836: the server's certificate is not signed by the CA")
+                && text.ends_with("(invalid peer certificate: BadSignature)"),
+            "{text}"
+        );
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        let e = AttemptError::Misconfigured {
+            endpoint: "h:7837".into(),
+            problem: Misconfiguration::NotTls,
+            reason: "received corrupt message of type InvalidContentType".into(),
+        };
+        assert!(e.to_string().contains("--debug-listen"), "{e}");
         assert_eq!(e.code(), tonic::Code::Unavailable);
     }
 

@@ -21,6 +21,9 @@
 //! - `endpoints`, `connection`: the curators, one HTTP/2 connection each
 //!   (with keepalive pings), which to try first.
 //! - `retry`: what is retried, and the waits ([`Backoff`]).
+//! - `misconfiguration`: what no retry fixes ([`Misconfiguration`]: a
+//!   server certificate that never verifies, a port that does not speak
+//!   TLS), which ends a call at once with what to change.
 //! - `view`: [`NodeView`]; `diff`: what it holds and hands out, and why no
 //!   state goes back.
 //! - `error`: [`ClientError`], [`CallError`], [`ViewError`],
@@ -36,11 +39,13 @@ mod connection;
 mod diff;
 mod endpoints;
 mod error;
+mod misconfiguration;
 mod retry;
 mod unary;
 mod view;
 
 pub use client::{Client, ClientConfig};
 pub use error::{AttemptError, CallError, ClientError, ViewError, code_name};
+pub use misconfiguration::Misconfiguration;
 pub use retry::Backoff;
 pub use view::{NodeEvent, NodeView};

@@ -116,7 +116,9 @@ impl Schedule {
 fn unreachable(failure: &AttemptError) -> bool {
     matches!(
         failure,
-        AttemptError::Connect { .. } | AttemptError::Broken { sent: false, .. }
+        AttemptError::Connect { .. }
+            | AttemptError::Broken { sent: false, .. }
+            | AttemptError::Misconfigured { .. }
     )
 }
 
@@ -130,11 +132,14 @@ fn unreachable(failure: &AttemptError) -> bool {
 /// timed out or came back DeadlineExceeded while the caller's deadline
 /// still allows another. And, for idempotent calls only, a connection that
 /// broke after the request was sent (it may have been applied).
+///
+/// A misconfigured endpoint is worth trying no more within the call, but
+/// the others are: [`Misconfigured::all`] says when none is left.
 pub(crate) fn retryable_call(failure: &AttemptError, resend: Resend) -> bool {
     use tonic::Code;
     let may_resend = resend == Resend::Always;
     match failure {
-        AttemptError::Connect { .. } => true,
+        AttemptError::Connect { .. } | AttemptError::Misconfigured { .. } => true,
         // The request may be sitting in a curator that stopped: it may
         // still be applied after this call returns.
         AttemptError::TimedOut { .. } => may_resend,
@@ -147,6 +152,33 @@ pub(crate) fn retryable_call(failure: &AttemptError, resend: Resend) -> bool {
             Code::DeadlineExceeded => may_resend,
             _ => false,
         },
+    }
+}
+
+/// The endpoints one call found misconfigured: once every endpoint is,
+/// the call ends at once rather than retrying what no retry fixes.
+#[derive(Debug, Clone)]
+pub(crate) struct Misconfigured {
+    endpoints: Vec<bool>,
+}
+
+impl Misconfigured {
+    /// None of `endpoints` endpoints yet.
+    pub(crate) fn new(endpoints: usize) -> Misconfigured {
+        Misconfigured {
+            endpoints: vec![false; endpoints.max(1)],
+        }
+    }
+
+    /// Records the failure of an attempt on endpoint `index`.
+    pub(crate) fn record(&mut self, index: usize, failure: &AttemptError) {
+        let len = self.endpoints.len();
+        self.endpoints[index % len] = matches!(failure, AttemptError::Misconfigured { .. });
+    }
+
+    /// Whether the last failure of every endpoint was a misconfiguration.
+    pub(crate) fn all(&self) -> bool {
+        self.endpoints.iter().all(|&m| m)
     }
 }
 
@@ -281,5 +313,27 @@ mod tests {
         assert!(!ends_view(&status(Code::Unavailable)));
         assert!(!ends_view(&status(Code::Unknown)));
         assert!(!ends_view(&broken(true)));
+    }
+
+    #[test]
+    fn a_call_ends_once_every_endpoint_is_misconfigured() {
+        let bad = AttemptError::Misconfigured {
+            endpoint: "e".into(),
+            problem: crate::Misconfiguration::UntrustedServer,
+            reason: "invalid peer certificate: BadSignature".into(),
+        };
+        let mut seen = Misconfigured::new(2);
+        seen.record(0, &bad);
+        assert!(!seen.all(), "endpoint 1 is untried");
+        seen.record(1, &refused());
+        assert!(!seen.all(), "endpoint 1 may come back");
+        seen.record(1, &bad);
+        assert!(seen.all());
+        // The next endpoint at once, as for an unreachable one.
+        let mut s = Schedule::new(Backoff::default(), 2, 0);
+        assert_eq!(s.after(&bad), Duration::ZERO);
+        let mut one = Misconfigured::new(1);
+        one.record(0, &bad);
+        assert!(one.all());
     }
 }

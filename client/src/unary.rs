@@ -13,7 +13,7 @@ use tonic::client::Grpc;
 use crate::client::Inner;
 use crate::connection::{TransportError, origin};
 use crate::error::{AttemptError, CallError};
-use crate::retry::{Resend, retryable_call};
+use crate::retry::{Misconfigured, Resend, retryable_call};
 
 /// Calls `path` with `request` until an attempt succeeds, one fails in a
 /// way retrying cannot change, or `deadline` has passed. `resend`:
@@ -32,6 +32,7 @@ where
     let timer = inner.runtime.timer();
     let started = Instant::now();
     let mut schedule = inner.schedule();
+    let mut misconfigured = Misconfigured::new(inner.endpoints.len());
     let mut attempts = 0u32;
     let mut last = None;
     loop {
@@ -62,6 +63,24 @@ where
                 return Ok(response);
             }
             Err(failure) => failure,
+        };
+        // What no retry fixes ends the call once no endpoint is left
+        // that might serve it.
+        misconfigured.record(index, &failure);
+        let failure = match failure {
+            AttemptError::Misconfigured {
+                endpoint,
+                problem,
+                reason,
+            } if misconfigured.all() => {
+                inner.endpoints.forget(index, generation);
+                return Err(CallError::Misconfigured {
+                    endpoint,
+                    problem,
+                    reason,
+                });
+            }
+            other => other,
         };
         if !retryable_call(&failure, resend) {
             inner.endpoints.failed(index, generation, &failure);
@@ -132,10 +151,17 @@ where
 
 /// The attempt failure a connection failure is.
 pub(crate) fn transport_failure(endpoint: &str, e: &TransportError) -> AttemptError {
-    AttemptError::Broken {
-        endpoint: endpoint.to_string(),
-        reason: e.reason.clone(),
-        sent: e.sent,
+    match e.problem {
+        Some(problem) => AttemptError::Misconfigured {
+            endpoint: endpoint.to_string(),
+            problem,
+            reason: e.reason.clone(),
+        },
+        None => AttemptError::Broken {
+            endpoint: endpoint.to_string(),
+            reason: e.reason.clone(),
+            sent: e.sent,
+        },
     }
 }
 
