@@ -10,15 +10,23 @@ use std::path::Path;
 use super::CliError;
 use super::exit::usage;
 
-/// Checks, before any call, that `path` (the value of `flag`) can be
-/// written later: nothing is there yet and its directory exists.
-pub fn check_new_file(flag: &str, path: &Path) -> Result<(), CliError> {
+/// Checks, before any call, that nothing is at `path` (the value of
+/// `flag`): not a file, a directory or a dangling symbolic link.
+pub fn check_absent(flag: &str, path: &Path) -> Result<(), CliError> {
     if path.symlink_metadata().is_ok() {
         return Err(usage(format!(
             "{flag} {}: the file exists; remove it or give another path (nothing was sent)",
             path.display()
         )));
     }
+    Ok(())
+}
+
+/// Checks, before any call, that `path` (the value of `flag`) can be
+/// written later: nothing is there yet ([`check_absent`]) and its
+/// directory exists.
+pub fn check_new_file(flag: &str, path: &Path) -> Result<(), CliError> {
+    check_absent(flag, path)?;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

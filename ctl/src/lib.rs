@@ -621,7 +621,7 @@ fn check_values(command: &Command) -> Result<(), CliError> {
             .map_err(|e| usage(format!("ID: {e}"))),
         Command::Node(NodeCommand::Add { out, curator, .. }) => nodes::check_add(out, *curator),
         Command::Snapshot(snapshot::SnapshotCommand::Save { file, .. }) => {
-            files::check_new_file("FILE", file)
+            snapshot::check_save(file)
         }
         Command::Status(StatusCommand::Set {
             external_address, ..

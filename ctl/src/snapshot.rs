@@ -79,18 +79,13 @@ pub fn restore_into(data_dir: &Path, file: &Path, format: Format) -> Result<(), 
 pub async fn save(channel: Channel, file: &Path, format: Format) -> Result<(), CliError> {
     let mut client = MaintenanceClient::with_origin(channel, Channel::origin())
         .max_decoding_message_size(4 << 20);
-    let part = file.with_extension(match file.extension() {
-        Some(e) => format!("{}.part", e.to_string_lossy()),
-        None => "part".into(),
-    });
+    let mut stream = client
+        .snapshot(SnapshotRequest {})
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    let part = part_of(file);
     let mut out = open_private(&part)?;
-    let mut stream = match client.snapshot(SnapshotRequest {}).await {
-        Ok(response) => response.into_inner(),
-        Err(status) => {
-            let _ = std::fs::remove_file(&part);
-            return Err(status_error(status));
-        }
-    };
     let (mut total, mut revision, mut written) = (None, 0, 0u64);
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|status| {
@@ -158,6 +153,21 @@ pub async fn save(channel: Channel, file: &Path, format: Format) -> Result<(), C
         );
     }
     Ok(())
+}
+
+/// Where `save` writes the backup until it is complete: FILE.part.
+fn part_of(file: &Path) -> PathBuf {
+    file.with_extension(match file.extension() {
+        Some(e) => format!("{}.part", e.to_string_lossy()),
+        None => "part".into(),
+    })
+}
+
+/// Checks `snapshot save FILE` before the call: neither FILE nor
+/// FILE.part may exist.
+pub fn check_save(file: &Path) -> Result<(), CliError> {
+    super::files::check_absent("FILE", file)?;
+    super::files::check_absent("FILE", &part_of(file))
 }
 
 /// Creates `path` (FILE.part), mode 0600; one already there (a save that
