@@ -25,7 +25,7 @@ use metropolis_proto::prelude::debug::OsImageRef;
 use metropolis_tests::loop_device::LoopDevice;
 use metropolis_tests::registry::{DISK_ARTIFACT, Payload, Registry};
 
-use super::install_peer::{DD_BS, dd_read, dd_write, peer_line, peer_write, same_bytes};
+use super::install_peer::{DD_BS, dd_read, dd_write, parse_bs, peer_line, peer_write, same_bytes};
 use super::rounds::{format_ratios, median};
 use super::util::{Context, Result, print_table, row};
 
@@ -48,6 +48,10 @@ pub struct InstallArgs {
     /// zstd image is half compressible (every other 8 KiB zeroed).
     #[arg(long, value_enum, default_value_t = Compression::None)]
     pub compression: Compression,
+    /// dd's block size (`bs=`) on the peer's and the local file's side,
+    /// e.g. 4M, 1M or 65536.
+    #[arg(long, value_name = "BS", default_value = DD_BS, value_parser = parse_bs)]
+    pub dd_bs: String,
 }
 
 /// How the benchmark's payload is stored.
@@ -212,11 +216,15 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
         target.display(),
         args.target
     );
-    println!("  peer: {}", peer_line(&blob_url, &target, compressed));
     println!(
-        "  dd from the local file: dd if={} of={} bs={DD_BS} oflag=direct conv=fsync,notrunc{}",
+        "  peer: {}",
+        peer_line(&blob_url, &target, &args.dd_bs, compressed)
+    );
+    println!(
+        "  dd from the local file: dd if={} of={} bs={} oflag=direct conv=fsync,notrunc{}",
         source.display(),
         target.display(),
+        args.dd_bs,
         if compressed { " (after zstd -d)" } else { "" }
     );
     // One untimed peer run first: the target's backing file is new and
@@ -224,7 +232,7 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
     // page cache (under memory pressure, reclaiming other pages), which
     // a real disk does not charge; the installer's first round would pay
     // it alone. It also checks that the peer writes the image.
-    let warm_up = peer_write(&blob_url, &target, compressed).await?;
+    let warm_up = peer_write(&blob_url, &target, &args.dd_bs, compressed).await?;
     same_bytes(&target, &raw, size)?;
     println!(
         "  warm-up (untimed): the peer wrote the image onto the target in {:.2} s (checked)",
@@ -233,8 +241,8 @@ pub async fn run(args: InstallArgs, work: &Path) -> Result<()> {
     let mut rounds = Vec::new();
     for n in 1..=args.rounds {
         let installer = install(image.clone(), target.clone()).await?;
-        let peer = peer_write(&blob_url, &target, compressed).await?;
-        let dd = dd_write(&source, &target, compressed).await?;
+        let peer = peer_write(&blob_url, &target, &args.dd_bs, compressed).await?;
+        let dd = dd_write(&source, &target, &args.dd_bs, compressed).await?;
         let read = dd_read(&target, args.size_mib).await?;
         let r = Round {
             installer,
@@ -288,8 +296,8 @@ fn summary(args: &InstallArgs, size: u64, rounds: &[Round]) {
     let vs_both = over(&installer, &both);
     print_table(
         &format!(
-            "install: {} MiB {:?}, {} rounds, {:?} target",
-            args.size_mib, args.compression, args.rounds, args.target
+            "install: {} MiB {:?}, {} rounds, {:?} target, dd bs={}",
+            args.size_mib, args.compression, args.rounds, args.target, args.dd_bs
         ),
         &[
             row("installer MB/s per round", per_round(&installer)),
@@ -328,12 +336,13 @@ fn summary(args: &InstallArgs, size: u64, rounds: &[Round]) {
         TargetKind::File => "file",
     };
     println!(
-        "RESULT install size_mib={} compression={:?} rounds={} target={kind} \
+        "RESULT install size_mib={} compression={:?} rounds={} target={kind} dd_bs={} \
          installer_mbps={:.0} peer_mbps={:.0} dd_mbps={:.0} dd_read_mbps={:.0} \
          ratio_peer_median={:.3} ratio_dd_median={:.3} ratio_write_read_median={:.3}",
         args.size_mib,
         args.compression,
         args.rounds,
+        args.dd_bs,
         median(&installer),
         median(&peer),
         median(&dd),

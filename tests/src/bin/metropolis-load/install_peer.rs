@@ -16,17 +16,33 @@ use std::time::{Duration, Instant};
 
 use super::util::{Context, Result};
 
-/// dd's block size on every side: what an operator would pass for a
-/// large sequential write (`bs=4M`), with `iflag=fullblock` so that a
-/// pipe's short reads still make whole direct writes.
+/// dd's default block size on every side: what an operator would pass
+/// for a large sequential write (`bs=4M`); dd always gets
+/// `iflag=fullblock` so that a pipe's short reads still make whole direct
+/// writes.
 pub const DD_BS: &str = "4M";
 
-/// `dd of=TARGET bs=4M iflag=fullblock oflag=direct conv=fsync,notrunc`,
+/// Checks a `--dd-bs` value: a positive count of bytes, optionally with
+/// dd's suffix K, M or G.
+pub fn parse_bs(value: &str) -> std::result::Result<String, String> {
+    let digits = value.trim_end_matches(['K', 'M', 'G']);
+    let ok = value.len() - digits.len() <= 1
+        && !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && digits.bytes().any(|b| b != b'0');
+    if ok {
+        Ok(value.to_string())
+    } else {
+        Err("expected a block size such as 4M, 1M or 65536 (digits, then K, M or G)".into())
+    }
+}
+
+/// `dd of=TARGET bs=BS iflag=fullblock oflag=direct conv=fsync,notrunc`,
 /// reading its standard input.
-fn dd_onto(target: &Path) -> Command {
+fn dd_onto(target: &Path, bs: &str) -> Command {
     let mut dd = Command::new("dd");
     dd.arg(format!("of={}", target.display())).args([
-        format!("bs={DD_BS}").as_str(),
+        format!("bs={bs}").as_str(),
         "iflag=fullblock",
         "oflag=direct",
         "conv=fsync,notrunc",
@@ -43,9 +59,9 @@ fn zstd_d() -> Command {
 }
 
 /// The peer's pipeline as a shell line, for the output.
-pub fn peer_line(url: &str, target: &Path, compressed: bool) -> String {
+pub fn peer_line(url: &str, target: &Path, bs: &str, compressed: bool) -> String {
     format!(
-        "curl -sS --fail {url} |{} dd of={} bs={DD_BS} iflag=fullblock oflag=direct \
+        "curl -sS --fail {url} |{} dd of={} bs={bs} iflag=fullblock oflag=direct \
          conv=fsync,notrunc",
         if compressed { " zstd -d |" } else { "" },
         target.display()
@@ -53,29 +69,35 @@ pub fn peer_line(url: &str, target: &Path, compressed: bool) -> String {
 }
 
 /// The peer: `curl` of `url` (the layer's blob) into `dd` onto `target`,
-/// through `zstd -d` when `compressed`; its duration.
-pub async fn peer_write(url: &str, target: &Path, compressed: bool) -> Result<Duration> {
+/// through `zstd -d` when `compressed`, dd writing blocks of `bs`; its
+/// duration.
+pub async fn peer_write(url: &str, target: &Path, bs: &str, compressed: bool) -> Result<Duration> {
     let mut curl = Command::new("curl");
     curl.args(["-sS", "--fail", "-o", "-", url]);
     let mut stages = vec![("curl", curl)];
     if compressed {
         stages.push(("zstd -d", zstd_d()));
     }
-    stages.push(("dd", dd_onto(target)));
+    stages.push(("dd", dd_onto(target, bs)));
     pipeline(stages).await
 }
 
 /// `dd` of the local file `source` onto `target` with the peer's flags
 /// (after `zstd -d` of it when `compressed`); its duration.
-pub async fn dd_write(source: &Path, target: &Path, compressed: bool) -> Result<Duration> {
+pub async fn dd_write(
+    source: &Path,
+    target: &Path,
+    bs: &str,
+    compressed: bool,
+) -> Result<Duration> {
     if compressed {
         let file = std::fs::File::open(source)
             .context(|| format!("opening the zstd frame {}", source.display()))?;
         let mut zstd = zstd_d();
         zstd.stdin(file);
-        return pipeline(vec![("zstd -d", zstd), ("dd", dd_onto(target))]).await;
+        return pipeline(vec![("zstd -d", zstd), ("dd", dd_onto(target, bs))]).await;
     }
-    let mut dd = dd_onto(target);
+    let mut dd = dd_onto(target, bs);
     dd.arg(format!("if={}", source.display()));
     pipeline(vec![("dd", dd)]).await
 }
@@ -203,7 +225,7 @@ mod tests {
         let image = image_in(dir.path(), len);
         let target = dir.path().join("target.img");
         let url = format!("file://{}", image.display());
-        peer_write(&url, &target, false).await.unwrap();
+        peer_write(&url, &target, "1M", false).await.unwrap();
         same_bytes(&target, &image, len as u64).unwrap();
 
         let zst = dir.path().join("image.raw.zst");
@@ -217,10 +239,10 @@ mod tests {
         assert!(status.success());
         std::fs::remove_file(&target).unwrap();
         let url = format!("file://{}", zst.display());
-        peer_write(&url, &target, true).await.unwrap();
+        peer_write(&url, &target, DD_BS, true).await.unwrap();
         same_bytes(&target, &image, len as u64).unwrap();
         std::fs::remove_file(&target).unwrap();
-        dd_write(&zst, &target, true).await.unwrap();
+        dd_write(&zst, &target, "64K", true).await.unwrap();
         same_bytes(&target, &image, len as u64).unwrap();
     }
 
@@ -229,10 +251,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("target.img");
         let missing = format!("file://{}", dir.path().join("missing").display());
-        let err = peer_write(&missing, &target, false).await.unwrap_err();
+        let err = peer_write(&missing, &target, DD_BS, false)
+            .await
+            .unwrap_err();
         assert!(err.to_string().starts_with("curl failed"), "{err}");
-        let err = peer_write(&missing, &target, true).await.unwrap_err();
+        let err = peer_write(&missing, &target, DD_BS, true)
+            .await
+            .unwrap_err();
         assert!(err.to_string().starts_with("curl failed"), "{err}");
+    }
+
+    #[test]
+    fn block_sizes_are_what_dd_takes() {
+        for good in ["4M", "1M", "65536", "512K", "1G"] {
+            assert_eq!(parse_bs(good).as_deref(), Ok(good));
+        }
+        for bad in ["", "0", "0M", "M", "4MM", "4m", "-4M", "4M x", "1e6"] {
+            assert!(parse_bs(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
