@@ -223,6 +223,11 @@ pub struct Routed {
     /// Held until the call is over (its response body ended or was
     /// dropped); dropping it tells the routing the call finished.
     pub finished: Box<dyn Send + Sync>,
+    /// Called when forwarding the call found no connection to the
+    /// leader (the call was not sent), so that the routing can hold later
+    /// calls for the next leader instead of sending them to one that is
+    /// gone.
+    pub unreachable: Box<dyn FnOnce() + Send>,
 }
 
 impl std::fmt::Debug for Routed {
@@ -258,6 +263,7 @@ impl Routing for FixedRouting {
             destination: self.0.clone(),
             cancelled: Box::pin(futures::future::pending()),
             finished: Box::new(()),
+            unreachable: Box::new(|| {}),
         };
         Box::pin(futures::future::ready(Ok(routed)))
     }
@@ -293,6 +299,16 @@ pub fn forward(
     upstream: &dyn Upstream,
     request: Request<Body>,
 ) -> BoxFuture<'static, Response<Body>> {
+    forward_reporting(upstream, request, Box::new(|| {}))
+}
+
+/// [`forward`], calling `unreachable` when no connection to the leader
+/// could be made ([`ForwardError::Connect`]: the call was not sent).
+pub fn forward_reporting(
+    upstream: &dyn Upstream,
+    request: Request<Body>,
+    unreachable: Box<dyn FnOnce() + Send>,
+) -> BoxFuture<'static, Response<Body>> {
     let identity = request
         .extensions()
         .get::<Identity>()
@@ -316,7 +332,12 @@ pub fn forward(
                 response.headers_mut().remove(http::header::CONTENT_LENGTH);
                 response
             }
-            Err(e) => crate::status::forward(&e).into_http(),
+            Err(e) => {
+                if matches!(e, ForwardError::Connect { .. }) {
+                    unreachable();
+                }
+                crate::status::forward(&e).into_http()
+            }
         }
     })
 }

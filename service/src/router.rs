@@ -16,7 +16,7 @@ use futures::future::Either;
 mod wrong_port;
 
 use super::admission::RequestLimits;
-use super::forward::{Destination, Routing, forward, grpc_timeout, on_behalf_of};
+use super::forward::{Destination, Routing, forward_reporting, grpc_timeout, on_behalf_of};
 use super::metrics::Metrics;
 use super::routed_body::RoutedBody;
 use metropolis_core::identity::{Identity, authorize};
@@ -271,7 +271,7 @@ impl Router {
                     if let Some(metrics) = &metrics {
                         metrics.rpc.forwarded(request.uri().path());
                     }
-                    forward(upstream.as_ref(), request)
+                    forward_reporting(upstream.as_ref(), request, routed.unreachable)
                 }
             };
             let mut cancelled = routed.cancelled;

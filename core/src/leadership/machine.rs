@@ -42,7 +42,9 @@ use crate::time::Instant;
 ///   [`handle_request_finished`](Self::handle_request_finished),
 ///   [`write_fence`](Self::write_fence) before each write of a served
 ///   request, [`handle_fence_failed`](Self::handle_fence_failed) when the
-///   store refused one;
+///   store refused one,
+///   [`handle_forward_failed`](Self::handle_forward_failed) when a
+///   forwarded request found no connection to the leader;
 /// - [`handle_timeout`](Self::handle_timeout) once the instant of
 ///   [`poll_timeout`](Self::poll_timeout) is reached;
 /// - [`handle_shutdown`](Self::handle_shutdown).
@@ -74,6 +76,14 @@ use crate::time::Instant;
 ///   ended epoch gets none. A failed fence ends the leadership: that
 ///   request is cancelled with "lost leadership", the others as above, and
 ///   the instance campaigns again with a fresh lease.
+/// - A follower whose forwarded request found no connection to the leader
+///   (a crashed leader, whose key stays until its lease runs out) holds
+///   its new requests instead of forwarding them to it: they wait as
+///   without a leader, until a role change routes them (the new leader
+///   observed, the old key deleted) or, at most a lease TTL later, the
+///   hold ends and they are forwarded to the same leader again. A caller
+///   is then answered once the new leader serves, rather than retrying
+///   against a leader that is gone.
 /// - Reports are ordered by the election keys' create revisions: a report
 ///   about a key older than the newest known leader is stale and ignored,
 ///   as are reports about a campaign other than the current one.
@@ -93,6 +103,9 @@ pub struct Leadership {
     candidacy: Candidacy,
     last_campaign: u64,
     newest: Option<Newest>,
+    /// While following: the leader could not be reached; new requests
+    /// wait until then (or a role change).
+    unreachable_until: Option<Instant>,
     requests: Requests,
     events: VecDeque<Event>,
     actions: VecDeque<Action>,
@@ -111,6 +124,7 @@ impl Leadership {
             candidacy: Candidacy::Off,
             last_campaign: 0,
             newest: None,
+            unreachable_until: None,
             requests: Requests::default(),
             events: VecDeque::new(),
             actions: VecDeque::new(),
@@ -131,6 +145,7 @@ impl Leadership {
             candidacy: Candidacy::Off,
             last_campaign: 0,
             newest: None,
+            unreachable_until: None,
             requests: Requests::default(),
             events: VecDeque::new(),
             actions: VecDeque::new(),
@@ -167,25 +182,64 @@ impl Leadership {
                 self.requests.route(id, self.epoch, Handling::Served);
                 Route::Serve
             }
+            Role::Follower(_) if self.holding() => self.wait_for_leader(id, deadline),
             Role::Follower(f) => {
                 self.requests.route(id, self.epoch, Handling::Forwarded);
                 forward_route(f)
             }
-            Role::Campaigning => {
-                let max_wait = self.config.as_ref().map(|c| c.max_wait).unwrap_or_default();
-                let cap = self.now + max_wait;
-                let until = deadline.map_or(cap, |d| d.min(cap));
-                if until <= self.now {
-                    Route::Reject(LeadershipError::NoLeader)
-                } else {
-                    self.requests.wait(id, until);
-                    Route::Wait { until }
-                }
-            }
+            Role::Campaigning => self.wait_for_leader(id, deadline),
             Role::Stopped => Route::Reject(LeadershipError::ShuttingDown),
         };
         self.events.push_back(Event::Routed { request: id, route });
         id
+    }
+
+    /// Whether new requests are held: following a leader found unreachable.
+    fn holding(&self) -> bool {
+        self.unreachable_until.is_some_and(|until| until > self.now)
+    }
+
+    /// Whether this follower holds its requests because the leader could
+    /// not be reached ([`handle_forward_failed`](Self::handle_forward_failed)).
+    pub fn leader_unreachable(&self) -> bool {
+        matches!(self.role, Role::Follower(_)) && self.holding()
+    }
+
+    /// Makes request `id` wait for a leader until the earlier of
+    /// `deadline` and now plus the maximum wait; its route.
+    fn wait_for_leader(&mut self, id: RequestId, deadline: Option<Instant>) -> Route {
+        let max_wait = self.config.as_ref().map(|c| c.max_wait).unwrap_or_default();
+        let cap = self.now + max_wait;
+        let until = deadline.map_or(cap, |d| d.min(cap));
+        if until <= self.now {
+            Route::Reject(LeadershipError::NoLeader)
+        } else {
+            self.requests.wait(id, until);
+            Route::Wait { until }
+        }
+    }
+
+    /// Input: forwarding `request` found no connection to the leader (the
+    /// call was not sent). If it was forwarded under the current role,
+    /// the leader counts as unreachable for a lease TTL (a leader that
+    /// died is replaced within its TTL): new requests wait, as without a
+    /// leader, until a role change routes them or the hold ends and they
+    /// are forwarded to the same leader again. `request` itself is the
+    /// service's to end (it answers Unavailable, retryable). Ignored
+    /// otherwise, and while a hold is on.
+    pub fn handle_forward_failed(&mut self, now: Instant, request: RequestId) {
+        self.advance(now);
+        if matches!(self.role, Role::Follower(_))
+            && !self.holding()
+            && self.requests.routed(request) == Some((self.epoch, Handling::Forwarded))
+        {
+            let ttl = self
+                .config
+                .as_ref()
+                .map(|c| c.lease_ttl)
+                .unwrap_or_default();
+            self.unreachable_until = Some(self.now + ttl);
+        }
     }
 
     /// Input: the service is done with a request (it completed, or its
@@ -285,10 +339,10 @@ impl Leadership {
             Candidacy::Holding { expires, .. } => Some(expires),
             _ => None,
         };
-        match (lease, self.requests.next_wait_end()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [lease, self.requests.next_wait_end(), self.unreachable_until]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Moves time to `now` (never back) and runs the timers due: an
@@ -300,7 +354,32 @@ impl Leadership {
         {
             self.restart_campaign();
         }
+        // Waits that end now end first, as before any role change.
         self.expire_waits();
+        self.end_hold();
+    }
+
+    /// Ends a hold whose time came: the waiting requests are forwarded to
+    /// the leader again.
+    fn end_hold(&mut self) {
+        let Some(until) = self.unreachable_until else {
+            return;
+        };
+        if until > self.now {
+            return;
+        }
+        self.unreachable_until = None;
+        if let Role::Follower(f) = &self.role {
+            let route = forward_route(f);
+            for request in self.requests.take_waiting() {
+                self.requests
+                    .route(request, self.epoch, Handling::Forwarded);
+                self.events.push_back(Event::Routed {
+                    request,
+                    route: route.clone(),
+                });
+            }
+        }
     }
 
     /// Rejects the requests whose wait ended at or before now.
@@ -335,6 +414,7 @@ impl Leadership {
         }
         self.epoch = Epoch(self.epoch.0 + 1);
         self.role = role;
+        self.unreachable_until = None;
         self.events.push_back(Event::RoleChanged {
             epoch: self.epoch,
             role: self.role.clone(),
@@ -364,10 +444,17 @@ impl Leadership {
             );
         }
         if self.requests.waiting_len() > 0 {
-            assert_eq!(
-                self.role,
-                Role::Campaigning,
-                "requests wait while not campaigning"
+            assert!(
+                self.role == Role::Campaigning || self.leader_unreachable(),
+                "requests wait while {:?} and not holding",
+                self.role
+            );
+        }
+        if self.unreachable_until.is_some() {
+            assert!(
+                matches!(self.role, Role::Follower(_)),
+                "a hold while {:?}",
+                self.role
             );
         }
         if let Some(t) = self.requests.next_wait_end() {

@@ -313,10 +313,14 @@ impl Routing for SharedLeadership {
             let destination = route_rx
                 .await
                 .unwrap_or(Err(LeadershipError::ShuttingDown))?;
+            let inner = finished.inner.clone();
             Ok(Routed {
                 destination,
                 cancelled: cancelled(cancel_rx),
                 finished: Box::new(finished),
+                unreachable: Box::new(move || {
+                    inner.apply(|state, now| state.machine.handle_forward_failed(now, id));
+                }),
             })
         })
     }

@@ -11,7 +11,10 @@
 //!   while another one is forwarded (or the reverse);
 //! - every request gets exactly one outcome (finished by the service,
 //!   rejected, cancelled), and none is left once the machine shut down;
-//! - routes: a wait only while campaigning and until the earlier of the
+//! - holds: a follower told its forwarded request found no connection
+//!   holds (makes new requests wait) for a lease TTL or until its role
+//!   changes, then forwards the waiting ones to the same leader;
+//! - routes: a wait only while campaigning (or holding) and until the earlier of the
 //!   deadline and arrival plus the maximum wait; serve only while leading,
 //!   forward only to the followed leader; a wait never outlives its end
 //!   and never ends early with "no curator leader";
@@ -60,6 +63,9 @@ pub(super) struct Checker {
     arriving: Option<(RequestId, Option<Instant>)>,
     /// The request whose fence failed under the current leadership.
     lost: Option<RequestId>,
+    /// A follower's hold (its leader found unreachable) ends then.
+    hold: Option<Instant>,
+    lease_ttl: Duration,
     shutting_down: bool,
     /// The campaign started and not abandoned.
     campaign: Option<CampaignId>,
@@ -84,6 +90,8 @@ impl Checker {
             outcomes: BTreeMap::new(),
             arriving: None,
             lost: None,
+            hold: None,
+            lease_ttl: Duration::ZERO,
             shutting_down: false,
             campaign: None,
             last_campaign: None,
@@ -96,6 +104,28 @@ impl Checker {
     }
 
     /// Takes the actions drained so far, to carry them out.
+    /// The machine's lease TTL (how long a hold lasts).
+    pub(super) fn set_lease_ttl(&mut self, ttl: Duration) {
+        self.lease_ttl = ttl;
+    }
+
+    fn holding(&self) -> bool {
+        matches!(self.role, Role::Follower(_)) && self.hold.is_some_and(|h| h > self.now)
+    }
+
+    /// After `handle_forward_failed(id)`: the machine's timers first, then
+    /// a hold if `id` was forwarded under the current role and none is on.
+    pub(super) fn forward_failed(&mut self, m: &mut Leadership, now: Instant, id: RequestId) {
+        self.drain_then(m, now, |c| {
+            if !c.holding()
+                && matches!(c.role, Role::Follower(_))
+                && c.live.get(&id) == Some(&Req::Forwarded { epoch: c.epoch })
+            {
+                c.hold = Some(c.now + c.lease_ttl);
+            }
+        });
+    }
+
     pub(super) fn take_actions(&mut self) -> Vec<Action> {
         std::mem::take(&mut self.actions)
     }
@@ -262,6 +292,7 @@ impl Checker {
                     }
                     self.epoch = epoch;
                     self.role = role;
+                    self.hold = None;
                 }
                 Event::Routed { request, route } => self.routed(request, route),
             }
@@ -296,7 +327,11 @@ impl Checker {
         match route {
             Route::Wait { until: u } => {
                 assert!(new, "{request} waits twice");
-                assert_eq!(self.role, Role::Campaigning, "wait while {:?}", self.role);
+                assert!(
+                    self.role == Role::Campaigning || self.holding(),
+                    "wait while {:?}",
+                    self.role
+                );
                 assert_eq!(u, until, "wait bound of {request}");
                 assert!(u > self.now, "{request} waits until the past");
                 self.live.insert(request, Req::Waiting { until });
@@ -328,6 +363,7 @@ impl Checker {
                     new || self.now < until,
                     "{request} forwarded after its wait ended"
                 );
+                assert!(!self.holding(), "{request} forwarded during a hold");
                 assert!(
                     !self.live.values().any(|r| matches!(r, Req::Served { .. })),
                     "forwarded while requests are served"
@@ -339,7 +375,12 @@ impl Checker {
                 match error {
                     LeadershipError::NoLeader => {
                         assert!(until <= self.now, "{request} rejected before {until:?}");
-                        assert_eq!(self.role, Role::Campaigning);
+                        assert!(
+                            self.role == Role::Campaigning
+                                || (matches!(self.role, Role::Follower(_)) && self.hold.is_some()),
+                            "no leader while {:?}",
+                            self.role
+                        );
                     }
                     LeadershipError::ShuttingDown => {
                         assert!(self.shutting_down, "{request} rejected as shutting down");
@@ -381,6 +422,12 @@ impl Checker {
         m.assert_invariants();
         assert_eq!(m.role(), &self.role);
         assert_eq!(m.epoch(), self.epoch);
+        assert_eq!(
+            m.leader_unreachable(),
+            self.holding(),
+            "holding at {:?}",
+            self.now
+        );
         let waiting = self
             .live
             .values()

@@ -654,3 +654,82 @@ fn same_inputs_same_outputs() {
     };
     assert_eq!(run(), run());
 }
+
+#[test]
+fn an_unreachable_leader_holds_requests_until_the_next_leader() {
+    let mut m = Leadership::new(config(), at(0)).unwrap();
+    let _ = actions(&mut m);
+    m.handle_leader_observed(at(0), key("b", 5), &value("node-b", "b:1"));
+    let failed = m.handle_request(at(10), None);
+    events(&mut m);
+    assert!(!m.leader_unreachable());
+    m.handle_forward_failed(at(20), failed);
+    assert!(m.leader_unreachable());
+    // Held: new requests wait (deadline or the maximum wait), none is
+    // forwarded to the leader that could not be reached.
+    let held = m.handle_request(at(30), Some(at(4_000)));
+    assert_eq!(
+        events(&mut m),
+        vec![routed(held, Route::Wait { until: at(4_000) })]
+    );
+    assert_eq!(m.poll_timeout(), Some(at(4_000)));
+    // The next leader: the held request goes to it at once.
+    m.handle_leader_observed(at(2_000), key("c", 9), &value("node-c", "c:1"));
+    let ev = events(&mut m);
+    assert_eq!(ev[0], cancelled(failed, LeadershipError::BackendSwitched));
+    assert!(
+        matches!(&ev[1], Event::RoleChanged { role: Role::Follower(f), .. } if f.leader.node_id == "node-c")
+    );
+    assert_eq!(
+        ev[2],
+        routed(
+            held,
+            Route::Forward {
+                node_id: "node-c".into(),
+                address: "c:1".into()
+            }
+        )
+    );
+    assert!(!m.leader_unreachable());
+    // A report about a request of the ended role changes nothing.
+    m.handle_forward_failed(at(2_100), failed);
+    assert!(!m.leader_unreachable());
+    let r = m.handle_request(at(2_200), None);
+    assert!(
+        matches!(&events(&mut m)[0], Event::Routed { request, route: Route::Forward { .. } } if *request == r)
+    );
+}
+
+#[test]
+fn a_hold_ends_after_a_lease_ttl_and_forwards_to_the_same_leader() {
+    let config = LeadershipConfig {
+        max_wait: Duration::from_secs(30),
+        ..config()
+    };
+    let mut m = Leadership::new(config, at(0)).unwrap();
+    let _ = actions(&mut m);
+    m.handle_leader_observed(at(0), key("b", 5), &value("node-b", "b:1"));
+    let to_b = Route::Forward {
+        node_id: "node-b".into(),
+        address: "b:1".into(),
+    };
+    let failed = m.handle_request(at(0), None);
+    events(&mut m);
+    m.handle_forward_failed(at(1_000), failed);
+    // A request arriving during the hold waits; a report about it (it
+    // was never forwarded) does not extend the hold.
+    let also = m.handle_request(at(1_500), None);
+    assert_eq!(
+        events(&mut m),
+        vec![routed(also, Route::Wait { until: at(31_500) })]
+    );
+    m.handle_forward_failed(at(2_000), also);
+    // The hold lasts the lease TTL (10 s) from the failure.
+    assert_eq!(m.poll_timeout(), Some(at(11_000)));
+    m.handle_timeout(at(11_000));
+    assert_eq!(events(&mut m), vec![routed(also, to_b.clone())]);
+    assert!(!m.leader_unreachable());
+    let r = m.handle_request(at(11_100), None);
+    assert_eq!(events(&mut m), vec![routed(r, to_b)]);
+    assert_eq!(m.poll_timeout(), None);
+}

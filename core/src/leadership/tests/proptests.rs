@@ -54,6 +54,7 @@ enum Step {
     Finish(Index),
     Write(Index),
     FenceFailed(Index),
+    ForwardFailed(Index),
     Granted {
         campaign: Pick,
         lease: i64,
@@ -100,6 +101,7 @@ fn step() -> impl Strategy<Value = Step> {
         4 => any::<Index>().prop_map(Step::Finish),
         6 => any::<Index>().prop_map(Step::Write),
         2 => any::<Index>().prop_map(Step::FenceFailed),
+        2 => any::<Index>().prop_map(Step::ForwardFailed),
         5 => (pick(), 1i64..4, 1u64..6, 0u64..3_000).prop_map(|(campaign, lease, ttl_s, sent_back_ms)| {
             Step::Granted { campaign, lease, ttl_s, sent_back_ms }
         }),
@@ -154,6 +156,7 @@ fn run(max_wait_ms: u64, embedded: bool, steps: &[Step]) -> Vec<String> {
         Leadership::new(config, now).unwrap()
     };
     let mut c = Checker::new(&mut m, max_wait, now);
+    c.set_lease_ttl(Duration::from_secs(3));
     let mut requests: Vec<RequestId> = Vec::new();
     let mut keys: Vec<ElectionKey> = Vec::new();
     let mut max_rev = 1i64;
@@ -220,6 +223,12 @@ fn run(max_wait_ms: u64, embedded: bool, steps: &[Step]) -> Vec<String> {
                     c.fence_failing(id);
                     m.handle_fence_failed(now, id);
                     c.drain(&mut m, now);
+                }
+            }
+            Step::ForwardFailed(i) => {
+                if let Some(id) = request(i) {
+                    m.handle_forward_failed(now, id);
+                    c.forward_failed(&mut m, now, id);
                 }
             }
             Step::Granted {
