@@ -369,6 +369,37 @@ mod tests {
     }
 
     #[test]
+    fn a_table_is_cut_in_its_last_column() {
+        let rows = vec![
+            vec!["a".to_string(), "short".to_string()],
+            vec!["bbb".to_string(), "a long report that goes on".to_string()],
+        ];
+        let lines = table_within(&["ID", "REPORT"], &rows, Some(20));
+        assert_eq!(lines[1], "a    short");
+        assert_eq!(lines[2], "bbb  a long report …");
+        assert!(lines.iter().all(|l| l.chars().count() <= 20), "{lines:?}");
+        // The last column keeps its first characters on a narrow terminal.
+        let lines = table_within(&["ID", "REPORT"], &rows, Some(3));
+        assert_eq!(lines[2], "bbb  a long repo…");
+        // No width: nothing cut.
+        assert_eq!(
+            table_within(&["ID", "REPORT"], &rows, None),
+            table(&["ID", "REPORT"], &rows)
+        );
+    }
+
+    #[test]
+    fn ages_are_whole_units() {
+        let at = |seconds| prost_types::Timestamp { seconds, nanos: 0 };
+        let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        assert_eq!(age_since(&at(1_000_000 - 45), now), "45s");
+        assert_eq!(age_since(&at(1_000_000 - 600), now), "10m");
+        assert_eq!(age_since(&at(1_000_000 - 3 * 3600), now), "3h");
+        assert_eq!(age_since(&at(1_000_000 - 4 * 86_400), now), "4d");
+        assert_eq!(age_since(&at(2_000_000), now), "0s");
+    }
+
+    #[test]
     fn a_node_is_json_with_an_rfc3339_time() {
         let node = curator::Node {
             id: "metropolis-\"x\"\n".into(),
