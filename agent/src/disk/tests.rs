@@ -175,6 +175,13 @@ fn the_minimum_is_the_smallest_disk_that_fits() {
         );
     }
     assert_eq!(Layout::minimum_bytes(512), SMALLEST_512);
+    // docs/provisioning.md quotes this refusal of an 8578 MiB file.
+    assert_eq!(
+        plan(8578 * MIB, 512).expect_err("refused").to_string(),
+        "disk too small: partition METROPOLIS-NODE-DATA needs 1048576 bytes (1 MiB), only \
+         1031680 bytes (0 MiB) are left for it; the whole layout (ESP, system slots A and B, \
+         data) needs a disk of at least 8994701824 bytes (8579 MiB)"
+    );
     assert_eq!(Layout::minimum_bytes(4096), 8578 * MIB + 5 * 4096);
 }
 
