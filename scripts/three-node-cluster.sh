@@ -18,7 +18,7 @@ Usage: scripts/three-node-cluster.sh [--dir DIR] [--daemon PATH] [--metroctl PAT
   --daemon PATH      a metropolisd built with the etcd feature (default: build
                      it with `cargo build --release --features etcd`)
   --metroctl PATH    the metroctl to use (default: built alongside)
-  --lease-ttl S      the curators' leader lease TTL (default: 10)
+  --lease-ttl S      the curators' leader lease TTL (default: 5, the daemon's)
   --base-port PORT   first of the ports used (default: 17800): etcd members on
                      PORT+0..5, curators on PORT+10.. (TLS, agents)
   --smoke            check the cluster (calls through followers, failover after
@@ -29,7 +29,7 @@ EOF
 dir=./metropolis-3node
 daemon=
 metroctl=
-lease_ttl=10
+lease_ttl=5
 base=17800
 smoke=0
 while [ $# -gt 0 ]; do

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metropolis_core::identity::NodeId;
-use metropolis_core::leadership::LeadershipConfig;
+use metropolis_core::leadership::{DEFAULT_LEASE_TTL, LeadershipConfig};
 use metropolis_core::ports::KvStore;
 use metropolis_service::GroupCommitOptions;
 use metropolis_service::elected::SharedLeadership;
@@ -41,11 +41,14 @@ pub struct ClusterFlags {
     /// is a wildcard (0.0.0.0 or ::), which needs this flag.
     #[arg(long, value_name = "HOST:PORT", requires = "etcd")]
     pub advertise: Option<String>,
-    /// TTL of the leader's etcd lease: a leader that stops renewing it
-    /// (crashed, paused, cut off) is replaced about this long after, and
-    /// its writes are refused from then on. Shorter means faster failover
-    /// but more renewals, and a leader lost to a shorter stall.
-    #[arg(long, default_value = "60", value_name = "SECONDS")]
+    /// TTL of each instance's etcd lease (the reference node runs its
+    /// curator with 5 s): a leader that stops renewing it (crashed,
+    /// paused, cut off) is replaced about this long after, and its writes
+    /// are refused from then on; a leader that stops gracefully revokes it
+    /// and is replaced at once. Renewed every third of the TTL. Shorter
+    /// means faster failover but more renewals, and a leader lost to a
+    /// shorter stall (a pause, a slow disk, a cut from etcd).
+    #[arg(long, default_value_t = DEFAULT_LEASE_TTL.as_secs(), value_name = "SECONDS")]
     pub lease_ttl: u64,
     /// How long a call waits for a leader to be elected (its own deadline
     /// may end the wait sooner) before failing Unavailable ("no curator

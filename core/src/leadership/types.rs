@@ -14,8 +14,9 @@ use crate::time::Instant;
 /// Schema version of the [`LeaderElectionValue`] this build writes.
 pub const ELECTION_VALUE_SCHEMA_VERSION: u32 = 1;
 
-/// Default lease TTL (docs/spec/semantics.md: 60 s in production).
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
+/// Default lease TTL (docs/spec/semantics.md): 5 s, as the reference
+/// node runs its curator.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
 
 /// Default cap on how long a request waits for a leader.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(10);
