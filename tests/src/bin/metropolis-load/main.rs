@@ -28,6 +28,10 @@
 //! - `install`: the agent's installer from a local registry onto a loop
 //!   device, against `curl` of the same blob into `dd oflag=direct
 //!   conv=fsync` (and that dd from a local file).
+//! - `failover`: SIGKILL, SIGSTOP, a cut from etcd and SIGTERM of the
+//!   curator leader of 3 curators over 3 etcd members, and SIGKILL of
+//!   etcd's leader: the time until writes, heartbeats and direct etcd
+//!   puts are acknowledged again (`--features system`).
 //!
 //! Traffic goes only to 127.0.0.1 and UNIX sockets; every loop is bounded.
 
@@ -44,6 +48,8 @@ use clap::{Parser, Subcommand};
 
 mod daemon;
 mod echo;
+#[cfg(feature = "system")]
+mod failover;
 mod fanout;
 #[cfg(feature = "system")]
 mod fanout_etcd;
@@ -171,6 +177,16 @@ enum Command {
     /// target (`curl | zstd -d | dd` for zstd), and that dd from a local
     /// file, alternating: MB/s per round and the ratios' medians.
     Install(install::InstallArgs),
+    /// Failover on 3 curators over 3 etcd members (started here, as the
+    /// fault campaign's cluster; needs root, nftables, etcd, libfaketime):
+    /// rounds of SIGKILL, SIGSTOP, a cut from etcd and SIGTERM of the
+    /// curator leader, and SIGKILL of etcd's leader, under status writers
+    /// on tokio and smol, heartbeating agents and direct etcd puts: the
+    /// time from each fault to the first acknowledged call after it (p50,
+    /// p99, max) and the calls that failed meanwhile; and etcd's request
+    /// rate while idle. Only in a build with `--features system`.
+    #[cfg(feature = "system")]
+    Failover(failover::FailoverArgs),
     /// The echo server of update-tls (started by it).
     #[command(hide = true)]
     ServeEcho(echo::EchoArgs),
@@ -219,6 +235,8 @@ fn run(cli: Cli) -> util::Result<()> {
             Command::Heartbeat(args) => heartbeat::run(args, &target, work.path()).await,
             Command::LoadImage(args) => load_image::run(args, &target, work.path()).await,
             Command::Install(args) => install::run(args, work.path()).await,
+            #[cfg(feature = "system")]
+            Command::Failover(args) => failover::run(args, &target, work.path()).await,
             Command::GetLogs(args) => get_logs::run(args, cli.daemon_runtime).await,
             Command::ServeEcho(_) => Ok(()),
         }
