@@ -30,12 +30,14 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> Result<()
     })
 }
 
-/// Writes `contents` to `path`, which must not exist, as
-/// [`write_atomic`] does, except that it never replaces a file: the
-/// complete temporary file is linked to `path` (which fails if anything
-/// is there by then, a file created since a caller's check included) and
-/// then unlinked. A failure leaves nothing at `path`. The directory is
-/// created (mode 0700) if missing.
+/// Writes `contents` to `path`, which must not exist, so that a reader
+/// sees no file or the complete one, and it survives a crash once this
+/// returns, but never replacing a file: the data goes to a temporary file
+/// beside it (created with `mode`, flushed), which is hard-linked to
+/// `path` (failing if anything is there by then, a file created since a
+/// caller's check included) and then unlinked; the directory is flushed
+/// too. A failure leaves nothing new at `path`. The directory is created
+/// (mode 0700) if missing.
 pub fn write_new_file(path: &Path, contents: &[u8], mode: u32) -> Result<(), PkiError> {
     write_through_temporary(path, contents, mode, |tmp| {
         let linked = fs::hard_link(tmp, path).map_err(|e| PkiError::Io {
