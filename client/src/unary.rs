@@ -1,8 +1,9 @@
 //! Unary calls with retries within the caller's deadline: each attempt
 //! on the endpoint that answered last (the next one after a failure),
-//! bounded by the client's `call_timeout` and the time left, the time
-//! left sent as `grpc-timeout` (so a curator without a leader waits for
-//! one no longer than the caller would), waits from [`Schedule`] between
+//! bounded by the client's `call_timeout` and the time left, a little
+//! less than that sent as `grpc-timeout` (so a curator without a leader
+//! waits for one no longer than the caller would, and says so before the
+//! attempt times out: [`server_budget`]), waits from [`Schedule`] between
 //! attempts.
 
 use std::time::{Duration, Instant};
@@ -140,13 +141,23 @@ where
         .await
         .map_err(|e| transport_failure(&endpoint, &e))?;
     let mut request = tonic::Request::new(request);
-    request.set_timeout(budget);
+    request.set_timeout(server_budget(budget));
     let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
     let path = http::uri::PathAndQuery::from_static(path);
     match grpc.unary(request, path, codec).await {
         Ok(response) => Ok(response.into_inner()),
         Err(status) => Err(from_status(&endpoint, status)),
     }
+}
+
+/// The time left a request tells the server (`grpc-timeout`) for an
+/// attempt the client waits `budget` for: a little less, so that a
+/// curator that held the call that long for a leader answers (Unavailable,
+/// retried) before the client's own timer ends the attempt as timed out,
+/// which for a call that must not be sent twice would end the call with
+/// its outcome unknown.
+pub(crate) fn server_budget(budget: Duration) -> Duration {
+    budget.saturating_sub((budget / 5).min(Duration::from_millis(250)))
 }
 
 /// The attempt failure a connection failure is.
@@ -178,5 +189,26 @@ pub(crate) fn from_status(endpoint: &str, status: tonic::Status) -> AttemptError
             code: status.code(),
             message: status.message().to_string(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_is_told_a_little_less_time_than_the_client_waits() {
+        assert_eq!(
+            server_budget(Duration::from_secs(1)),
+            Duration::from_millis(800)
+        );
+        assert_eq!(
+            server_budget(Duration::from_secs(10)),
+            Duration::from_millis(9750)
+        );
+        assert_eq!(
+            server_budget(Duration::from_millis(100)),
+            Duration::from_millis(80)
+        );
     }
 }
