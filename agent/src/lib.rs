@@ -66,9 +66,11 @@ use metropolis_proto::osbase::net::proto::Net;
         installs the OS it is asked to, once per generation.\n\n\
         Its flags are checked at start; failed heartbeats are retried with backoff, with \
         no give-up (one the curator refuses as invalid, InvalidArgument, is logged as an \
-        error naming --machine-id). A fatal error is printed once on stderr, as a JSON line with \
-        --log-format json. Exit status: 0 the machine reboots after an install, 1 any other \
-        failure, 2 a usage error (the flag named), 4 permission denied \
+        error naming --machine-id; one no retry fixes, a --ca that does not sign the curator's \
+        certificate or an --endpoint that is not an AgentCallback port, is logged at once \
+        naming the flag, and tried again after --interval). A fatal error is printed once on \
+        stderr, as a JSON line with --log-format json. Exit status: 0 the machine reboots \
+        after an install or the agent was stopped by SIGTERM/SIGINT, 1 any other failure, 2 a usage error (the flag named), 4 permission denied \
         (docs/operations.md, \"Exit status\").\n\n\
         `bmaas-agent man DIR` writes this page as the man page DIR/bmaas-agent.1."
 )]
