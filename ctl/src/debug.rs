@@ -546,31 +546,37 @@ pub async fn load_image(
                     .await
                     .map_err(|e| -> CliError { usage(format!("FILE {name}: {e}")) })?,
             };
-            if buf.is_empty() {
-                if let Some(r) = &renamer
-                    && r.finish()? == 0
-                {
-                    eprintln!(
-                        "metroctl: --name: every image of the archive has a full name \
-                         already; --name named none"
-                    );
-                }
-                progress.finish();
-                return Ok((sent, names.finish()));
-            }
+            let eof = buf.is_empty();
             let len = buf.len() as u64;
             let buf = match renamer.as_mut() {
+                // The end marker, held back until index.json was named.
+                Some(r) if eof => {
+                    let tail = r.finish()?;
+                    if r.named == Some(0) {
+                        eprintln!(
+                            "metroctl: --name: every image of the archive has a full name \
+                             already; --name named none"
+                        );
+                    }
+                    tail
+                }
                 Some(r) => r.feed(&buf)?,
                 None => buf,
             };
-            sent += buf.len() as u64;
-            let data = bytes::Bytes::from(buf);
-            names.feed(data.clone());
-            use futures::SinkExt;
-            if tx.send(debug::ImagePart { data_part: data }).await.is_err() {
-                // The call ended early; its status says why.
-                progress.abandon();
-                return Ok((sent, None));
+            if !buf.is_empty() {
+                sent += buf.len() as u64;
+                let data = bytes::Bytes::from(buf);
+                names.feed(data.clone());
+                use futures::SinkExt;
+                if tx.send(debug::ImagePart { data_part: data }).await.is_err() {
+                    // The call ended early; its status says why.
+                    progress.abandon();
+                    return Ok((sent, None));
+                }
+            }
+            if eof {
+                progress.finish();
+                return Ok((sent, names.finish()));
             }
             progress.inc(len);
         }

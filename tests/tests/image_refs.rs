@@ -306,6 +306,23 @@ fn bare_tag_loads_and_lists(d: &Daemon, dir: &Path, store: &str) {
         digest.starts_with("sha256:") && digest.len() == 71,
         "{listing}"
     );
+    // --name on a Docker archive: refused, and the node, which never
+    // gets the end marker, imports nothing.
+    let docker = dir.join("docker.tar");
+    std::fs::write(
+        &docker,
+        metropolis_testkit::archives::docker_archive("busybox:1", "docker"),
+    )
+    .unwrap();
+    let run = d.metroctl(&["load-image", docker.to_str().unwrap(), "--name", "other"]);
+    assert_eq!(run.status.code(), Some(2), "{}", stderr(&run));
+    assert!(
+        stderr(&run).contains("--name: the archive has no index.json"),
+        "{}",
+        stderr(&run)
+    );
+    let run = d.metroctl(&["images"]);
+    assert!(stdout(&run).contains("1 image(s) in"), "{}", stdout(&run));
     // A wrong --name is refused before anything is sent.
     let run = d.metroctl(&["load-image", &archive, "--name", "x@sha256:00"]);
     assert_eq!(run.status.code(), Some(2), "{}", stderr(&run));

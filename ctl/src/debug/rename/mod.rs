@@ -18,6 +18,8 @@ use crate::exit::usage;
 const BLOCK: usize = 512;
 /// The largest `index.json` rewritten.
 const MAX_INDEX_BYTES: u64 = 1 << 20;
+/// The most bytes held back after the end marker (record padding).
+const MAX_TRAILER_BYTES: usize = 1 << 20;
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
 const CONTAINERD_NAME: &str = "io.containerd.image.name";
 
@@ -209,8 +211,14 @@ impl Renamer {
             let rest = &self.pending[at..];
             match &mut self.state {
                 State::End => {
-                    out.extend_from_slice(rest);
-                    at = self.pending.len();
+                    // Held back until `finish`: without index.json the
+                    // node gets no end marker, so imports nothing.
+                    if rest.len() > MAX_TRAILER_BYTES {
+                        return Err(usage(format!(
+                            "FILE: more than {MAX_TRAILER_BYTES} bytes after the archive's end \
+                             marker: not a tar archive"
+                        )));
+                    }
                     break;
                 }
                 State::Data { left } => {
@@ -242,7 +250,7 @@ impl Renamer {
                     let h = &rest[..BLOCK];
                     at += BLOCK;
                     if h.iter().all(|&b| b == 0) {
-                        out.extend_from_slice(h);
+                        at -= BLOCK;
                         self.state = State::End;
                         continue;
                     }
@@ -306,15 +314,19 @@ impl Renamer {
         Ok(out)
     }
 
-    /// The end of the input: an error if `index.json` never came (the
-    /// archive is not an OCI layout, or it was cut short).
-    pub fn finish(&self) -> Result<usize, CliError> {
-        self.named.ok_or_else(|| {
-            usage(
+    /// The end of the input: the archive's end marker (and whatever
+    /// follows it), to send last; an error if `index.json` never came
+    /// (the archive is not an OCI layout, or it was cut short), and then
+    /// the node never gets the end marker and imports nothing.
+    pub fn finish(&mut self) -> Result<Vec<u8>, CliError> {
+        if self.named.is_none() {
+            return Err(usage(
                 "--name: the archive has no index.json: --name names the images of an OCI \
-                 layout (a Docker archive names them in manifest.json's RepoTags)",
-            )
-        })
+                 layout (a Docker archive names them in manifest.json's RepoTags); nothing \
+                 was imported",
+            ));
+        }
+        Ok(std::mem::take(&mut self.pending))
     }
 }
 

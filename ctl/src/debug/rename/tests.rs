@@ -40,8 +40,8 @@ fn renamed(archive: &[u8], name: &str, chunk: usize) -> Result<(Vec<u8>, usize),
     for piece in archive.chunks(chunk) {
         out.extend(r.feed(piece)?);
     }
-    let named = r.finish()?;
-    Ok((out, named))
+    out.extend(r.finish()?);
+    Ok((out, r.named.unwrap_or(0)))
 }
 
 /// The image names the node's validator reads from `archive`.
@@ -103,9 +103,17 @@ fn named_images_and_other_archives_are_left_alone() {
     let (out, n) = renamed(&named, "other", 300).unwrap();
     assert_eq!(n, 0);
     assert_eq!(names(&out), [Some("docker.io/keep/me:1".to_string())]);
+    // A Docker archive: refused, and what went out has no end marker,
+    // so the node imports nothing.
     let docker = docker_archive("busybox:1", "d");
-    let e = renamed(&docker, "other", 300).unwrap_err();
+    let mut r = Renamer::new(NameArg::parse("other").unwrap());
+    let sent = r.feed(&docker).unwrap();
+    let e = r.finish().unwrap_err();
     assert!(e.to_string().contains("has no index.json"), "{e}");
+    let mut v = ArchiveValidator::new(Default::default());
+    v.handle_data(bytes::Bytes::from(sent)).unwrap();
+    while v.poll_output().is_some() {}
+    assert!(v.handle_eof().is_err(), "truncated without its end marker");
     for bad in ["x@sha256:abc", "x/UPPER", ""] {
         let e = NameArg::parse(bad).unwrap_err();
         assert!(e.to_string().starts_with("--name"), "{bad}: {e}");
