@@ -24,6 +24,8 @@ use metropolis_tests::{AgentKey, Daemon, RuntimeKind, against_both_runtimes, cur
 use metropolis_transport::connect;
 use metropolis_transport::grpc::Channel;
 use tonic::Code;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
 
 /// How long any single step may take before the test fails.
 const STEP: Duration = Duration::from_secs(10);
@@ -424,7 +426,10 @@ async fn test_external_server_security_owner_allowed_node_denied_self_signed_una
 /// lines 206-212): exactly one client certificate must be sent. The
 /// owner's and a node's certificates, each followed by the cluster CA's
 /// certificate (a chain that verifies), are Unauthenticated with a message
-/// saying so, on a unary call and on Watch; alone they are served.
+/// saying so, on a unary call and on Watch, while the health check, which
+/// needs no identity, answers; alone they are served. (The reference's
+/// `getPeerInfoUnauthenticated`, lines 173-189, likewise takes a peer with
+/// a chain for one without a certificate.)
 ///
 /// Identities: the owner and a node over TLS, each presenting its
 /// certificate and the cluster CA's.
@@ -451,6 +456,12 @@ async fn test_external_server_security_certificate_chain_unauthenticated(rt: Run
         says_why(&e, "ListMachines");
         let e = watch_refused(tls_with(&d, &chained).await, nodes_in_cluster()).await;
         says_why(&e, "Watch");
+        // What needs no identity is still served, as by the reference
+        // (which then takes the peer for one without a certificate).
+        let health = HealthClient::with_origin(tls_with(&d, &chained).await, Channel::origin())
+            .check(HealthCheckRequest::default())
+            .await;
+        assert!(health.is_ok(), "{prefix} health check: {health:?}");
         let mut w = watch(d.tls(&creds_dir, prefix).await, nodes_in_cluster()).await;
         backlog(&mut w).await;
     }
