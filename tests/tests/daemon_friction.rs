@@ -53,6 +53,17 @@ fn run(command: &mut Command) -> (Option<i32>, String) {
     (status.code(), std::fs::read_to_string(&err).unwrap())
 }
 
+/// [`daemon`] started with its JSON log in `log`, stdin and stdout closed.
+fn serving(data: &Path, extra: &[&str], log: &Path) -> std::process::Child {
+    daemon(data, extra)
+        .args(["--log-format", "json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap()
+}
+
 /// The daemon on `data` with free loopback ports and `extra` flags (which
 /// may name the listeners again: they replace the free ones).
 fn daemon(data: &Path, extra: &[&str]) -> Command {
@@ -222,13 +233,7 @@ fn listen_takes_host_names_and_a_file_is_not_a_data_directory() {
     let data = dir.path().join("data");
     let port = free_port();
     let log = dir.path().join("daemon.log");
-    let mut child = daemon(&data, &["--listen", &format!("localhost:{port}")])
-        .args(["--log-format", "json"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = serving(&data, &["--listen", &format!("localhost:{port}")], &log);
     let serving = metropolis_tests::serving_line(&mut child, &log);
     child.kill().unwrap();
     child.wait().unwrap();
@@ -437,13 +442,7 @@ fn a_socket_inside_a_new_data_directory_is_served() {
     let data = dir.path().join("data");
     let socket = data.join("run").join("curator.sock");
     let log = dir.path().join("daemon.log");
-    let mut child = daemon(&data, &["--socket", socket.to_str().unwrap()])
-        .args(["--log-format", "json"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = serving(&data, &["--socket", socket.to_str().unwrap()], &log);
     metropolis_tests::serving_line(&mut child, &log);
     let listed = Command::new(daemon_bin().with_file_name("metroctl-under-test"))
         .args(["--socket", socket.to_str().unwrap(), "node", "list"])

@@ -233,6 +233,21 @@ impl Cluster {
         format!("{}:7836", curator_ip(i))
     }
 
+    /// Every curator's gRPC address (`agent_port`: AgentCallback
+    /// address), curator `first`'s first: a client's endpoints.
+    pub fn endpoints(first: usize, agent_port: bool) -> Vec<String> {
+        (0..N)
+            .map(|k| {
+                let i = (first + k) % N;
+                if agent_port {
+                    Self::agent_addr(i)
+                } else {
+                    Self::curator_addr(i)
+                }
+            })
+            .collect()
+    }
+
     /// The owner credential's directory (curator-0's).
     pub fn owner_dir(&self) -> PathBuf {
         self.data_dir(0).join("owner")

@@ -91,19 +91,6 @@ pub struct Workload {
     pub owner: RawWatches,
 }
 
-fn endpoints(first: usize, agent_port: bool) -> Vec<String> {
-    (0..N)
-        .map(|k| {
-            let i = (first + k) % N;
-            if agent_port {
-                Cluster::agent_addr(i)
-            } else {
-                Cluster::curator_addr(i)
-            }
-        })
-        .collect()
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
@@ -149,7 +136,7 @@ impl Workload {
         let owner_tls = owner.tls()?;
         let config = |first: usize, agent: bool, tls, salt: u64| {
             client::client(
-                endpoints(first, agent),
+                Cluster::endpoints(first, agent),
                 tls,
                 CALL_TIMEOUT,
                 seed.wrapping_mul(31).wrapping_add(salt),

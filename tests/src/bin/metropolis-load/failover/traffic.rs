@@ -14,7 +14,7 @@ use metropolis_core::provisioning::AgentConfig;
 use metropolis_proto::prelude::{agent, curator};
 use metropolis_runtime_smol::rt::SmolRuntime;
 use metropolis_runtime_tokio::rt::TokioRuntime;
-use metropolis_tests::campaign::cluster::{Cluster, N};
+use metropolis_tests::campaign::cluster::Cluster;
 use metropolis_tests::campaign::enroll::{EnrolledAgent, EnrolledNode};
 
 /// Which clients a call came from.
@@ -131,20 +131,6 @@ const PACE: Duration = Duration::from_millis(20);
 /// attempt limit).
 const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 
-/// Endpoints of every curator, starting with `first`.
-fn endpoints(first: usize, agent_port: bool) -> Vec<String> {
-    (0..N)
-        .map(|k| {
-            let i = (first + k) % N;
-            if agent_port {
-                Cluster::agent_addr(i)
-            } else {
-                Cluster::curator_addr(i)
-            }
-        })
-        .collect()
-}
-
 impl Traffic {
     /// Starts a writer per entry of `tokio_nodes` (on the calling tokio
     /// runtime) and of `smol_nodes` (a thread each, on smol's global
@@ -163,7 +149,7 @@ impl Traffic {
             tasks: Vec::new(),
         };
         for (i, node) in tokio_nodes.into_iter().enumerate() {
-            let config = ClientConfig::new(endpoints(i, false), Some(node.tls));
+            let config = ClientConfig::new(Cluster::endpoints(i, false), Some(node.tls));
             let client = Client::new(TokioRuntime::shared(), config)
                 .map_err(|e| format!("a tokio client: {e}"))?;
             let (record, stop) = (record.clone(), stop.clone());
@@ -175,7 +161,7 @@ impl Traffic {
             }));
         }
         for (i, node) in smol_nodes.into_iter().enumerate() {
-            let config = ClientConfig::new(endpoints(i + 1, false), Some(node.tls));
+            let config = ClientConfig::new(Cluster::endpoints(i + 1, false), Some(node.tls));
             let client = Client::new(SmolRuntime::global().shared(), config)
                 .map_err(|e| format!("a smol client: {e}"))?;
             let (record, stop) = (record.clone(), stop.clone());
@@ -196,7 +182,7 @@ impl Traffic {
         }
         for (i, agent) in agents.into_iter().enumerate() {
             let ports = bmaas_agent::ports::MachinePorts::new(
-                endpoints(i + 2, true),
+                Cluster::endpoints(i + 2, true),
                 agent.tls,
                 i as u64,
                 std::env::temp_dir(),
