@@ -80,8 +80,10 @@ impl NodeImages for ImagesService {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::images::ImageStoreError;
 
     fn image(name: &str, digest: &str) -> ListedImage {
         ListedImage {
@@ -90,6 +92,30 @@ mod tests {
             media_type: "application/vnd.oci.image.manifest.v1+json".to_owned(),
             size: 7,
         }
+    }
+
+    /// A store that neither imports nor lists.
+    struct Mute;
+
+    impl ImageStore for Mute {
+        fn begin(&self) -> Result<Box<dyn crate::images::ImageImport>, ImageStoreError> {
+            Err(ImageStoreError::Unavailable("mute".to_owned()))
+        }
+    }
+
+    fn call(service: ImagesService) -> Result<ListImagesResponse, Status> {
+        futures::executor::block_on(service.list_images(Request::new(ListImagesRequest {})))
+            .map(Response::into_inner)
+    }
+
+    #[test]
+    fn without_a_store_or_a_listing_the_call_says_why() {
+        let e = call(ImagesService::new(None)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+        assert!(e.message().contains("no image store"), "{e:?}");
+        let e = call(ImagesService::new(Some(Arc::new(Mute)))).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable);
+        assert!(e.message().contains("cannot list"), "{e:?}");
     }
 
     #[test]
