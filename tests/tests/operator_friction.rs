@@ -284,8 +284,9 @@ fn long_error() -> (String, agent::OsInstallationReport) {
 
 /// Item 8: a machine whose agent never connected is "never seen", one
 /// that stopped heartbeating LOST; `machine list` cuts the latest report
-/// to COLUMNS (not when piped without it, not with `-o wide`) and
-/// `machine show` has it whole.
+/// to COLUMNS, or to the terminal's width (a pseudo-terminal made by
+/// script(1), from util-linux), not when piped without COLUMNS, not with
+/// `-o wide`; `machine show` has it whole.
 #[test]
 fn machine_list_never_seen_lost_and_the_cut_report() {
     let dir = tempfile::tempdir().unwrap();
@@ -379,6 +380,27 @@ fn machine_list_never_seen_lost_and_the_cut_report() {
         gone.ends_with('…') && gone.contains("gen 1: error: writing"),
         "{cut}"
     );
+    // On a terminal without COLUMNS: the terminal's width (a pty of 110
+    // columns, through script(1)).
+    let command = format!(
+        "stty cols 110; exec {} --data-dir {} --endpoints {} machine list",
+        daemon_bin().with_file_name("metroctl-under-test").display(),
+        d.data_dir.display(),
+        d.addr
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env_remove("COLUMNS")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let on_tty = stdout(&out).replace('\r', "");
+    let gone = on_tty
+        .lines()
+        .find(|l| l.starts_with(GONE))
+        .unwrap_or_else(|| panic!("{on_tty}"));
+    assert_eq!(gone.chars().count(), 110, "{on_tty}");
+    assert!(gone.ends_with('…'), "{on_tty}");
     // -o wide is never cut.
     let out = owner_env(
         &d,
