@@ -36,6 +36,14 @@ pub(crate) struct TransportError {
     pub(crate) problem: Option<Misconfiguration>,
 }
 
+/// What a failure of an established connection shows to be
+/// misconfigured: only a refusal of the client's certificate (a TLS 1.3
+/// server sends it after the handshake). Anything else, a record that
+/// does not parse included, may be a blip on the way.
+fn refused(error: &(dyn std::error::Error + 'static)) -> Option<Misconfiguration> {
+    of_connect_error(error).filter(|p| *p == Misconfiguration::CredentialRefused)
+}
+
 /// Why a connection could not be made: the connector's error, rendered
 /// for people, and what it shows to be misconfigured.
 #[derive(Debug, Clone)]
@@ -80,7 +88,7 @@ fn body_error(error: hyper::Error) -> TransportError {
     TransportError {
         reason: chain(&error),
         sent: true,
-        problem: of_connect_error(&error),
+        problem: refused(&error),
     }
 }
 
@@ -145,7 +153,7 @@ impl tonic::codegen::Service<Request<Body>> for Connection {
         self.sender.poll_ready(cx).map_err(|e| TransportError {
             reason: chain(&e),
             sent: false,
-            problem: of_connect_error(&e),
+            problem: refused(&e),
         })
     }
 
@@ -158,7 +166,7 @@ impl tonic::codegen::Service<Request<Body>> for Connection {
                     // The request comes back when it never left.
                     sent: e.message().is_none(),
                     reason: chain(e.error()),
-                    problem: of_connect_error(e.error()),
+                    problem: refused(e.error()),
                 }),
             }
         })
