@@ -145,7 +145,7 @@ async fn a_tag_is_resolved_to_its_digest_and_requested_by_it() {
     assert_eq!(run.status.code(), Some(1), "{e}");
     assert!(
         e.contains(&format!(
-            "this registry speaks plain HTTP: write http://{}/",
+            "this registry speaks plain HTTP: write http://{}/os/trial:v2 ",
             registry.addr
         )),
         "{e}"
@@ -236,7 +236,7 @@ fn a_push_to_a_plain_http_registry_without_a_scheme_says_to_write_http() {
     assert_eq!(run.status.code(), Some(1), "{e}");
     assert!(
         e.contains(&format!(
-            "this registry speaks plain HTTP: write http://{}/",
+            "this registry speaks plain HTTP: write http://{}/os/plain:v1 ",
             registry.addr
         )),
         "{e}"

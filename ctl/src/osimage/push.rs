@@ -72,13 +72,15 @@ const LOGIN_HINT: &str = "; give --registry-auth FILE with a login that may push
 
 /// The failure a registry error is, its exit status by its kind, with
 /// what to do about it.
-fn registry_failure(what: &str, e: RegistryError) -> CliError {
+fn registry_failure(what: &str, e: RegistryError, to: &Reference) -> CliError {
     if let RegistryError::PlainHttp { registry } = &e {
+        let tag = to.tag.as_ref().map(|t| format!(":{t}")).unwrap_or_default();
+        let path = format!("{}{tag}", to.repository);
         return failed(
             Exit::Failure,
             format!(
                 "{what}: {} (https is assumed without a scheme)",
-                super::resolve::plain_http(registry)
+                super::resolve::plain_http(registry, &path)
             ),
         );
     }
@@ -101,8 +103,8 @@ fn registry_failure(what: &str, e: RegistryError) -> CliError {
 }
 
 /// An unexpected answer as an error, naming what was being done.
-fn unexpected(what: &str, response: Response) -> CliError {
-    registry_failure(what, RegistryError::status(response))
+fn unexpected(what: &str, response: Response, to: &Reference) -> CliError {
+    registry_failure(what, RegistryError::status(response), to)
 }
 
 /// A blob file opened for one try, counted on `bar`.
@@ -181,23 +183,24 @@ fn blob(
     bar: &indicatif::ProgressBar,
 ) -> Result<bool, CliError> {
     let what = format!("blob {}", blob.digest);
-    let repository = &plan.reference.repository;
+    let to = plan.reference;
+    let repository = &to.repository;
     let head = url(base, repository, &format!("blobs/{}", blob.digest))
-        .map_err(|e| registry_failure(&what, e))?;
+        .map_err(|e| registry_failure(&what, e, to))?;
     let request = Request {
         method: Method::Head,
         ..Request::default()
     };
     let response = session
         .send(&head, request)
-        .map_err(|e| registry_failure(&what, e))?;
+        .map_err(|e| registry_failure(&what, e, to))?;
     match response.status {
         200 => {
             bar.inc(blob.size);
             return Ok(false);
         }
         404 => {}
-        _ => return Err(unexpected(&what, response)),
+        _ => return Err(unexpected(&what, response, to)),
     }
     let path: PathBuf = plan.layout.blob_path(&blob.digest);
     let start = bar.position();
@@ -222,7 +225,9 @@ fn blob(
                 std::thread::sleep(wait);
                 attempt += 1;
             }
-            Err((doing, e)) => return Err(registry_failure(&format!("{what}: {doing}"), e)),
+            Err((doing, e)) => {
+                return Err(registry_failure(&format!("{what}: {doing}"), e, to));
+            }
         }
     }
 }
@@ -286,6 +291,7 @@ pub fn push(plan: &PushPlan<'_>) -> Result<Pushed, CliError> {
     };
     let client = client(plan)?;
     let reference = plan.reference;
+    let to = reference;
     let base = Url::parse(&format!("{}://{}/", reference.scheme, reference.host))
         .map_err(|e| usage(format!("REFERENCE {}: {e}", quoted(&reference.host))))?;
     let notice = |said: &str| eprintln!("metroctl: {said}");
@@ -314,7 +320,7 @@ pub fn push(plan: &PushPlan<'_>) -> Result<Pushed, CliError> {
     let target = reference.tag.as_deref().unwrap_or(&digest);
     let what = format!("manifest {}", quoted(target));
     let manifest = url(&base, &reference.repository, &format!("manifests/{target}"))
-        .map_err(|e| registry_failure(&what, e))?;
+        .map_err(|e| registry_failure(&what, e, to))?;
     let bytes = &plan.layout.manifest_bytes;
     let open = || -> io::Result<Box<dyn Read>> { Ok(Box::new(io::Cursor::new(bytes.clone()))) };
     let request = Request {
@@ -328,9 +334,9 @@ pub fn push(plan: &PushPlan<'_>) -> Result<Pushed, CliError> {
     };
     let response = session
         .send(&manifest, request)
-        .map_err(|e| registry_failure(&what, e))?;
+        .map_err(|e| registry_failure(&what, e, to))?;
     if response.status != 201 {
-        return Err(unexpected(&what, response));
+        return Err(unexpected(&what, response, to));
     }
     if let Some(said) = response.header("docker-content-digest")
         && said != digest

@@ -61,12 +61,13 @@ impl TagLookup {
     }
 }
 
-/// What a registry answered when asked about a host in `https` and it
-/// speaks plain HTTP: how to write the reference instead.
-pub fn plain_http(registry: &str) -> String {
+/// What to say of a registry that answered the TLS handshake in plain
+/// HTTP: how to write the reference, `path` (`REPOSITORY[:TAG]`) on it,
+/// instead.
+pub fn plain_http(registry: &str, path: &str) -> String {
     format!(
         "registry {registry} answered the TLS handshake in plain HTTP: this registry speaks \
-         plain HTTP: write http://{registry}/…"
+         plain HTTP: write http://{registry}/{path}"
     )
 }
 
@@ -81,7 +82,7 @@ fn failure(lookup: &TagLookup, e: RegistryError) -> CliError {
                 Exit::Failure,
                 format!(
                     "--image {name}: {} (nothing was submitted)",
-                    plain_http(registry)
+                    plain_http(registry, &format!("{}:{}", lookup.repository, lookup.tag))
                 ),
             );
         }
@@ -204,8 +205,11 @@ mod tests {
 
     #[test]
     fn plain_http_says_how_to_write_the_reference() {
-        let said = plain_http("127.0.0.1:5000");
+        let said = plain_http("127.0.0.1:5000", "os/trial:v2");
         assert!(said.contains("speaks plain HTTP"), "{said}");
-        assert!(said.contains("write http://127.0.0.1:5000/"), "{said}");
+        assert!(
+            said.ends_with("write http://127.0.0.1:5000/os/trial:v2"),
+            "{said}"
+        );
     }
 }
