@@ -119,3 +119,17 @@ fn named_images_and_other_archives_are_left_alone() {
         assert!(e.to_string().starts_with("--name"), "{bad}: {e}");
     }
 }
+
+#[test]
+fn index_json_first_or_under_dot_slash_is_found() {
+    let parts = oci_parts("first");
+    let mut entries = oci_entries(&parts, None);
+    let Some(E::File(_, index)) = entries.pop() else {
+        panic!("index.json last");
+    };
+    entries.insert(0, E::File("./index.json".into(), index));
+    let archive = build(&entries);
+    let (out, named) = renamed(&archive, "example.org/first", 333).unwrap();
+    assert_eq!(named, 1);
+    assert_eq!(names(&out), [Some("example.org/first:latest".to_string())]);
+}
