@@ -7,6 +7,7 @@
 mod build;
 mod encode;
 pub mod format;
+pub mod image_ref;
 mod layout;
 mod push;
 pub mod reference;
