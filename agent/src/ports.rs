@@ -81,6 +81,12 @@ impl MachinePorts {
         installer: Arc<dyn Installer>,
     ) -> Result<MachinePorts, ClientError> {
         let mut config = ClientConfig::new(endpoints, Some(tls));
+        // One attempt on one curator gets a third of the heartbeat's
+        // deadline: a curator that stopped answering (paused, cut off)
+        // costs that much, and the heartbeat goes on to the next one
+        // within its deadline instead of ending with it. It is also the
+        // HTTP/2 keepalive of the agent's connection.
+        config.call_timeout = DEFAULT_HEARTBEAT_TIMEOUT / 3;
         // Retries stay well inside one heartbeat's deadline; the loop's
         // own backoff schedules the heartbeats after a failed one.
         config.backoff = Backoff {
