@@ -274,7 +274,10 @@ async fn one_round(
             .ok_or("no curator leader before the fault")?,
     };
     let hold = ttl * 2;
-    let at = Instant::now();
+    // The fault's time: a kill or SIGTERM is sent now; a pause and a cut
+    // count from when `kill -STOP` and `nft` have returned (a call issued
+    // while they run may still be served).
+    let mut at = Instant::now();
     match fault {
         Fault::Kill => cluster.kill_curator(victim),
         Fault::Stop => cluster.pause(true, victim, true),
@@ -291,6 +294,9 @@ async fn one_round(
             }
         }
         Fault::EtcdKill => cluster.kill_etcd(victim),
+    }
+    if matches!(fault, Fault::Stop | Fault::Cut) {
+        at = Instant::now();
     }
     let streams = Stream::ALL;
     // Until every stream recovered (and, for a held fault, the hold
