@@ -192,10 +192,10 @@ struct ConnectionArgs {
         value_name = "SECONDS"
     )]
     timeout: u64,
-    /// A node's debug service (logs, trace, load-image, kubeconfig).
+    /// A node's debug service (logs, trace, load-image, images, kubeconfig).
     ///
     /// HOST:PORT of a node's debug service (metropolisd --debug-listen),
-    /// used by logs, trace, load-image and kubeconfig. Plain HTTP/2, no
+    /// used by logs, trace, load-image, images and kubeconfig. Plain HTTP/2, no
     /// credentials: the debug service is unauthenticated.
     ///
     /// Environment: METROCTL_DEBUG_ENDPOINT. Default: 127.0.0.1:7837.
