@@ -1,4 +1,4 @@
-//! Enrolling the clients of a [`Cluster`](super::cluster::Cluster) as
+//! Enrolling the clients of a [`Cluster`] as
 //! its owner: nodes (a key, `AddNode`, the returned certificate) and
 //! machines (an agent key and self-signed certificate, `AddMachine`),
 //! each call retried while the cluster elects its first leader.
