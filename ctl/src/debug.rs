@@ -149,6 +149,52 @@ pub struct KubeconfigArgs {
     file: Option<PathBuf>,
 }
 
+/// `result` of a debug command, its failure explained when `endpoint`
+/// turns out to speak TLS: a curator port (`--listen`, `--agent-listen`)
+/// given as `--debug-endpoint`, which answers plain HTTP/2 with TLS
+/// records that the client reads as a broken connection or a bad frame.
+/// Asked only after a failure, with one connection and one read.
+pub async fn on_a_tls_port(endpoint: &str, result: Result<(), CliError>) -> Result<(), CliError> {
+    let Err(e) = result else {
+        return Ok(());
+    };
+    let exit = super::exit::exit_of(e.as_ref());
+    if !matches!(exit, super::Exit::Failure | super::Exit::Unavailable)
+        || !speaks_tls(endpoint).await
+    {
+        return Err(e);
+    }
+    Err(super::failed(
+        super::Exit::Unavailable,
+        format!(
+            "{endpoint} speaks TLS: it is a curator port (metropolisd --listen or \
+             --agent-listen), not the debug service; give --debug-endpoint the daemon's \
+             --debug-listen address (default 127.0.0.1:7837) ({e})"
+        ),
+    ))
+}
+
+/// Whether the server at `endpoint` answers the HTTP/2 preface with a
+/// TLS record (an alert or a handshake: content type 21 or 22, version
+/// 3.x), within 2 s.
+async fn speaks_tls(endpoint: &str) -> bool {
+    use tokio::io::AsyncWriteExt;
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect(endpoint).await.ok()?;
+        stream
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .ok()?;
+        let mut head = [0u8; 2];
+        stream.read_exact(&mut head).await.ok()?;
+        Some(matches!(head, [21 | 22, 3]))
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(2), probe).await,
+        Ok(Some(true))
+    )
+}
+
 /// A channel to the debug listener at `endpoint` (plain HTTP/2).
 async fn channel(endpoint: &str) -> Result<Channel, CliError> {
     connect::plain(&TokioRuntime::shared(), endpoint)

@@ -510,11 +510,24 @@ async fn run_command(cli: Cli, connect_limit: Option<Duration>) -> Result<(), Cl
     let endpoint = cli.conn.debug_endpoint.as_str();
     let format = cli.output;
     let command = match cli.command {
-        Command::Logs(args) => return debug::logs(endpoint, args, format).await,
-        Command::Trace(args) => return debug::trace(endpoint, args).await,
-        Command::LoadImage(args) => return debug::load_image(endpoint, args, format).await,
-        Command::Kubeconfig(args) => return debug::kubeconfig(endpoint, args, format).await,
-        Command::Images(args) => return debug::images(endpoint, args, format).await,
+        Command::Logs(args) => {
+            return debug::on_a_tls_port(endpoint, debug::logs(endpoint, args, format).await).await;
+        }
+        Command::Trace(args) => {
+            return debug::on_a_tls_port(endpoint, debug::trace(endpoint, args).await).await;
+        }
+        Command::LoadImage(args) => {
+            let loaded = debug::load_image(endpoint, args, format).await;
+            return debug::on_a_tls_port(endpoint, loaded).await;
+        }
+        Command::Kubeconfig(args) => {
+            let made = debug::kubeconfig(endpoint, args, format).await;
+            return debug::on_a_tls_port(endpoint, made).await;
+        }
+        Command::Images(args) => {
+            return debug::on_a_tls_port(endpoint, debug::images(endpoint, args, format).await)
+                .await;
+        }
         Command::Osimage(command) => {
             let limit = connect_limit.unwrap_or(Duration::from_secs(cli.conn.timeout));
             return osimage::run(command, format, limit).await;

@@ -170,9 +170,10 @@ async fn a_wrong_ca_is_told_at_once_and_not_retried_like_a_blip() {
     assert_eq!(log.matches("cannot heartbeat").count(), 1, "{log}");
 }
 
-/// An agent at the Curator port (or the debug port) and metroctl at the
-/// AgentCallback port are told which port that is and where to go,
-/// instead of a bare `Unimplemented: no service at ...`.
+/// An agent at the Curator port (or the debug port), metroctl at the
+/// AgentCallback port, and metroctl's debug commands at either TLS port
+/// are told which port that is and where to go, instead of a bare
+/// `Unimplemented: no service at ...` or a broken frame.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_ports_say_which_port_they_are() {
     let dir = tempfile::tempdir().unwrap();
@@ -225,6 +226,25 @@ async fn wrong_ports_say_which_port_they_are() {
         "{}",
         at_debug.log()
     );
+
+    // metroctl's debug commands at either TLS port: told that it is a
+    // curator port and where the debug service is, exit 3.
+    for port in [&d.addr, &d.agent_addr] {
+        let out = Command::new(daemon_bin().with_file_name("metroctl-under-test"))
+            .args(["--debug-endpoint", port.as_str(), "logs", "--tail", "1"])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{said}");
+        assert!(
+            said.contains(&format!(
+                "{port} speaks TLS: it is a curator port (metropolisd --listen or \
+                 --agent-listen), not the debug service; give --debug-endpoint the daemon's \
+                 --debug-listen address"
+            )),
+            "{said}"
+        );
+    }
 }
 
 /// An agent stopped by SIGTERM logs its stop and exits 0, as a service
