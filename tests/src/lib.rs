@@ -16,6 +16,7 @@ pub mod etcd;
 pub mod etcd_pki;
 pub mod interop;
 pub mod loop_device;
+pub mod outcome;
 pub mod plain_server;
 pub mod provisioning;
 pub mod proxy;

@@ -25,13 +25,7 @@ impl LoopDevice {
     /// Attaches a loop device to a sparse file of `size` bytes in a new
     /// directory under `parent` (e.g. on the disk a benchmark measures).
     pub fn attach_sparse_in(parent: &Path, size: u64) -> LoopDevice {
-        let dir = tempfile::tempdir_in(parent).unwrap();
-        let backing = dir.path().join("backing.img");
-        std::fs::File::create(&backing)
-            .unwrap()
-            .set_len(size)
-            .unwrap();
-        Self::attach_file(&backing, dir)
+        Self::attach_sparse_with(parent, size, &[])
     }
 
     /// [`attach_sparse_in`](Self::attach_sparse_in), with partitions of
@@ -39,13 +33,19 @@ impl LoopDevice {
     /// table, shows `/dev/loopNpM`, and re-reads it when asked
     /// (`BLKRRPART`); without, the kernel refuses that (EINVAL).
     pub fn attach_sparse_partitioned_in(parent: &Path, size: u64) -> LoopDevice {
+        Self::attach_sparse_with(parent, size, &["--partscan"])
+    }
+
+    /// A sparse backing file of `size` bytes in a new directory under
+    /// `parent`, attached with `losetup` `flags`.
+    fn attach_sparse_with(parent: &Path, size: u64, flags: &[&str]) -> LoopDevice {
         let dir = tempfile::tempdir_in(parent).unwrap();
         let backing = dir.path().join("backing.img");
         std::fs::File::create(&backing)
             .unwrap()
             .set_len(size)
             .unwrap();
-        Self::attach_with(&backing, dir, &["--partscan"])
+        Self::attach_with(&backing, dir, flags)
     }
 
     fn attach_file(backing: &Path, dir: tempfile::TempDir) -> LoopDevice {

@@ -7,10 +7,10 @@
 
 use std::io::Read as _;
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use metropolis_tests::outcome::{exits, path, stderr, stdout};
 use metropolis_tests::{Daemon, RuntimeKind, daemon_bin, free_port};
 
 const MACHINE: &str = "3b241101-e2bb-4255-8caf-4136c566a962";
@@ -28,30 +28,6 @@ fn metroctl_env(args: &[&str], env: &[(&str, &str)]) -> Output {
 
 fn metroctl(args: &[&str]) -> Output {
     metroctl_env(args, &[])
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).to_string()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
-
-/// Asserts the exit status; returns stderr.
-fn exits(out: &Output, code: i32, what: &str) -> String {
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "{what}: stdout {} stderr {}",
-        stdout(out),
-        stderr(out)
-    );
-    stderr(out)
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// Item 1: an owner-only command over the local socket fails with exit 4

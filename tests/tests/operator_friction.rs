@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use metropolis_proto::prelude::agent;
 use metropolis_proto::prelude::agent::agent_callback_client::AgentCallbackClient;
+use metropolis_tests::outcome::{exits, path, stdout};
 use metropolis_tests::{AgentKey, Daemon, RuntimeKind, daemon_bin};
 use metropolis_transport::grpc::Channel;
 
@@ -46,30 +47,6 @@ fn owner_env(d: &Daemon, args: &[&str], env: &[(&str, &str)]) -> Output {
 
 fn owner(d: &Daemon, args: &[&str]) -> Output {
     owner_env(d, args, &[])
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).to_string()
-}
-
-/// Asserts the exit status; returns stderr.
-fn exits(out: &Output, code: i32, what: &str) -> String {
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "{what}: stdout {} stderr {}",
-        stdout(out),
-        stderr(out)
-    );
-    stderr(out)
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// How many nodes `node list` counts.

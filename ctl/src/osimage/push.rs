@@ -12,13 +12,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use metropolis_registry::{
-    Access, Client, Method, RegistryCredentials, RegistryError, Request, Response, RetryPolicy,
-    Session, Upload, Url, registry_tls,
+    Access, Client, Method, RegistryError, Request, Response, RetryPolicy, Session, Upload, Url,
 };
 
 use super::format::{Descriptor, MANIFEST_MEDIA_TYPE, quoted};
 use super::layout::Layout;
 use super::reference::Reference;
+use super::resolve::{registry_client, registry_credentials};
 use crate::CliError;
 use crate::exit::{Exit, failed, usage};
 
@@ -259,36 +259,21 @@ fn progress_bar(total: u64) -> indicatif::ProgressBar {
 /// The client a push uses: for `https`, the system's roots and
 /// `--registry-ca`'s.
 fn client(plan: &PushPlan<'_>) -> Result<Client, CliError> {
-    let tls = if plan.reference.scheme == "https" {
-        let ca: Vec<&Path> = plan.ca_file.into_iter().collect();
-        let tls = registry_tls(true, &ca).map_err(|e| match plan.ca_file {
-            Some(_) => usage(format!("--registry-ca {e}")),
-            None => failed(Exit::Failure, format!("TLS: {e}; give --registry-ca FILE")),
-        })?;
-        Some(tls.config)
-    } else {
-        None
-    };
-    Ok(Client {
-        tls,
-        connect_timeout: plan.connect_limit,
-        io_timeout: IO_TIMEOUT,
-        deadline: REQUEST_DEADLINE,
-        user_agent: concat!("metroctl/", env!("CARGO_PKG_VERSION")),
-        retry: RETRY,
-    })
+    let ca: Vec<&Path> = plan.ca_file.into_iter().collect();
+    registry_client(
+        plan.reference.scheme,
+        &ca,
+        plan.connect_limit,
+        IO_TIMEOUT,
+        REQUEST_DEADLINE,
+    )
 }
 
 /// Pushes `plan.layout` to `plan.reference`, logging in with the login
 /// for its host in `plan.auth_file` (if any). Blocking: a few dozen
 /// requests, one after the other.
 pub fn push(plan: &PushPlan<'_>) -> Result<Pushed, CliError> {
-    let credentials = match plan.auth_file {
-        Some(path) => {
-            RegistryCredentials::read(path).map_err(|e| usage(format!("--registry-auth {e}")))?
-        }
-        None => RegistryCredentials::new(),
-    };
+    let credentials = registry_credentials(plan.auth_file)?;
     let client = client(plan)?;
     let reference = plan.reference;
     let to = reference;

@@ -113,9 +113,23 @@ fn failure(lookup: &TagLookup, e: RegistryError) -> CliError {
 /// The registry client of a lookup: for `https`, the system's roots and
 /// `--registry-ca`'s.
 fn client(lookup: &TagLookup) -> Result<Client, CliError> {
-    let tls = if lookup.scheme == "https" {
-        let ca: Vec<&Path> = lookup.ca_files.iter().map(PathBuf::as_path).collect();
-        let tls = registry_tls(true, &ca).map_err(|e| {
+    let ca: Vec<&Path> = lookup.ca_files.iter().map(PathBuf::as_path).collect();
+    let io = lookup.connect_limit.max(Duration::from_secs(1));
+    registry_client(&lookup.scheme, &ca, lookup.connect_limit, io, io * 2)
+}
+
+/// The registry client metroctl uses for `scheme` (`https`: trusting the
+/// system's roots and the `--registry-ca` files `ca`), with its time
+/// limits; a CA file that cannot be used names `--registry-ca`.
+pub(super) fn registry_client(
+    scheme: &str,
+    ca: &[&Path],
+    connect_timeout: Duration,
+    io_timeout: Duration,
+    deadline: Duration,
+) -> Result<Client, CliError> {
+    let tls = if scheme == "https" {
+        let tls = registry_tls(true, ca).map_err(|e| {
             if ca.is_empty() {
                 failed(Exit::Failure, format!("TLS: {e}; give --registry-ca FILE"))
             } else {
@@ -128,12 +142,24 @@ fn client(lookup: &TagLookup) -> Result<Client, CliError> {
     };
     Ok(Client {
         tls,
-        connect_timeout: lookup.connect_limit,
-        io_timeout: lookup.connect_limit.max(Duration::from_secs(1)),
-        deadline: lookup.connect_limit.max(Duration::from_secs(1)) * 2,
+        connect_timeout,
+        io_timeout,
+        deadline,
         user_agent: concat!("metroctl/", env!("CARGO_PKG_VERSION")),
         retry: RETRY,
     })
+}
+
+/// The logins of `--registry-auth` (`auth_file`), or none.
+pub(super) fn registry_credentials(
+    auth_file: Option<&Path>,
+) -> Result<RegistryCredentials, CliError> {
+    match auth_file {
+        Some(path) => {
+            RegistryCredentials::read(path).map_err(|e| usage(format!("--registry-auth {e}")))
+        }
+        None => Ok(RegistryCredentials::new()),
+    }
 }
 
 /// Looks `lookup.tag` up in its repository and returns the digest of the
@@ -141,12 +167,7 @@ fn client(lookup: &TagLookup) -> Result<Client, CliError> {
 /// the agent verifies them). Blocking: one request, tried again for a
 /// passing failure.
 pub fn resolve(lookup: &TagLookup) -> Result<String, CliError> {
-    let credentials = match &lookup.auth_file {
-        Some(path) => {
-            RegistryCredentials::read(path).map_err(|e| usage(format!("--registry-auth {e}")))?
-        }
-        None => RegistryCredentials::new(),
-    };
+    let credentials = registry_credentials(lookup.auth_file.as_deref())?;
     let client = client(lookup)?;
     let base = Url::parse(&format!("{}://{}/", lookup.scheme, lookup.host))
         .map_err(|e| usage(format!("--image {}: {e}", quoted(&lookup.host))))?;

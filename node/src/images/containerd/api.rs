@@ -113,14 +113,9 @@ impl Api {
 
     /// The names of every image in the namespace.
     pub(super) async fn image_names(&self) -> Result<Vec<String>, ImageStoreError> {
-        let listed = self
-            .images()
-            .list(self.request(images::ListImagesRequest::default()))
-            .await
-            .map_err(|s| failed("listing images", &s))?;
-        Ok(listed
-            .into_inner()
-            .images
+        Ok(self
+            .listed_images()
+            .await?
             .into_iter()
             .map(|i| i.name)
             .collect())
