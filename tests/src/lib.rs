@@ -101,6 +101,19 @@ pub fn serving_line(child: &mut Child, log: &Path) -> serde_json::Value {
     }
 }
 
+/// The log file at `path` once it holds `text`, or as it is when
+/// `within` has passed (the caller asserts what it needs).
+pub fn log_once_holding(path: &Path, text: &str, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let log = std::fs::read_to_string(path).unwrap_or_default();
+        if log.contains(text) || Instant::now() >= deadline {
+            return log;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A free loopback TCP port (bound then released; fine for tests).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -258,14 +271,7 @@ impl Daemon {
     /// after the listeners are bound can come after the daemon already
     /// answers connections.
     pub fn log_once_it_holds(&self, text: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let log = self.log();
-            if log.contains(text) || Instant::now() >= deadline {
-                return log;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        log_once_holding(&self.log, text, Duration::from_secs(10))
     }
 
     fn wait_ready(&mut self) {
@@ -774,6 +780,11 @@ impl AgentProcess {
     /// What the agent logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The log once it holds `text`, or as it is after `within`.
+    pub fn log_once_it_holds(&self, text: &str, within: Duration) -> String {
+        log_once_holding(&self.log, text, within)
     }
 
     /// Waits up to `timeout` for the agent to exit by itself; its status,

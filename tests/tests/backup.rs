@@ -9,6 +9,7 @@
 
 use std::process::{Command, Output};
 
+use metropolis_tests::outcome::stderr;
 use metropolis_tests::{
     Daemon, RuntimeKind, StatusWriters, against_both_runtimes, daemon_bin, status_seqs,
 };
@@ -28,10 +29,6 @@ fn over_tls(data: &str, endpoint: &str, args: &[&str]) -> Output {
         .chain(args.iter().copied())
         .collect();
     metroctl(&all)
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 async fn saved_under_load_and_restored(runtime: RuntimeKind) {

@@ -100,18 +100,9 @@ impl Agent {
 
     /// The log once it holds `text`, waiting up to `within`.
     fn log_holding(&self, text: &str, within: Duration) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            let log = self.log();
-            if log.contains(text) {
-                return log;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {text:?} within {within:?}:\n{log}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let log = metropolis_tests::log_once_holding(&self.log, text, within);
+        assert!(log.contains(text), "no {text:?} within {within:?}:\n{log}");
+        log
     }
 }
 
@@ -202,7 +193,6 @@ async fn wrong_ports_say_which_port_they_are() {
     );
     assert!(!said.contains("no service at"), "{said}");
 
-    let deadline = Instant::now() + Duration::from_secs(5);
     let wanted = [
         (
             &at_curator,
@@ -212,14 +202,8 @@ async fn wrong_ports_say_which_port_they_are() {
         (&at_debug, "does not speak TLS"),
     ];
     for (agent, text) in wanted {
-        while !agent.log().contains(text) {
-            assert!(
-                Instant::now() < deadline,
-                "no {text:?} within 5 s:\n{}",
-                agent.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let log = agent.log_once_it_holds(text, Duration::from_secs(5));
+        assert!(log.contains(text), "no {text:?} within 5 s:\n{log}");
     }
     assert!(
         at_debug.log().contains("check --endpoint"),

@@ -21,6 +21,7 @@ use metropolis_proto::metropolis::node::core::curator::proto::private::machine_m
 use metropolis_proto::prelude::agent;
 use metropolis_testkit::archives::{E, build, oci_entries, oci_parts};
 use metropolis_tests::containerd::Containerd;
+use metropolis_tests::outcome::{stderr, stdout};
 use metropolis_tests::registry::Registry;
 use metropolis_tests::{Daemon, RuntimeKind, daemon_bin};
 use metropolis_transport::grpc::Channel;
@@ -28,14 +29,6 @@ use prost::Message;
 use serde_json::Value;
 
 const MACHINE: &str = "0b6b8a7c-1f0e-4d2a-9c3b-5e6f7a8b9c0d";
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 /// `metroctl-under-test` with `args`, no daemon.
 fn metroctl(args: &[&str]) -> Output {

@@ -22,6 +22,7 @@ use metropolis_proto::metropolis::node::core::curator::proto::private::GetMachin
 use metropolis_proto::prelude::agent;
 use metropolis_proto::prelude::debug::node_parameters::Cluster;
 use metropolis_tests::cut_proxy::{CutProxy, Way};
+use metropolis_tests::outcome::{stderr, stdout};
 use metropolis_tests::registry::{Access, Registry, digest, http};
 use metropolis_tests::token_server::{TokenIssuer, TokenServer};
 use metropolis_tests::{Daemon, RuntimeKind, daemon_bin};
@@ -38,14 +39,6 @@ fn metroctl(args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// `len` bytes that compress somewhat, different for each `seed`.
